@@ -1,0 +1,100 @@
+"""Fixtures for tests that need a real provider, shared by every distribution's tests.
+
+``scripts/services up`` starts the providers and writes ``$ALTAR_SERVICES_DIR/env``
+(default ``/tmp/altar-services/env``); the fixtures below read that file (or the process
+environment) to find them. When a provider is absent the test is skipped, unless
+``ALTAR_REQUIRE_SERVICES=1`` (set by ``scripts/test`` and CI), where absence is a failure:
+a real-provider test that did not run must never look like a pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SERVICES_DIR = Path(os.environ.get("ALTAR_SERVICES_DIR", "/tmp/altar-services"))
+
+
+def _service_env() -> dict[str, str]:
+    """Variables from the services env file, overridden by the process environment."""
+    values: dict[str, str] = {}
+    env_file = SERVICES_DIR / "env"
+    if env_file.is_file():
+        for raw in env_file.read_text().splitlines():
+            line = raw.strip()
+            if line.startswith("export "):
+                line = line[len("export ") :]
+            if "=" not in line or line.startswith("#"):
+                continue
+            key, _, value = line.partition("=")
+            parts = shlex.split(value) if value else [""]
+            values[key] = parts[0] if parts else ""
+    for key, value in os.environ.items():
+        if key.startswith(("ALTAR_", "DOCKER_HOST", "SLURM_")):
+            values[key] = value
+    return values
+
+
+def _absent(what: str) -> None:
+    message = f"{what} is not available; run `scripts/services up` (the README's test command does)"
+    if os.environ.get("ALTAR_REQUIRE_SERVICES") == "1":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def service_env() -> dict[str, str]:
+    """All variables describing the running test providers."""
+    return _service_env()
+
+
+@pytest.fixture(scope="session")
+def docker_host(service_env: dict[str, str]) -> str:
+    """``DOCKER_HOST`` of a reachable real Docker engine with the test images loaded."""
+    host = service_env.get("DOCKER_HOST", "")
+    socket = host.removeprefix("unix://")
+    if not host or (host.startswith("unix://") and not Path(socket).exists()):
+        _absent("a Docker engine (DOCKER_HOST)")
+    os.environ["DOCKER_HOST"] = host
+    return host
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """The test sshd on 127.0.0.1: ``host`` is an alias defined in ``config``."""
+
+    host: str
+    config: str
+    port: int
+    user: str
+    wrapper_dir: str  # holds an ``ssh`` that adds ``-F config``; prepend it to PATH
+
+
+@pytest.fixture(scope="session")
+def ssh_target(service_env: dict[str, str]) -> SshTarget:
+    config = service_env.get("ALTAR_TEST_SSH_CONFIG", "")
+    if not config or not Path(config).is_file():
+        _absent("the test sshd (ALTAR_TEST_SSH_CONFIG)")
+    return SshTarget(
+        host=service_env.get("ALTAR_TEST_SSH_HOST", "altar-test-ssh"),
+        config=config,
+        port=int(service_env.get("ALTAR_TEST_SSH_PORT", "2222")),
+        user=service_env.get("ALTAR_TEST_SSH_USER", "root"),
+        wrapper_dir=service_env.get("ALTAR_TEST_SSH_BIN", ""),
+    )
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(service_env: dict[str, str]) -> dict[str, str]:
+    """A single-node Slurm with slurmdbd: ``partition`` and ``conf`` keys."""
+    if service_env.get("ALTAR_TEST_SLURM") != "1" or shutil.which("sbatch") is None:
+        _absent("a Slurm cluster with accounting (ALTAR_TEST_SLURM)")
+    return {
+        "partition": service_env.get("ALTAR_TEST_SLURM_PARTITION", "debug"),
+        "conf": service_env.get("SLURM_CONF", "/etc/slurm/slurm.conf"),
+    }

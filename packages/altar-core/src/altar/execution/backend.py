@@ -1,0 +1,79 @@
+"""The ``ExecutionBackend`` contract every backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, Literal
+
+from altar.execution.types import (
+    Capacity,
+    ContainerTaskSpec,
+    PathResolver,
+    TaskHandle,
+    TaskStatus,
+    Transfer,
+)
+
+__all__ = ["EXECUTION_BACKEND_GROUP", "DigestVerification", "ExecutionBackend"]
+
+EXECUTION_BACKEND_GROUP = "altar.execution_backends"
+
+DigestVerification = Literal["staging", "task"]
+
+
+class ExecutionBackend(ABC):
+    """Submits container tasks to one compute fabric and reports their state.
+
+    Subclasses set ``name`` (also their registry key) and ``input_digest_verification``
+    (``"staging"``: :meth:`stage_inputs` hashes what it materializes; ``"task"``: each task
+    checks its own inputs and fails with ``input_digest_mismatch``), and implement
+    :meth:`submit` and :meth:`poll`. Options are keyword-only constructor arguments.
+
+    Backends never interpret a task's command. They map the spec onto provider primitives
+    exactly, and raise :class:`~altar.execution.UnsupportedCapabilityError` for anything the
+    provider cannot represent. A provider that cannot be reached raises
+    :class:`~altar.execution.BackendUnavailableError`; it is never reported as a missing task.
+    """
+
+    name: ClassVar[str]
+    input_digest_verification: ClassVar[DigestVerification | None] = None
+
+    @abstractmethod
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        """Launch one task and return a durable handle once the provider accepted it.
+
+        Submitting a spec that was submitted before must not raise: a provider that mints
+        fresh ids launches another task; one that names tasks by spec adopts an active task
+        and replaces a finished one.
+        """
+
+    @abstractmethod
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        """Return one current status per handle, in the same order, without waiting."""
+
+    async def capacity(self) -> Capacity:
+        """Free slots per pool; an empty report means autoscaling or unknown."""
+        return Capacity()
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        """Materialize inputs where tasks read them (``"staging"`` backends verify digests here)."""
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        """Copy declared outputs from where tasks wrote them back to their ``uri``."""
+
+    def path_resolver(self) -> PathResolver:
+        """How logical paths appear inside a task."""
+        return PathResolver()
+
+    async def cancel(self, handle: TaskHandle) -> None:
+        """Stop a task. Idempotent; never raises for a task that no longer exists."""
+
+    async def cleanup(self, handles: list[TaskHandle]) -> None:
+        """Release provider resources held by finished tasks (containers, Jobs, sandboxes).
+
+        Idempotent; never raises for a task that no longer exists. The default does nothing.
+        """
+
+    async def failure_detail(self, handle: TaskHandle) -> str | None:
+        """The tail of a task's log, or None. Never raises for a missing task."""
+        return None

@@ -1,0 +1,88 @@
+"""Errors raised by the execution contract.
+
+The whole tree::
+
+    Exception
+    ├── ValueError
+    │   └── DigestMismatchError            bytes do not match their declared sha256
+    │       └── TransferIntegrityError     ... for an input a backend staged or a task read
+    ├── UnsupportedCapabilityError         the backend cannot represent what the spec asks for
+    │   (also a NotImplementedError, so older callers that catch that still do)
+    ├── BackendUnavailableError            the provider could not be asked; transient, retry later
+    │   (also a ConnectionError)
+    └── AltarError
+        ├── PlanError                      a plan file or plan object is invalid
+        ├── JournalError                   a run journal is unreadable or from another version
+        └── RegistryError                  a backend could not be found, loaded or validated
+            ├── DuplicateBackendError      two distributions claim one backend name
+            ├── BackendImportError         a backend's optional dependency is missing
+            └── BackendValidationError     an entry point does not name a valid backend class
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AltarError",
+    "BackendImportError",
+    "BackendUnavailableError",
+    "BackendValidationError",
+    "DigestMismatchError",
+    "DuplicateBackendError",
+    "JournalError",
+    "PlanError",
+    "RegistryError",
+    "TransferIntegrityError",
+    "UnsupportedCapabilityError",
+]
+
+
+class AltarError(Exception):
+    """Base class for Altar's own usage and configuration errors."""
+
+
+class DigestMismatchError(ValueError):
+    """A file's bytes do not match its declared sha256 digest, or it is not a regular file."""
+
+
+class TransferIntegrityError(DigestMismatchError):
+    """An input transfer failed its content-addressed check."""
+
+
+class UnsupportedCapabilityError(NotImplementedError):
+    """The backend cannot represent a capability the spec requires (never silently degraded)."""
+
+    def __init__(self, message: str, *, capability: str | None = None) -> None:
+        super().__init__(message)
+        self.capability = capability
+
+
+class BackendUnavailableError(ConnectionError):
+    """The provider could not be reached or answered with a server error.
+
+    Transient: the task may well exist. Callers retry later; a backend must never turn this
+    into a terminal ``container_missing`` status.
+    """
+
+
+class PlanError(AltarError):
+    """A plan is invalid; the message names the file and the field."""
+
+
+class JournalError(AltarError):
+    """A run journal cannot be used (unreadable, corrupt, or written by an incompatible version)."""
+
+
+class RegistryError(AltarError, LookupError):
+    """A backend name cannot be resolved to a usable backend class."""
+
+
+class DuplicateBackendError(RegistryError):
+    """More than one installed distribution registers the same backend name."""
+
+
+class BackendImportError(RegistryError, ImportError):
+    """Importing a backend failed, usually because its distribution's dependency is missing."""
+
+
+class BackendValidationError(RegistryError):
+    """An entry point names something that is not a valid ExecutionBackend for its key."""
