@@ -6,8 +6,7 @@ The whole tree::
     ├── ValueError
     │   └── DigestMismatchError            bytes do not match their declared sha256
     │       └── TransferIntegrityError     ... for an input a backend staged or a task read
-    ├── UnsupportedCapabilityError         the backend cannot represent what the spec asks for
-    │   (also a NotImplementedError, so older callers that catch that still do)
+    │   └── UnsupportedCapabilityError     the backend cannot represent what the spec asks for
     ├── BackendUnavailableError            the provider could not be asked; transient, retry later
     │   (also a ConnectionError)
     └── AltarError
@@ -48,7 +47,7 @@ class TransferIntegrityError(DigestMismatchError):
     """An input transfer failed its content-addressed check."""
 
 
-class UnsupportedCapabilityError(NotImplementedError):
+class UnsupportedCapabilityError(ValueError):
     """The backend cannot represent a capability the spec requires (never silently degraded)."""
 
     def __init__(self, message: str, *, capability: str | None = None) -> None:
