@@ -49,7 +49,7 @@ PROVIDER_MARKERS = "docker or slurm or ssh or integration or kubernetes_live"
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "typecheck", "tests", "conformance", "docs"]
-os.environ["UV_PYTHON_DOWNLOADS"] = "never"
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 
 def _expose_pyenv_interpreters() -> None:
