@@ -1,0 +1,189 @@
+"""Where an operation's commands run: this machine, or a login node over ssh."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .quoting import shell_command
+from .requests import host_of, httk_prefix, port_of, text, username_of
+
+CONNECT_TIMEOUT = 20
+DEFAULT_CONTROL_PERSIST = 60
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Target(Protocol):
+    """The seam every operation runs commands through."""
+
+    remote: bool
+
+    def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed: ...
+
+    def httk(self, argv: Sequence[str]) -> list[str]: ...
+
+
+def _run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
+    completed = subprocess.run(
+        list(argv),
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return Completed(completed.returncode, completed.stdout, completed.stderr)
+
+
+@dataclass
+class LocalTarget:
+    """Commands run here, as argument vectors."""
+
+    settings: Mapping[str, Any]
+    remote: bool = False
+
+    def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
+        return _run(argv, cwd=cwd)
+
+    def httk(self, argv: Sequence[str]) -> list[str]:
+        if not argv or argv[0] != "httk":
+            return list(argv)
+        prefix = httk_prefix(self.settings)
+        if prefix is not None:
+            return [*prefix, *argv[1:]]
+        if shutil.which("httk") is None:
+            return [sys.executable, "-m", "httk.core.cli", *argv[1:]]
+        return list(argv)
+
+
+def control_directory() -> Path:
+    """A per-user directory for ssh control sockets, refused unless private (0700, ours)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    directory = Path(base) / f"httk-ssh-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    info = directory.lstat()
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.getuid()
+        or stat.S_IMODE(info.st_mode) & 0o077
+    ):
+        raise ValueError(
+            f"ssh control directory {directory} must be a directory owned by you with mode 0700"
+        )
+    return directory
+
+
+def control_persist(settings: Mapping[str, Any]) -> int | None:
+    """Seconds a multiplexing master outlives its last client, or ``None`` when not opted in."""
+    value = text(settings, "ssh_multiplex")
+    if value is None or value.lower() in {"0", "false", "no", "off"}:
+        return None
+    if value.isdigit():
+        return int(value)
+    if value.lower() in {"1", "true", "yes", "on", "auto"}:
+        return DEFAULT_CONTROL_PERSIST
+    raise ValueError(f"queue setting ssh_multiplex must be yes, no or seconds: {value!r}")
+
+
+@dataclass
+class SshTarget:
+    """Commands run on ``[username@]host`` through the local ``ssh`` client."""
+
+    settings: Mapping[str, Any]
+    remote: bool = True
+    _master_checked: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        host = host_of(self.settings)
+        if host is None:
+            raise ValueError("the ssh-slurm adapter needs a queue setting host=HOSTNAME")
+        username = username_of(self.settings)
+        self.destination = host if username is None else f"{username}@{host}"
+        self.port = port_of(self.settings)
+        self.persist = control_persist(self.settings)
+        self.control_path = f"{control_directory()}/%C" if self.persist is not None else None
+
+    def base_options(self) -> list[str]:
+        options = ["-p", self.port] if self.port is not None else []
+        return [*options, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}"]
+
+    def transport(self) -> list[str]:
+        """The ssh program and options every connection of this queue uses."""
+        options = ["ssh", *self.base_options()]
+        if self.control_path is not None:
+            # Clients only ever join an existing master (started by ensure_master);
+            # a client that became master itself would keep our pipes open.
+            options += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control_path}"]
+        return options
+
+    def rsync_shell(self) -> str:
+        """The transport as rsync's ``-e`` value, which rsync splits on whitespace."""
+        parts = self.transport()
+        if any(any(ch.isspace() for ch in part) for part in parts):
+            raise ValueError("ssh transport arguments must not contain whitespace")
+        return " ".join(parts)
+
+    def ensure_master(self) -> None:
+        """Start the multiplexing master once, detached, if the queue opted in."""
+        if self.control_path is None or self._master_checked:
+            return
+        self._master_checked = True
+        path = f"ControlPath={self.control_path}"
+        check = _run(["ssh", "-o", path, "-O", "check", "--", self.destination])
+        if check.returncode == 0:
+            return
+        with tempfile.TemporaryFile() as errors:
+            # -f: ssh backgrounds itself in its own session after authenticating; the
+            # stdio it keeps are /dev/null and a file, never our pipes.
+            subprocess.run(
+                [
+                    "ssh",
+                    *self.base_options(),
+                    "-o",
+                    "ControlMaster=yes",
+                    "-o",
+                    path,
+                    "-o",
+                    f"ControlPersist={self.persist}",
+                    "-f",
+                    "-N",
+                    "--",
+                    self.destination,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                check=False,
+            )
+        # A failed master is not an error here: the command itself connects directly and
+        # reports whatever is wrong.
+
+    def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
+        self.ensure_master()
+        return _run([*self.transport(), "--", self.destination, shell_command(argv, cwd=cwd)])
+
+    def httk(self, argv: Sequence[str]) -> list[str]:
+        prefix = httk_prefix(self.settings)
+        if prefix is not None and argv and argv[0] == "httk":
+            return [*prefix, *argv[1:]]
+        return list(argv)
+
+
+def target_for(kind: str, settings: Mapping[str, Any]) -> LocalTarget | SshTarget:
+    return SshTarget(settings) if kind == "ssh-slurm" else LocalTarget(settings)
