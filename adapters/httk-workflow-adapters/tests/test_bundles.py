@@ -17,15 +17,33 @@ def test_wire_names_keep_the_historical_spelling() -> None:
     assert api.REQUEST_FORMAT == "httk-computer-request"
     assert api.RESULT_FORMAT == adapter_runtime.RESULT_FORMAT == "httk-computer-result"
     assert api.ADAPTER_OPERATIONS == (
-        "configure", "install", "invoke", "push", "pull", "start-manager", "status",
+        "configure",
+        "install",
+        "invoke",
+        "push",
+        "pull",
+        "start-manager",
+        "status",
     )
     assert api.ADAPTER_EXECUTABLE == "adapter"
     assert api.METADATA_FILE == "remote.json"
     assert api.CREDENTIALS_FILE == "credentials.json"
     upstream = {
-        "account", "bootstrap", "check_connectivity", "cpus_per_task", "host", "httk_command",
-        "legacy_settings", "nodes", "partition", "port", "reservation", "time_limit",
-        "username", "workers", "workspace",
+        "account",
+        "bootstrap",
+        "check_connectivity",
+        "cpus_per_task",
+        "host",
+        "httk_command",
+        "legacy_settings",
+        "nodes",
+        "partition",
+        "port",
+        "reservation",
+        "time_limit",
+        "username",
+        "workers",
+        "workspace",
     }
     assert upstream < api.PERSISTABLE_QUEUE_SETTINGS
     assert api.PERSISTABLE_QUEUE_SETTINGS - upstream == {"ssh_multiplex"}
@@ -59,8 +77,10 @@ def _valid(tmp_path: Path, make_bundle, **members: object) -> Path:
         ({"timeout_seconds": "5"}, "timeout_seconds must be positive"),
         ({"required_binaries": "ssh"}, "required_binaries must be an array"),
         ({"required_binaries": [""]}, "entries must be nonempty strings"),
-        ({"required_binaries": ["no-such-binary-xyz"]},
-         "required adapter binary is unavailable: no-such-binary-xyz"),
+        (
+            {"required_binaries": ["no-such-binary-xyz"]},
+            "required adapter binary is unavailable: no-such-binary-xyz",
+        ),
     ],
 )
 def test_validation_messages(tmp_path: Path, make_bundle, change, message) -> None:
@@ -80,7 +100,9 @@ def test_validation_checks_the_adapter_executable(tmp_path: Path, make_bundle) -
         api.validate_adapter_bundle(bundle)
 
 
-def test_validation_reads_any_json_formatting_and_refuses_non_objects(tmp_path: Path, make_bundle) -> None:
+def test_validation_reads_any_json_formatting_and_refuses_non_objects(
+    tmp_path: Path, make_bundle
+) -> None:
     bundle = _valid(tmp_path, make_bundle)
     document = json.loads((bundle / "remote.json").read_text())
     (bundle / "remote.json").write_text(json.dumps(document, indent=7))
@@ -109,9 +131,10 @@ def test_templates_and_add_remote(env) -> None:
         assert sorted(p.name for p in bundle.iterdir()) == ["adapter", "remote.json"]
         assert stat.S_IMODE((bundle / "adapter").stat().st_mode) == 0o755
         assert api.read_metadata(bundle)["kind"] == template
-    assert api.read_metadata(env.project / ".httk-project/remotes/r-ssh-slurm")[
-        "timeout_seconds"
-    ] == 300
+    assert (
+        api.read_metadata(env.project / ".httk-project/remotes/r-ssh-slurm")["timeout_seconds"]
+        == 300
+    )
     with pytest.raises(FileExistsError):
         api.add_remote("r-local", template="local")
     for bad in ("", "a/b", ".", ".."):

@@ -60,22 +60,39 @@ def test_unknown_operation_is_refused_before_the_bundle_is_read(tmp_path: Path) 
         ('{"a": 1} {"b": 2}', ValueError, "did not emit exactly one JSON result"),
         ("banner\\n{}", ValueError, "did not emit exactly one JSON result"),
         ("[1]", ValueError, "result must be a JSON object"),
-        ('{"format": "httk-computer-result", "format_version": 2, "operation": "invoke"}',
-         ValueError, "returned an unsupported result"),
-        ('{"format": "other", "format_version": 1, "operation": "invoke"}',
-         ValueError, "returned an unsupported result"),
-        ('{"format": "httk-computer-result", "format_version": 1, "operation": "push", "ok": true}',
-         ValueError, "operation disagrees with request: invoke"),
-        ('{"format": "httk-computer-result", "format_version": 1, "operation": "invoke", '
-         '"ok": false, "error": "cannot reach me@login: Permission denied"}',
-         RuntimeError, "cannot reach me@login: Permission denied"),
-        ('{"format": "httk-computer-result", "format_version": 1, "operation": "invoke"}',
-         RuntimeError, "adapter invoke reported failure"),
+        (
+            '{"format": "httk-computer-result", "format_version": 2, "operation": "invoke"}',
+            ValueError,
+            "returned an unsupported result",
+        ),
+        (
+            '{"format": "other", "format_version": 1, "operation": "invoke"}',
+            ValueError,
+            "returned an unsupported result",
+        ),
+        (
+            '{"format": "httk-computer-result", "format_version": 1, "operation": "push", "ok": true}',
+            ValueError,
+            "operation disagrees with request: invoke",
+        ),
+        (
+            '{"format": "httk-computer-result", "format_version": 1, "operation": "invoke", '
+            '"ok": false, "error": "cannot reach me@login: Permission denied"}',
+            RuntimeError,
+            "cannot reach me@login: Permission denied",
+        ),
+        (
+            '{"format": "httk-computer-result", "format_version": 1, "operation": "invoke"}',
+            RuntimeError,
+            "adapter invoke reported failure",
+        ),
     ],
 )
 def test_result_checks(tmp_path: Path, make_bundle, stdout: str, error, message: str) -> None:
-    script = f"#!/bin/sh\nprintf '%s' '{stdout}'\n" if "\\n" not in stdout else (
-        f"#!/bin/sh\nprintf '{stdout}'\n"
+    script = (
+        f"#!/bin/sh\nprintf '%s' '{stdout}'\n"
+        if "\\n" not in stdout
+        else (f"#!/bin/sh\nprintf '{stdout}'\n")
     )
     bundle = make_bundle(tmp_path, script)
     with pytest.raises(error, match=message):
@@ -97,8 +114,8 @@ def test_diagnostics_are_the_raw_stderr(tmp_path: Path, make_bundle) -> None:
     assert result["diagnostics"] == "  warning: slow  \n"
     quiet = make_bundle(
         tmp_path,
-        "#!/bin/sh\necho '{\"format\":\"httk-computer-result\",\"format_version\":1,"
-        "\"operation\":\"push\",\"ok\":true}'\n",
+        '#!/bin/sh\necho \'{"format":"httk-computer-result","format_version":1,'
+        '"operation":"push","ok":true}\'\n',
         name="quiet",
     )
     assert "diagnostics" not in run_adapter(quiet, "push", {})
@@ -133,8 +150,11 @@ wait
         run_adapter(bundle, "invoke", {"argv": ["x"]}, timeout=1)
     for pid in map(int, pids.read_text().split()):
         assert not _alive(pid)
-    leftover = [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("httk-adapter-*.json")
-                if p.read_bytes() == (tmp_path / "seen-request").read_bytes()]
+    leftover = [
+        p
+        for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("httk-adapter-*.json")
+        if p.read_bytes() == (tmp_path / "seen-request").read_bytes()
+    ]
     assert leftover == []
 
 

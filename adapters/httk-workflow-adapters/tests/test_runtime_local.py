@@ -14,8 +14,18 @@ import pytest
 from httk.workflow.adapters import ADAPTER_OPERATIONS, add_remote, run_adapter
 
 HOSTILE = [
-    "a b", "$HOME", "`id`", "'single'", '"double"', "semi;colon", "star*", "new\nline",
-    "back\\slash", "$(touch SENTINEL)", "value; touch SENTINEL", "",
+    "a b",
+    "$HOME",
+    "`id`",
+    "'single'",
+    '"double"',
+    "semi;colon",
+    "star*",
+    "new\nline",
+    "back\\slash",
+    "$(touch SENTINEL)",
+    "value; touch SENTINEL",
+    "",
 ]
 PRINT_ARGV = ["python3", "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
 
@@ -42,7 +52,9 @@ def test_nonzero_returncode_is_still_ok(local: Path) -> None:
 def test_cwd_for_invoke_only(env, local: Path) -> None:
     spaced = env.root / "a directory"
     spaced.mkdir()
-    invoked = run_adapter(local, "invoke", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)})
+    invoked = run_adapter(
+        local, "invoke", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)}
+    )
     assert invoked["stdout"].strip() == str(spaced)
     status = run_adapter(local, "status", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)})
     assert status["stdout"].strip() != str(spaced)
@@ -99,7 +111,8 @@ def test_local_files_batch_and_relative_destination(env, local: Path) -> None:
     result = run_adapter(local, "push", request)
     assert result["path"] == str((env.project / "out").resolve())
     assert sorted(p.name for p in (env.project / "out").rglob("*")) == [
-        "data with spaces.txt", "files",
+        "data with spaces.txt",
+        "files",
     ]
     for bad in (["../secret"], ["/etc/passwd"], ["a/../../b"]):
         with pytest.raises(RuntimeError, match="not workspace relative"):
@@ -110,7 +123,9 @@ def test_local_files_batch_and_relative_destination(env, local: Path) -> None:
 
 def test_local_single_file_and_missing_source(env, local: Path) -> None:
     (env.root / "one").write_text("1")
-    run_adapter(local, "push", {"source": str(env.root / "one"), "destination": str(env.root / "a/b")})
+    run_adapter(
+        local, "push", {"source": str(env.root / "one"), "destination": str(env.root / "a/b")}
+    )
     assert (env.root / "a" / "b").read_text() == "1"
     with pytest.raises(RuntimeError, match="adapter pull: "):
         run_adapter(local, "pull", {"source": str(env.root / "none"), "destination": "x"})
@@ -155,7 +170,11 @@ def test_pip_bootstrap_is_opt_in(env, local: Path, set_queue) -> None:
 def test_local_start_manager_starts_detached_processes(env, local: Path, set_queue) -> None:
     marker = env.root / "started"
     set_queue(local, workers="3")
-    argv = ["python3", "-c", f"import sys; open(r'{marker}-' + sys.argv[-1], 'w').write(' '.join(sys.argv[1:]))"]
+    argv = [
+        "python3",
+        "-c",
+        f"import sys; open(r'{marker}-' + sys.argv[-1], 'w').write(' '.join(sys.argv[1:]))",
+    ]
     argv.append("x")
     result = run_adapter(local, "start-manager", {"queue": "default", "argv": argv, "count": 2})
     assert result["count"] == 2 and len(result["pids"]) == 2 and result["pid"] == result["pids"][0]
@@ -175,7 +194,11 @@ def test_local_slurm_start_manager(fake_cluster, set_queue) -> None:
     result = run_adapter(
         bundle,
         "start-manager",
-        {"queue": "default", "argv": ["httk", "workflow", "manager", "run", str(workspace)], "count": 2},
+        {
+            "queue": "default",
+            "argv": ["httk", "workflow", "manager", "run", str(workspace)],
+            "count": 2,
+        },
     )
     assert result["job_ids"] == ["4201", "4202"]
     script = Path(result["script"])
@@ -211,13 +234,17 @@ def test_unknown_kind_is_refused_for_every_operation(env, make_bundle) -> None:
         (["REQ"], "[]", "adapter request must carry a nonempty string operation"),
     ],
 )
-def test_dispatcher_crashes_on_a_malformed_call(tmp_path: Path, arguments, stdin_text, message) -> None:
+def test_dispatcher_crashes_on_a_malformed_call(
+    tmp_path: Path, arguments, stdin_text, message
+) -> None:
     request = tmp_path / "req.json"
     request.write_text(stdin_text)
     argv = [str(request) if a == "REQ" else a for a in arguments]
     completed = subprocess.run(
         [sys.executable, "-m", "httk.workflow.adapter_runtime", *argv],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert completed.returncode == 2
     assert completed.stderr.startswith(message) and completed.stdout == ""

@@ -36,7 +36,9 @@ def test_invoke_quotes_every_word_for_the_remote_shell(fake_cluster, cluster: Pa
 def test_cwd_is_quoted_and_status_ignores_it(fake_cluster, cluster: Path) -> None:
     spaced = fake_cluster.root / "remote" / "a directory"
     spaced.mkdir()
-    result = run_adapter(cluster, "invoke", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)})
+    result = run_adapter(
+        cluster, "invoke", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)}
+    )
     assert result["stdout"].strip() == str(spaced)
     assert fake_cluster.ssh_commands()[-1]["command"] == f"cd '{spaced}' && pwd"
     run_adapter(cluster, "status", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)})
@@ -46,22 +48,30 @@ def test_cwd_is_quoted_and_status_ignores_it(fake_cluster, cluster: Path) -> Non
 
 
 def test_configure_connectivity(fake_cluster, cluster: Path, monkeypatch, set_queue) -> None:
-    assert run_adapter(cluster, "configure", {"queue": "default", "settings": {}})["connectivity"] == "ok"
+    assert (
+        run_adapter(cluster, "configure", {"queue": "default", "settings": {}})["connectivity"]
+        == "ok"
+    )
     skipped = {"check_connectivity": "NO"}
-    assert run_adapter(cluster, "configure", {"queue": "default", "settings": skipped})[
-        "connectivity"
-    ] == "skipped"
+    assert (
+        run_adapter(cluster, "configure", {"queue": "default", "settings": skipped})["connectivity"]
+        == "skipped"
+    )
     monkeypatch.setenv("HTTK_FAKE_SSH_REFUSE", "1")
-    with pytest.raises(RuntimeError, match="cannot reach someone@fake.example.test: fake ssh: "
-                       "connect to host fake.example.test port 22: Connection refused; "
-                       "set check_connectivity=no"):
+    with pytest.raises(
+        RuntimeError,
+        match="cannot reach someone@fake.example.test: fake ssh: "
+        "connect to host fake.example.test port 22: Connection refused; "
+        "set check_connectivity=no",
+    ):
         run_adapter(cluster, "configure", {"queue": "default", "settings": {}})
     with pytest.raises(RuntimeError, match="cannot reach someone@fake.example.test"):
         run_adapter(cluster, "install", {"queue": "default"})
     fresh = add_remote("fresh", template="ssh-slurm")
-    assert run_adapter(fresh, "configure", {"queue": "default", "settings": {}})[
-        "connectivity"
-    ] == "skipped"
+    assert (
+        run_adapter(fresh, "configure", {"queue": "default", "settings": {}})["connectivity"]
+        == "skipped"
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,7 +152,8 @@ def test_file_batch_uses_files_from(fake_cluster, cluster: Path) -> None:
     }
     run_adapter(cluster, "push", request)
     assert sorted(p.relative_to(remote).as_posix() for p in remote.rglob("*")) == [
-        "files", "files/data with spaces.txt",
+        "files",
+        "files/data with spaces.txt",
     ]
     with pytest.raises(RuntimeError, match="not workspace relative: ../secret"):
         run_adapter(cluster, "push", {**request, "files": ["../secret"]})
@@ -155,7 +166,11 @@ def test_rsync_without_mkpath_creates_the_parent(fake_cluster, monkeypatch) -> N
     target = SshTarget({"host": FAKE_HOST})
     destination = fake_cluster.root / "remote" / "deep" / "nested" / "target"
     transfer.rsync(
-        target, source=str(source), destination=str(destination), directory=True, files=None,
+        target,
+        source=str(source),
+        destination=str(destination),
+        directory=True,
+        files=None,
         push=True,
     )
     assert (destination / "files" / "data with spaces.txt").is_file()
@@ -163,27 +178,50 @@ def test_rsync_without_mkpath_creates_the_parent(fake_cluster, monkeypatch) -> N
 
 
 def test_rsync_failure_is_a_crash(fake_cluster, cluster: Path) -> None:
-    request = {"queue": "default", "source": str(fake_cluster.root / "absent"),
-               "destination": "/x", "directory": True}
+    request = {
+        "queue": "default",
+        "source": str(fake_cluster.root / "absent"),
+        "destination": "/x",
+        "directory": True,
+    }
     with pytest.raises(RuntimeError, match=r"adapter push: rsync failed \(\d+\)"):
         run_adapter(cluster, "push", request)
 
 
 def test_start_manager_submits_the_batch_script(fake_cluster, cluster: Path, set_queue) -> None:
     workspace = fake_cluster.root / "remote" / "ws"
-    set_queue(cluster, workspace=str(workspace), account="p2026-1", partition="main",
-              time_limit="04:00:00", nodes="2", cpus_per_task="16", workers="4")
-    result = run_adapter(cluster, "start-manager", {
-        "queue": "default", "count": 3,
-        "argv": ["httk", "workflow", "manager", "run", str(workspace)],
-    })
+    set_queue(
+        cluster,
+        workspace=str(workspace),
+        account="p2026-1",
+        partition="main",
+        time_limit="04:00:00",
+        nodes="2",
+        cpus_per_task="16",
+        workers="4",
+    )
+    result = run_adapter(
+        cluster,
+        "start-manager",
+        {
+            "queue": "default",
+            "count": 3,
+            "argv": ["httk", "workflow", "manager", "run", str(workspace)],
+        },
+    )
     assert result["count"] == 3 and result["job_ids"] == ["4201", "4202", "4203"]
     script = Path(result["script"])
     assert script.parent == workspace / ".httk-workflow" / "batch"
     text = script.read_text()
     assert text.startswith("#!/bin/bash\n# Generated by the httk workflow start-manager")
-    for line in ("--account=p2026-1", "--partition=main", "--time=04:00:00", "--nodes=2",
-                 "--cpus-per-task=16", f"--chdir={workspace}"):
+    for line in (
+        "--account=p2026-1",
+        "--partition=main",
+        "--time=04:00:00",
+        "--nodes=2",
+        "--cpus-per-task=16",
+        f"--chdir={workspace}",
+    ):
         assert f"#SBATCH {line}\n" in text
     assert text.endswith(f"set -eu\nexec httk workflow manager run {workspace} --workers 4\n")
     spooled = fake_cluster.spooled()
@@ -210,14 +248,20 @@ def test_explicit_workers_and_workspace_precedence(fake_cluster, cluster: Path, 
     assert Path(result["script"]).is_relative_to(queue_ws)
 
 
-def test_sbatch_failure_is_a_crash_naming_the_submission(fake_cluster, cluster, set_queue, monkeypatch) -> None:
+def test_sbatch_failure_is_a_crash_naming_the_submission(
+    fake_cluster, cluster, set_queue, monkeypatch
+) -> None:
     set_queue(cluster, workspace=str(fake_cluster.root / "remote" / "ws"))
     monkeypatch.setenv("HTTK_FAKE_SBATCH_FAIL", "1")
-    with pytest.raises(RuntimeError, match=r"sbatch submission 1 of 1 failed \(1\): .*Invalid account"):
+    with pytest.raises(
+        RuntimeError, match=r"sbatch submission 1 of 1 failed \(1\): .*Invalid account"
+    ):
         run_adapter(cluster, "start-manager", {"queue": "default", "argv": ["true"]})
 
 
-def test_multiplexing_starts_one_master_and_joins_it(fake_cluster, cluster: Path, set_queue) -> None:
+def test_multiplexing_starts_one_master_and_joins_it(
+    fake_cluster, cluster: Path, set_queue
+) -> None:
     set_queue(cluster, ssh_multiplex="yes")
     run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
     check, master, command = fake_cluster.ssh_commands()

@@ -269,9 +269,7 @@ def _transfer_move(args: argparse.Namespace) -> int:
 
 
 def _transfer_invoke(args: argparse.Namespace) -> int:
-    argv = list(args.argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
+    argv = list(args.command or [])
     if not argv:
         raise CLIError(
             "transfer invoke needs a command: httk-workflow transfer invoke REMOTE -- ARGV..."
@@ -421,7 +419,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = actions.add_parser("invoke", help="run one command on the remote: invoke REMOTE -- ARGV...")
     _remote_arg(p)
     p.add_argument("--cwd", help="the directory to run it in")
-    p.add_argument("argv", nargs=argparse.REMAINDER, help="the command and its arguments")
     _common(p, timeout=True)
     p.set_defaults(handler=_transfer_invoke)
     return parser
@@ -429,7 +426,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is a command for `transfer invoke`, never options;
+    # argparse cannot express that for a subcommand, so it is split off here.
+    command: list[str] | None = None
+    if "--" in words:
+        split = words.index("--")
+        words, command = words[:split], words[split + 1 :]
+    args = parser.parse_args(words)
+    if command is not None and getattr(args, "handler", None) is not _transfer_invoke:
+        parser.error("'--' is only used by: transfer invoke REMOTE -- ARGV...")
+    args.command = command
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         (getattr(args, "group_parser", None) or parser).print_help()

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from .settings import queue_settings
 
 # After the group is killed, how long to wait for pipes held by escaped descendants.
 _DRAIN_SECONDS = 2.0
+PYTHON_VARIABLE = "HTTK_ADAPTER_PYTHON"
 
 
 def build_request(root: Path, operation: str, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,9 +63,18 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def _child_environment() -> dict[str, str]:
+    # The packaged dispatcher runs ${HTTK_ADAPTER_PYTHON:-python3}: point it at the
+    # interpreter this package is installed in, so a pipx or unactivated venv install works.
+    environment = dict(os.environ)
+    environment.setdefault(PYTHON_VARIABLE, sys.executable)
+    return environment
+
+
 def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str, str]:
     process = subprocess.Popen(
         command,
+        env=_child_environment(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
