@@ -6,7 +6,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from httk.workflow import adapter_protocol, adapter_runtime
 from httk.workflow import adapters as api
 from httk.workflow.adapter_runtime import operations

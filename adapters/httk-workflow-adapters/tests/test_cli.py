@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from httk.workflow.adapters import queue_settings, resolve_remote
 from httk.workflow.adapters.cli import main
 
@@ -22,7 +21,8 @@ def test_add_list_show_remove(env, capsys) -> None:
     code, out, _ = run(capsys, "remote", "add", "cluster", "--template", "local")
     bundle = env.project / ".httk-project" / "remotes" / "cluster"
     assert (code, out) == (0, f"{bundle}\n")
-    assert (bundle / "remote.json").is_file() and not (bundle / "computer.json").exists()
+    assert (bundle / "remote.json").is_file()
+    assert not (bundle / "computer.json").exists()
     code, out, _ = run(capsys, "remote", "list", "--json")
     assert json.loads(out) == [{"name": "cluster", "scope": "project", "path": str(bundle)}]
     code, out, _ = run(capsys, "remote", "list")
@@ -36,16 +36,20 @@ def test_add_list_show_remove(env, capsys) -> None:
         "local",
     )
     code, _, err = run(capsys, "remote", "remove", "cluster")
-    assert code == 2 and "requires --force" in err
+    assert code == 2
+    assert "requires --force" in err
     code, out, _ = run(capsys, "remote", "remove", "cluster", "--force", "--json")
-    assert json.loads(out)["removed"] is True and not bundle.exists()
+    assert json.loads(out)["removed"] is True
+    assert not bundle.exists()
     code, out, err = run(capsys, "remote", "show", "cluster")
-    assert (code, out) == (2, "") and err == "httk-workflow: unknown remote: cluster\n"
+    assert (code, out) == (2, "")
+    assert err == "httk-workflow: unknown remote: cluster\n"
 
 
 def test_global_add_and_non_interactive_template(env, capsys) -> None:
     code, out, _ = run(capsys, "remote", "add", "shared", "--template", "ssh-slurm", "--global")
-    assert code == 0 and out.strip().endswith("config/remotes/shared")
+    assert code == 0
+    assert out.strip().endswith("config/remotes/shared")
     code, _, err = run(capsys, "remote", "add", "other", "--non-interactive")
     assert code == 2
     assert err == (
@@ -68,8 +72,11 @@ def test_configure_splits_settings_and_never_shows_secrets(env, capsys) -> None:
         "workspace=/w",
         "--json",
     )
-    assert code == 0 and json.loads(out)["configured"] is True
-    assert "password, token" in err and "credentials.json" in err and "manifest" in err
+    assert code == 0
+    assert json.loads(out)["configured"] is True
+    assert "password, token" in err
+    assert "credentials.json" in err
+    assert "manifest" in err
     assert "hunter2" not in err + out
     bundle = resolve_remote("local").bundle
     assert json.loads((bundle / "remote.json").read_text())["queues"]["default"] == {
@@ -87,7 +94,9 @@ def test_configure_splits_settings_and_never_shows_secrets(env, capsys) -> None:
         "workspace": "/w",
     }
     code, out, _ = run(capsys, "remote", "show", "local")
-    assert "  password=<credential>" in out and "  workspace=/w" in out and "hunter2" not in out
+    assert "  password=<credential>" in out
+    assert "  workspace=/w" in out
+    assert "hunter2" not in out
     code, out, _ = run(capsys, "remote", "show", "local", "--json")
     shown = json.loads(out)["queues"]["default"]
     assert shown["credential_keys"] == ["password", "token"]
@@ -104,20 +113,24 @@ def test_nothing_is_stored_when_configure_fails(env, capsys) -> None:
     code, out, err = run(
         capsys, "remote", "configure", "local", "--set", "workers=0", "--set", "secret=s3"
     )
-    assert code == 2 and out == ""
-    assert err.startswith("httk-workflow: adapter configure failed (2): ") and err.count("\n") == 1
+    assert code == 2
+    assert out == ""
+    assert err.startswith("httk-workflow: adapter configure failed (2): ")
+    assert err.count("\n") == 1
     bundle = resolve_remote("local").bundle
     assert not (bundle / "credentials.json").exists()
     assert json.loads((bundle / "remote.json").read_text())["queues"]["default"] == {}
     code, _, err = run(capsys, "remote", "configure", "local", "--set", "novalue")
-    assert code == 2 and "adapter setting must use KEY=VALUE: 'novalue'" in err
+    assert code == 2
+    assert "adapter setting must use KEY=VALUE: 'novalue'" in err
 
 
 def test_install_never_persists(env, capsys) -> None:
     env.install("httk", "#!/bin/sh\necho httk 2.0.0\n")
     run(capsys, "remote", "add", "local", "--template", "local")
     code, out, _ = run(capsys, "remote", "install", "local", "--set", "token=x")
-    assert code == 0 and "installed" in out
+    assert code == 0
+    assert "installed" in out
     assert not (resolve_remote("local").bundle / "credentials.json").exists()
 
 
@@ -138,7 +151,8 @@ def test_transfer_invoke_status_push_pull(env, capsys, tmp_path: Path) -> None:
     code, out, _ = run(capsys, "transfer", "invoke", "local", "--json", "--", "true")
     assert json.loads(out)["returncode"] == 0
     code, _, err = run(capsys, "transfer", "status", "local")
-    assert code == 2 and "remote workspace is missing" in err
+    assert code == 2
+    assert "remote workspace is missing" in err
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a b").write_text("x")
     (tmp_path / "src" / "c").write_text("y")
@@ -152,9 +166,8 @@ def test_transfer_invoke_status_push_pull(env, capsys, tmp_path: Path) -> None:
         "--file",
         "a b",
     )
-    assert out == f"{tmp_path / 'dst'}\n" and sorted(
-        p.name for p in (tmp_path / "dst").iterdir()
-    ) == ["a b"]
+    assert out == f"{tmp_path / 'dst'}\n"
+    assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["a b"]
     code, out, _ = run(
         capsys, "transfer", "pull", "local", str(tmp_path / "src"), str(tmp_path / "back"), "--json"
     )
@@ -172,13 +185,17 @@ def test_start_manager_options(fake_cluster, capsys, set_queue) -> None:
     )
     code, out, _ = run(capsys, "transfer", "start-manager", "cluster", "--count", "2", "--json")
     result = json.loads(out)
-    assert code == 0 and result["count"] == 2 and len(result["job_ids"]) == 2
+    assert code == 0
+    assert result["count"] == 2
+    assert len(result["job_ids"]) == 2
     assert "--workers 4" in Path(result["script"]).read_text()
     code, out, _ = run(capsys, "transfer", "start-manager", "cluster", "--workers", "1")
-    assert code == 0 and out.startswith("submitted 1 manager job(s): 4203")
+    assert code == 0
+    assert out.startswith("submitted 1 manager job(s): 4203")
     assert len(fake_cluster.spooled()) == 3
     code, _, err = run(capsys, "transfer", "start-manager", "cluster", "--count", "0")
-    assert code == 2 and "--count must be a positive integer" in err
+    assert code == 2
+    assert "--count must be a positive integer" in err
 
 
 def test_timeout_option_and_unknown_kind_error_is_one_line(env, capsys, make_bundle) -> None:
@@ -191,8 +208,11 @@ def test_timeout_option_and_unknown_kind_error_is_one_line(env, capsys, make_bun
         queues={"default": {"workspace": "/remote/runs"}},
     )
     code, out, err = run(capsys, "transfer", "status", "remote")
-    assert code == 2 and out == "" and "is not implemented" in err
-    assert "Traceback" not in err and err.count("\n") == 1
+    assert code == 2
+    assert out == ""
+    assert "is not implemented" in err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
     make_bundle(remotes, "#!/bin/sh\nsleep 30\n", name="slow")
     code, _, err = run(capsys, "transfer", "invoke", "slow", "--adapter-timeout", "0.3", "--", "x")
     assert (code, err) == (2, "httk-workflow: adapter invoke exceeded 0.3 seconds\n")

@@ -6,12 +6,11 @@ import shlex
 import subprocess
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from httk.workflow.adapter_runtime.batch import batch_script
 from httk.workflow.adapter_runtime.quoting import shell_command
 from httk.workflow.adapter_runtime.targets import SshTarget
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 # Anything a process argument can hold: every character except NUL.
 words = st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=40)
@@ -49,7 +48,8 @@ def test_batch_script_has_fixed_shape_or_refuses(argv: list[str], values: dict[s
     try:
         script = batch_script(argv, values, "/scratch/ws")
     except ValueError as exc:
-        assert "control characters" in str(exc) or "blanks with quotes" in str(exc)
+        refused = str(exc)
+        assert "control characters" in refused or "blanks with quotes" in refused
         return
     head, separator, tail = script.partition("\nset -eu\n")
     assert separator

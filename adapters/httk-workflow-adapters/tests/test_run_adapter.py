@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from httk.workflow.adapters import run_adapter, store_credentials
 
 ECHO = """#!python
@@ -71,7 +70,8 @@ def test_unknown_operation_is_refused_before_the_bundle_is_read(tmp_path: Path) 
             "returned an unsupported result",
         ),
         (
-            '{"format": "httk-computer-result", "format_version": 1, "operation": "push", "ok": true}',
+            '{"format": "httk-computer-result", "format_version": 1, '
+            '"operation": "push", "ok": true}',
             ValueError,
             "operation disagrees with request: invoke",
         ),
@@ -108,7 +108,8 @@ def test_crash_reports_exit_status_and_stderr(tmp_path: Path, make_bundle) -> No
 def test_diagnostics_are_the_raw_stderr(tmp_path: Path, make_bundle) -> None:
     script = (
         "#!/bin/sh\necho '  warning: slow  ' >&2\n"
-        'echo \'{"format":"httk-computer-result","format_version":1,"operation":"push","ok":true}\'\n'
+        'echo \'{"format":"httk-computer-result","format_version":1,'
+        '"operation":"push","ok":true}\'\n'
     )
     result = run_adapter(make_bundle(tmp_path, script), "push", {})
     assert result["diagnostics"] == "  warning: slow  \n"

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from httk.workflow.adapters import ADAPTER_OPERATIONS, add_remote, run_adapter
 
 HOSTILE = [
@@ -39,7 +38,8 @@ def local(env, set_queue) -> Path:
 
 def test_invoke_passes_hostile_argv_unchanged(env, local: Path) -> None:
     result = run_adapter(local, "invoke", {"queue": "default", "argv": [*PRINT_ARGV, *HOSTILE]})
-    assert result["ok"] is True and result["returncode"] == 0
+    assert result["ok"] is True
+    assert result["returncode"] == 0
     assert json.loads(result["stdout"]) == HOSTILE
     assert not list(env.root.rglob("SENTINEL"))
 
@@ -133,16 +133,20 @@ def test_local_single_file_and_missing_source(env, local: Path) -> None:
 
 def test_configure_and_install_local(env, local: Path, set_queue) -> None:
     configured = run_adapter(local, "configure", {"queue": "default", "settings": {}})
-    assert configured["configured"] is True and "connectivity" not in configured
+    assert configured["configured"] is True
+    assert "connectivity" not in configured
     with pytest.raises(RuntimeError, match="workers must be a positive integer: '0'"):
         run_adapter(local, "configure", {"queue": "default", "settings": {"workers": "0"}})
     with pytest.raises(RuntimeError, match="httk-workflow is not available on the target"):
         run_adapter(local, "install", {"queue": "default"})
     fake = env.install("httk", "#!/bin/sh\n[ \"$1\" = --version ] && echo 'httk 2.0.0'\nexit 0\n")
     installed = run_adapter(local, "install", {"queue": "default"})
-    assert installed["installed"] is True and installed["bootstrapped"] is False
-    assert installed["httk_command"] == ["httk"] and installed["httk_version"] == "httk 2.0.0"
-    assert installed["workspace_created"] is True and (env.root / "ws").is_dir()
+    assert installed["installed"] is True
+    assert installed["bootstrapped"] is False
+    assert installed["httk_command"] == ["httk"]
+    assert installed["httk_version"] == "httk 2.0.0"
+    assert installed["workspace_created"] is True
+    assert (env.root / "ws").is_dir()
     assert run_adapter(local, "install", {"queue": "default"})["workspace_created"] is False
     fake.unlink()
 
@@ -154,7 +158,8 @@ def test_pip_bootstrap_is_opt_in(env, local: Path, set_queue) -> None:
     env.install(
         "python3",
         f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then\n'
-        f'  {real} -c "import json,sys; print(json.dumps(sys.argv[1:]))" "$@" >> {log}; exit 1\nfi\n'
+        f'  {real} -c "import json,sys; print(json.dumps(sys.argv[1:]))" "$@" >> {log}\n'
+        "  exit 1\nfi\n"
         f'exec {real} "$@"\n',
     )
     with pytest.raises(RuntimeError, match="pipx install httk-workflow"):
@@ -177,7 +182,9 @@ def test_local_start_manager_starts_detached_processes(env, local: Path, set_que
     ]
     argv.append("x")
     result = run_adapter(local, "start-manager", {"queue": "default", "argv": argv, "count": 2})
-    assert result["count"] == 2 and len(result["pids"]) == 2 and result["pid"] == result["pids"][0]
+    assert result["count"] == 2
+    assert len(result["pids"]) == 2
+    assert result["pid"] == result["pids"][0]
     deadline = time.monotonic() + 20
     while not Path(f"{marker}-3").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -247,4 +254,5 @@ def test_dispatcher_crashes_on_a_malformed_call(
         check=False,
     )
     assert completed.returncode == 2
-    assert completed.stderr.startswith(message) and completed.stdout == ""
+    assert completed.stderr.startswith(message)
+    assert completed.stdout == ""
