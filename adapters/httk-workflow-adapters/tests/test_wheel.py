@@ -43,7 +43,8 @@ def test_wheel_layout(installed: tuple[Path, Path]) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
-    assert "httk/__init__.py" not in names and "httk/workflow/__init__.py" not in names
+    assert "httk/__init__.py" not in names
+    assert "httk/workflow/__init__.py" not in names
     for kind in ("local", "local-slurm", "ssh-slurm"):
         assert stat.S_IMODE(modes[f"httk/workflow/adapters/templates/{kind}/adapter"]) == 0o755
         assert f"httk/workflow/adapters/templates/{kind}/remote.json" in names

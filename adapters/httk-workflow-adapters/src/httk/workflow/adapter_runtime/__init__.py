@@ -9,10 +9,14 @@ understand is a crash: one line on stderr and exit status 2.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+
+# Typing names only: importing typing costs every adapter call start-up time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 BATCH_DIRECTORY = ".httk-workflow/batch"
 BATCH_DIRECTIVES: tuple[tuple[str, str], ...] = (
@@ -64,10 +68,11 @@ def adapter_kind(request: Mapping[str, Any]) -> str | None:
     directory = request.get("adapter_dir")
     if not isinstance(directory, str) or not directory:
         return None
-    path = Path(directory) / METADATA_FILE
-    if not path.is_file():
+    path = os.path.join(directory, METADATA_FILE)
+    if not os.path.isfile(path):
         return None
-    metadata = json.loads(path.read_text(encoding="utf-8"))
+    with open(path, encoding="utf-8") as handle:
+        metadata = json.load(handle)
     if not isinstance(metadata, dict):
         raise ValueError(f"adapter JSON must be an object: {path}")
     kind = metadata.get("kind")
@@ -80,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         print("adapter dispatcher expects one REQUEST.json path", file=sys.stderr)
         return 2
     try:
-        request = json.loads(Path(arguments[0]).read_text(encoding="utf-8"))
+        with open(arguments[0], encoding="utf-8") as handle:
+            request = json.load(handle)
     except (OSError, ValueError) as exc:
         print(f"adapter dispatcher: {exc}", file=sys.stderr)
         return 2

@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
-import uuid
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
 from . import BATCH_DIRECTIVES, BATCH_DIRECTORY
 from .quoting import shell_command
 from .requests import check_directive, text
 from .targets import LocalTarget, SshTarget
+
+# Typing names only: importing typing costs every adapter call start-up time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SUBMITTED_JOB = re.compile(r"Submitted batch job (\d+)")
 
@@ -87,6 +88,10 @@ def batch_script(argv: Sequence[str], settings: Mapping[str, Any], workspace: st
 
 
 def _place_script(target: LocalTarget | SshTarget, directory: str, script: str) -> str:
+    import tempfile
+    import uuid
+    from pathlib import Path
+
     name = f"manager-{uuid.uuid4().hex}.sbatch"
     if isinstance(target, SshTarget):
         from .transfer import rsync

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 from . import BATCH_DIRECTIVES, batch
 from .requests import (
@@ -21,8 +20,16 @@ from .requests import (
     text,
     workers_of,
 )
-from .targets import LocalTarget, SshTarget, Target, target_for
-from .transfer import copy_local, rsync
+from .targets import LocalTarget, SshTarget, target_for
+
+# Typing names only: importing typing costs every adapter call start-up time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .targets import Target
+
+    Values = dict[str, Any]
 
 MISSING_HTTK = (
     "httk-workflow is not available on the target; install it there, for example with "
@@ -30,7 +37,6 @@ MISSING_HTTK = (
     "or opt into an automatic attempt with bootstrap=pip"
 )
 
-Values = dict[str, Any]
 
 
 class Refusal(Exception):
@@ -134,6 +140,10 @@ def invoke(kind: str, request: Mapping[str, Any], operation: str) -> Values:
 
 
 def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
+    from pathlib import Path
+
+    from .transfer import copy_local, rsync
+
     source, destination = paths_of(request)
     files = files_of(request)
     push = operation == "push"
@@ -146,7 +156,7 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
     if isinstance(stated, bool):
         directory = stated
     else:
-        directory = Path(source).expanduser().is_dir() if push else True
+        directory = os.path.isdir(os.path.expanduser(source)) if push else True
     rsync(
         target,
         source=source,

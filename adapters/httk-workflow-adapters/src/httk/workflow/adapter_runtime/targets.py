@@ -4,38 +4,42 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
 
 from .quoting import shell_command
 from .requests import host_of, httk_prefix, port_of, text, username_of
+
+# Typing names only: importing typing costs every adapter call start-up time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    class Target(Protocol):
+        """The seam every operation runs commands through."""
+
+        remote: bool
+
+        def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed: ...
+
+        def httk(self, argv: Sequence[str]) -> list[str]: ...
+
 
 CONNECT_TIMEOUT = 20
 DEFAULT_CONTROL_PERSIST = 60
 
 
-@dataclass(frozen=True)
 class Completed:
-    returncode: int
-    stdout: str
-    stderr: str
+    """What a finished command reported."""
 
+    __slots__ = ("returncode", "stderr", "stdout")
 
-class Target(Protocol):
-    """The seam every operation runs commands through."""
-
-    remote: bool
-
-    def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed: ...
-
-    def httk(self, argv: Sequence[str]) -> list[str]: ...
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
 
 
 def _run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
@@ -50,12 +54,13 @@ def _run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
     return Completed(completed.returncode, completed.stdout, completed.stderr)
 
 
-@dataclass
 class LocalTarget:
     """Commands run here, as argument vectors."""
 
-    settings: Mapping[str, Any]
-    remote: bool = False
+    remote = False
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = settings
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
         return _run(argv, cwd=cwd)
@@ -66,18 +71,22 @@ class LocalTarget:
         prefix = httk_prefix(self.settings)
         if prefix is not None:
             return [*prefix, *argv[1:]]
+        import shutil
+
         if shutil.which("httk") is None:
             return [sys.executable, "-m", "httk.core.cli", *argv[1:]]
         return list(argv)
 
 
-def control_directory() -> Path:
+def control_directory() -> str:
     """A per-user directory for ssh control sockets, refused unless private (0700, ours)."""
+    import tempfile
+
     base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    directory = Path(base) / f"httk-ssh-{os.getuid()}"
+    directory = os.path.join(base, f"httk-ssh-{os.getuid()}")
     with contextlib.suppress(FileExistsError):
-        directory.mkdir(mode=0o700)
-    info = directory.lstat()
+        os.mkdir(directory, 0o700)
+    info = os.lstat(directory)
     if (
         not stat.S_ISDIR(info.st_mode)
         or info.st_uid != os.getuid()
@@ -94,30 +103,29 @@ def control_persist(settings: Mapping[str, Any]) -> int | None:
     value = text(settings, "ssh_multiplex")
     if value is None or value.lower() in {"0", "false", "no", "off"}:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return int(value)
     if value.lower() in {"1", "true", "yes", "on", "auto"}:
         return DEFAULT_CONTROL_PERSIST
     raise ValueError(f"queue setting ssh_multiplex must be yes, no or seconds: {value!r}")
 
 
-@dataclass
 class SshTarget:
     """Commands run on ``[username@]host`` through the local ``ssh`` client."""
 
-    settings: Mapping[str, Any]
-    remote: bool = True
-    _master_checked: bool = field(default=False, repr=False)
+    remote = True
 
-    def __post_init__(self) -> None:
-        host = host_of(self.settings)
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = settings
+        host = host_of(settings)
         if host is None:
             raise ValueError("the ssh-slurm adapter needs a queue setting host=HOSTNAME")
-        username = username_of(self.settings)
+        username = username_of(settings)
         self.destination = host if username is None else f"{username}@{host}"
-        self.port = port_of(self.settings)
-        self.persist = control_persist(self.settings)
+        self.port = port_of(settings)
+        self.persist = control_persist(settings)
         self.control_path = f"{control_directory()}/%C" if self.persist is not None else None
+        self._master_checked = False
 
     def base_options(self) -> list[str]:
         options = ["-p", self.port] if self.port is not None else []
@@ -148,31 +156,29 @@ class SshTarget:
         check = _run(["ssh", "-o", path, "-O", "check", "--", self.destination])
         if check.returncode == 0:
             return
-        with tempfile.TemporaryFile() as errors:
-            # -f: ssh backgrounds itself in its own session after authenticating; the
-            # stdio it keeps are /dev/null and a file, never our pipes.
-            subprocess.run(
-                [
-                    "ssh",
-                    *self.base_options(),
-                    "-o",
-                    "ControlMaster=yes",
-                    "-o",
-                    path,
-                    "-o",
-                    f"ControlPersist={self.persist}",
-                    "-f",
-                    "-N",
-                    "--",
-                    self.destination,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=errors,
-                check=False,
-            )
-        # A failed master is not an error here: the command itself connects directly and
-        # reports whatever is wrong.
+        # -f: ssh backgrounds itself in its own session after authenticating; the stdio it
+        # keeps are /dev/null, never our pipes. A master that fails to start is not an
+        # error here: the command itself then connects directly and reports what is wrong.
+        subprocess.run(
+            [
+                "ssh",
+                *self.base_options(),
+                "-o",
+                "ControlMaster=yes",
+                "-o",
+                path,
+                "-o",
+                f"ControlPersist={self.persist}",
+                "-f",
+                "-N",
+                "--",
+                self.destination,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
         self.ensure_master()
