@@ -19,8 +19,15 @@ def median_seconds(action: Callable[[], object], *, repeat: int, warmup: int = 1
 
 
 def report(
-    title: str, measured: tuple[str, float], baseline: tuple[str, float], target: str,
-    met: bool, *, unit: str = "ms", scale: float = 1000.0, extra: list[str] | None = None,
+    title: str,
+    measured: tuple[str, float],
+    baseline: tuple[str, float],
+    target: str,
+    met: bool,
+    *,
+    unit: str = "ms",
+    scale: float = 1000.0,
+    extra: list[str] | None = None,
 ) -> None:
     ratio = measured[1] / baseline[1] if baseline[1] else float("inf")
     print(f"\n{title}")

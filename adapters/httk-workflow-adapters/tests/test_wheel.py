@@ -24,7 +24,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [uv, "build", "--package", "httk-workflow-adapters", "--wheel", "--out-dir", str(out)],
-        cwd=WORKSPACE_ROOT, check=True, capture_output=True,
+        cwd=WORKSPACE_ROOT,
+        check=True,
+        capture_output=True,
         env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
     )
     (wheel,) = out.glob("*.whl")
@@ -32,7 +34,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     subprocess.run([uv, "venv", "--python", "3.11", str(venv)], check=True, capture_output=True)
     subprocess.run(
         [uv, "pip", "install", "--offline", "--python", str(venv / "bin" / "python"), str(wheel)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     return wheel, venv
 

@@ -38,7 +38,6 @@ MISSING_HTTK = (
 )
 
 
-
 class Refusal(Exception):
     """The adapter understood the request and will not, or cannot, carry it out."""
 

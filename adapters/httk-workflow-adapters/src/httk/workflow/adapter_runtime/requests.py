@@ -18,7 +18,6 @@ FALSE_SETTINGS = frozenset({"0", "false", "no", "off"})
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
-
 def settings_of(request: Mapping[str, Any]) -> dict[str, Any]:
     value = request.get("queue_settings")
     return dict(value) if isinstance(value, Mapping) else {}

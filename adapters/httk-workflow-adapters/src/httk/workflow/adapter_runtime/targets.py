@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT = 20
 DEFAULT_CONTROL_PERSIST = 60
+_SOCKET_PATH_LIMIT = 104
 
 
 class Completed:
@@ -82,8 +83,13 @@ def control_directory() -> str:
     """A per-user directory for ssh control sockets, refused unless private (0700, ours)."""
     import tempfile
 
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    directory = os.path.join(base, f"httk-ssh-{os.getuid()}")
+    name = f"httk-ssh-{os.getuid()}"
+    bases = [os.environ.get("XDG_RUNTIME_DIR") or "", tempfile.gettempdir(), "/tmp"]  # noqa: S108
+    # A unix socket path must fit in 108 bytes; %C expands to 40 characters.
+    usable = [b for b in bases if b and len(os.path.join(b, name)) + 41 < _SOCKET_PATH_LIMIT]
+    if not usable:
+        raise ValueError("no directory short enough for ssh control sockets; set XDG_RUNTIME_DIR")
+    directory = os.path.join(usable[0], name)
     with contextlib.suppress(FileExistsError):
         os.mkdir(directory, 0o700)
     info = os.lstat(directory)
