@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +50,7 @@ def _install_fake(bin_dir: Path, name: str) -> None:
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     """A project as cwd, private config homes, and ``python3`` being this interpreter."""
     project = tmp_path / "project"
     (project / ".httk-project").mkdir(parents=True)
@@ -60,10 +62,12 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     (bin_dir / "python3").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("HTTK_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    (tmp_path / "run").mkdir(mode=0o700)
+    # Short, like /run/user/UID: ssh control socket paths must fit in 108 bytes.
+    runtime = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.chdir(project)
-    return Env(tmp_path, project, bin_dir, tmp_path / "spool", tmp_path / "ssh.log")
+    yield Env(tmp_path, project, bin_dir, tmp_path / "spool", tmp_path / "ssh.log")
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
-from httk.workflow.adapter_runtime import transfer
+from httk.workflow.adapter_runtime import targets, transfer
 from httk.workflow.adapter_runtime.targets import SshTarget
 from httk.workflow.adapters import add_remote, run_adapter
 
@@ -290,3 +291,13 @@ def test_multiplexing_refuses_a_shared_socket_directory(fake_cluster, cluster, s
     set_queue(cluster, ssh_multiplex="300")
     with pytest.raises(RuntimeError, match="must be a directory owned by you with mode 0700"):
         run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
+
+
+def test_a_long_runtime_directory_falls_back_to_a_short_one(env, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / ("x" * 80)))
+    short = Path(os.environ["TMPDIR"]) if "TMPDIR" in os.environ else None
+    monkeypatch.setattr(tempfile, "tempdir", str(env.root / "t") if short is None else str(short))
+    (env.root / "t").mkdir()
+    directory = targets.control_directory()
+    assert not directory.startswith(str(tmp_path / ("x" * 80)))
+    assert len(directory) + 41 < 104
