@@ -9,7 +9,8 @@ from pathlib import Path
 
 def service_env() -> dict[str, str]:
     values: dict[str, str] = {}
-    env_file = Path(os.environ.get("ALTAR_SERVICES_DIR", "/tmp/altar-services")) / "env"
+    default = "/tmp/altar-services"  # noqa: S108 - where scripts/services writes, by design
+    env_file = Path(os.environ.get("ALTAR_SERVICES_DIR", default)) / "env"
     if env_file.is_file():
         for raw in env_file.read_text().splitlines():
             line = raw.strip().removeprefix("export ")

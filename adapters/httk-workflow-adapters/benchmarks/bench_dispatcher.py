@@ -18,9 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _table import report
-
 import httk.workflow.adapter_runtime as runtime
+from _table import report
 from httk.workflow.adapters import add_remote, run_adapter
 
 REPEAT = 40

@@ -18,7 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _services import ssh_settings
 from _table import median_seconds, report
-
 from httk.workflow.adapters import add_remote, run_adapter
 
 MIB = int(os.environ.get("HTTK_BENCH_PUSH_MIB", "1024"))
@@ -59,8 +58,14 @@ def main() -> int:
         def plain_rsync() -> None:
             fresh()
             subprocess.run(
-                ["rsync", "--archive", "-e", "ssh -o BatchMode=yes", f"{source}/",
-                 f"{host}:{destination}/"],
+                [
+                    "rsync",
+                    "--archive",
+                    "-e",
+                    "ssh -o BatchMode=yes",
+                    f"{source}/",
+                    f"{host}:{destination}/",
+                ],
                 check=True,
             )
 
@@ -82,7 +87,9 @@ def main() -> int:
         ratio <= 1.05,
         unit="s",
         scale=1.0,
-        extra=[f"throughput {MIB / measured:.0f} MiB/s via adapter, {MIB / baseline:.0f} MiB/s plain"],
+        extra=[
+            f"throughput {MIB / measured:.0f} MiB/s via adapter, {MIB / baseline:.0f} MiB/s plain"
+        ],
     )
     return 0
 

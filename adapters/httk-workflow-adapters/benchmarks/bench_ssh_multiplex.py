@@ -18,7 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _services import ssh_settings
 from _table import median_seconds, report
-
 from httk.workflow.adapters import add_remote, run_adapter
 
 INVOKES = 20
@@ -59,8 +58,11 @@ def main() -> int:
         bare = time.perf_counter() - started
     finally:
         control = scratch / f"httk-ssh-{os.getuid()}"
-        subprocess.run(["ssh", "-o", f"ControlPath={control}/%C", "-O", "exit", host],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={control}/%C", "-O", "exit", host],
+            capture_output=True,
+            check=False,
+        )
         shutil.rmtree(scratch, ignore_errors=True)
     speedup = plain / mux
     report(

@@ -7,12 +7,13 @@ element by element, so no request or setting value can become shell syntax.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 
 
 def shell_command(argv: Sequence[str], *, cwd: str | None = None) -> str:
     """``argv`` as one shell command line, optionally run inside ``cwd``."""
+    import shlex  # here, not at the top: local operations never need it, and start-up counts
+
     quoted = " ".join(shlex.quote(item) for item in argv)
     if cwd is None:
         return quoted

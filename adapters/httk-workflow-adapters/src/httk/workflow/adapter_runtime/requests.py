@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping
 
 # Typing names only: importing typing costs every adapter call start-up time.
@@ -124,6 +123,8 @@ def httk_prefix(settings: Settings) -> list[str] | None:
     value = text(settings, "httk_command")
     if value is None:
         return None
+    import shlex
+
     prefix = shlex.split(value)
     if not prefix:
         raise ValueError("queue setting httk_command must not be empty")
