@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # Anything a process argument can hold: every character except NUL.
-words = st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=40)
+words = st.text(st.characters(exclude_characters="\x00", codec="utf-8"), max_size=40)
 argvs = st.lists(words, min_size=1, max_size=6)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -295,9 +296,19 @@ def test_multiplexing_refuses_a_shared_socket_directory(fake_cluster, cluster, s
 
 def test_a_long_runtime_directory_falls_back_to_a_short_one(env, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / ("x" * 80)))
-    short = Path(os.environ["TMPDIR"]) if "TMPDIR" in os.environ else None
-    monkeypatch.setattr(tempfile, "tempdir", str(env.root / "t") if short is None else str(short))
-    (env.root / "t").mkdir()
-    directory = targets.control_directory()
-    assert not directory.startswith(str(tmp_path / ("x" * 80)))
-    assert len(directory) + 41 < 104
+    short = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(short))
+    try:
+        directory = targets.control_directory()
+        assert directory == f"{short}/httk-ssh-{os.getuid()}"
+        assert len(directory) + 41 < 104
+    finally:
+        shutil.rmtree(short)
+
+
+def test_multiplexed_check_names_the_port(fake_cluster, cluster: Path, set_queue) -> None:
+    set_queue(cluster, ssh_multiplex="yes", port="2222")
+    run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
+    check, master, command = fake_cluster.ssh_commands()
+    for entry in (check, master, command):
+        assert entry["options"][:2] == ["-p", "2222"]

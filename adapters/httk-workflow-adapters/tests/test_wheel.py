@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     )
     (wheel,) = out.glob("*.whl")
     venv = tmp_path_factory.mktemp("venv") / "v"
-    subprocess.run([uv, "venv", "--python", "3.11", str(venv)], check=True, capture_output=True)
+    subprocess.run(
+        [uv, "venv", "--python", sys.executable, str(venv)], check=True, capture_output=True
+    )
     subprocess.run(
         [uv, "pip", "install", "--offline", "--python", str(venv / "bin" / "python"), str(wheel)],
         check=True,

@@ -159,7 +159,10 @@ class SshTarget:
             return
         self._master_checked = True
         path = f"ControlPath={self.control_path}"
-        check = _run(["ssh", "-o", path, "-O", "check", "--", self.destination])
+        # The socket name (%C) hashes host, port and user, so the check must name the port too.
+        check = _run(
+            ["ssh", *self.base_options(), "-o", path, "-O", "check", "--", self.destination]
+        )
         if check.returncode == 0:
             return
         # -f: ssh backgrounds itself in its own session after authenticating; the stdio it
