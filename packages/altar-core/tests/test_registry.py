@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from altar.execution import (
     BackendImportError,
     BackendValidationError,
@@ -24,7 +23,7 @@ from altar.execution import (
 from altar.execution import registry as registry_module
 from altar.execution.registry import BackendRegistry, create_backend
 
-BACKEND_SOURCE = '''
+BACKEND_SOURCE = """
 from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
 
 class {cls}(ExecutionBackend):
@@ -41,7 +40,7 @@ class {cls}(ExecutionBackend):
 
     async def poll(self, handles):
         return [TaskStatus(h, TaskState.RUNNING) for h in handles]
-'''
+"""
 
 
 class PluginCreator:
@@ -199,7 +198,7 @@ class InCode(ExecutionBackend):
 def test_programmatic_registration(plugins, group):
     plugins.add("beta-dist", {"in-code": "MODULE:Backend"}, source=backend_source("in-code"))
     registry = BackendRegistry(group)
-    with pytest.raises(RegistryError, match="already provided by beta-dist 1.0"):
+    with pytest.raises(RegistryError, match=r"already provided by beta-dist 1\.0"):
         registry.register("in-code", InCode)
     registry.register("in-code", InCode, replace=True)
     assert registry.get("in-code") is InCode

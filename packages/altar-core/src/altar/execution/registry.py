@@ -102,9 +102,7 @@ def _validate(name: str, obj: object, origin: str) -> BackendClass:
         )
     if inspect.isabstract(obj):
         missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
-        raise BackendValidationError(
-            f"backend {name!r} from {origin} does not implement {missing}"
-        )
+        raise BackendValidationError(f"backend {name!r} from {origin} does not implement {missing}")
     return obj
 
 
@@ -201,7 +199,8 @@ class BackendRegistry:
         if not replace:
             if name in self._programmatic:
                 raise RegistryError(
-                    f"backend {name!r} is already registered in code; pass replace=True to replace it"
+                    f"backend {name!r} is already registered in code; "
+                    "pass replace=True to replace it"
                 )
             claims = self._installed().get(name)
             if claims:
