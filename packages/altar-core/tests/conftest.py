@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from altar.execution import (
     BackendUnavailableError,
     Capacity,
@@ -179,9 +178,7 @@ class FakeBackend(ExecutionBackend):
         if root is None:
             return
         for transfer in transfers:
-            source = root / transfer.logical_path.lstrip("/")
-            os.makedirs(os.path.dirname(transfer.uri), exist_ok=True)
-            Path(transfer.uri).write_bytes(source.read_bytes())
+            _copy(root / transfer.logical_path.lstrip("/"), Path(transfer.uri))
 
     def path_resolver(self) -> PathResolver:
         return PathResolver(self.provider.mount_root)
@@ -202,6 +199,11 @@ class FakeBackend(ExecutionBackend):
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         task = self.provider.tasks.get(handle.external_id)
         return f"log tail of {task.key}: it went wrong" if task else None
+
+
+def _copy(source: Path, destination: Path) -> None:
+    os.makedirs(destination.parent, exist_ok=True)
+    destination.write_bytes(source.read_bytes())
 
 
 @pytest.fixture

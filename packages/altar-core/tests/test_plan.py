@@ -7,7 +7,6 @@ import os
 import textwrap
 
 import pytest
-
 from altar.execution import ContainerTaskSpec, PlanError, ResourceRequest, Transfer
 from altar.execution.plan import load_plan, plan_from_specs, with_outputs_under
 

@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-
 from altar.execution import ContainerTaskSpec, JournalError, ResourceRequest, Transfer
 from altar.execution.journal import JOURNAL_NAME, Journal
 from altar.execution.plan import Plan, PlanTask
@@ -294,9 +293,16 @@ async def test_a_run_killed_inside_submit_submits_again(tmp_path, provider, fake
     provider.hang_submits = {"b"}
     plan = simple_plan("a", "b")
     backend = fake_backend_class(provider=provider)
-    task = asyncio.ensure_future(run_plan(plan, backend, run_dir=tmp_path / "run", **FAST))
-    while "a" not in provider.submits:
-        await asyncio.sleep(0)
+    a_submitted = asyncio.Event()
+
+    def on_event(event):
+        if event.kind == "submitted" and event.task_id == "a":
+            a_submitted.set()
+
+    task = asyncio.ensure_future(
+        run_plan(plan, backend, run_dir=tmp_path / "run", on_event=on_event, **FAST)
+    )
+    await a_submitted.wait()
     await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
