@@ -182,11 +182,11 @@ class BackendRegistry:
         except ImportError as error:
             hint = _install_hint(name, entry)
             missing = f"module {error.name!r} is missing" if error.name else _one_line(str(error))
-            message = f"backend {name!r} ({entry.origin}) cannot be imported: {missing}"
+            message = f"backend {name!r} from {entry.origin} cannot be imported: {missing}"
             raise BackendImportError(message + (f"; {hint}" if hint else "")) from error
         except Exception as error:
             raise BackendImportError(
-                f"backend {name!r} ({entry.origin}) failed to import: "
+                f"backend {name!r} from {entry.origin} failed to import: "
                 f"{type(error).__name__}: {_one_line(str(error))}"
             ) from error
         cls = _validate(name, obj, entry.origin)
