@@ -9,7 +9,7 @@ import os
 
 import pytest
 from altar.execution import ContainerTaskSpec, JournalError, ResourceRequest, Transfer
-from altar.execution.journal import JOURNAL_NAME, Journal
+from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import (
     CANCEL_REQUEST,
@@ -63,6 +63,10 @@ def demo_plan(tmp_path, folds: int = 3) -> Plan:
         )
     )
     return Plan("fake", {}, tasks)
+
+
+def journal_bytes(run_dir) -> tuple[bytes, bytes]:
+    return (run_dir / JOURNAL_NAME).read_bytes(), (run_dir / LOG_NAME).read_bytes()
 
 
 def simple_plan(*keys: str) -> Plan:
@@ -307,10 +311,10 @@ async def test_a_run_killed_inside_submit_submits_again(tmp_path, provider, fake
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    journal = json.loads((tmp_path / "run" / JOURNAL_NAME).read_text())
-    assert journal["tasks"]["b"]["state"] == "submitting"
-    assert journal["tasks"]["b"]["attempts"][0]["handle"] is None
-    assert journal["tasks"]["a"]["attempts"][0]["handle"]["external_id"].startswith("fake-")
+    journal = Journal.load(tmp_path / "run")
+    assert journal.tasks["b"].state == "submitting"
+    assert journal.tasks["b"].attempts[0].handle is None
+    assert journal.tasks["a"].attempts[0].handle.external_id.startswith("fake-")
     events = []
     result = await run_plan(
         plan,
@@ -408,8 +412,8 @@ async def test_a_full_disk_leaves_the_previous_journal_intact(
         tmp_path / "r",
         lambda e: seen.append(e) or len(seen) == 2,
     )
-    path = tmp_path / "r" / JOURNAL_NAME
-    before = path.read_bytes()
+    before = journal_bytes(tmp_path / "r")
+    assert before[1]  # the run so far is in the log, not yet in a snapshot
     real_write = os.write
 
     def half_then_full(fd, data):
@@ -422,8 +426,12 @@ async def test_a_full_disk_leaves_the_previous_journal_intact(
     ):
         await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
     monkeypatch.undo()
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["journal.json", "lock"]
+    assert journal_bytes(tmp_path / "r") == before
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        "journal.json",
+        "journal.log",
+        "lock",
+    ]
     result = await run_plan(
         plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
     )
@@ -444,10 +452,10 @@ async def test_status_polls_open_tasks_without_writing(tmp_path, provider, fake_
         tmp_path / "r",
         lambda e: e.kind == "submitted" and e.task_id == "b",
     )
-    before = (tmp_path / "r" / JOURNAL_NAME).read_bytes()
+    before = journal_bytes(tmp_path / "r")
     status = await run_status(tmp_path / "r", fake_backend_class(provider=provider))
     assert [t.status for t in status.tasks] == ["running", "running"]
-    assert (tmp_path / "r" / JOURNAL_NAME).read_bytes() == before
+    assert journal_bytes(tmp_path / "r") == before
     offline = await run_status(tmp_path / "r")
     assert [t.status for t in offline.tasks] == ["pending", "pending"]
 
@@ -492,3 +500,32 @@ async def test_cancel_a_running_run_asks_its_process(tmp_path, provider, fake_ba
     assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
     assert sorted(provider.cancelled) == sorted(provider.tasks)
     assert not (tmp_path / "r" / CANCEL_REQUEST).exists()
+
+
+@pytest.mark.asyncio
+async def test_the_log_replays_over_the_snapshot_and_a_torn_line_is_ignored(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 10
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+    )
+    snapshot = json.loads((tmp_path / "r" / JOURNAL_NAME).read_text())
+    assert snapshot["tasks"]["b"]["state"] == "queued"  # the snapshot predates the submits
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].state == "pending"
+    with (tmp_path / "r" / LOG_NAME).open("ab") as log:
+        log.write(b'{"seq": 999, "task": "a", "record": {"kind"')  # a crash mid-append
+    again = Journal.load(tmp_path / "r")
+    assert again.tasks["a"].state == journal.tasks["a"].state
+    assert again.seq == journal.seq
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1}
+    assert (tmp_path / "r" / LOG_NAME).read_bytes() == b""  # folded into the final snapshot

@@ -1,9 +1,17 @@
 """The run journal: what a run submitted, durably, so a restarted run resumes instead of re-running.
 
-``<run_dir>/journal.json`` holds, per task, the hash of its spec, every attempt with its
-durable handle (backend, external_id, labels), the last observed state and failure. It is
-rewritten whole on every change through a temporary file, ``fsync`` and ``rename``, so a crash
-or a full disk leaves the previous journal intact, never a torn one.
+The journal holds, per task, the hash of its spec, every attempt with its durable handle
+(backend, external_id, labels), the last observed state and failure. It is two files:
+
+- ``journal.json``, a snapshot with a ``format`` and ``version``, replaced whole through a
+  temporary file, ``fsync`` and ``rename``;
+- ``journal.log``, the changes since that snapshot, one JSON line per changed task with a
+  sequence number, appended and ``fsync``-ed before the runner goes on. A failed append is cut
+  back off, so a full disk never leaves a partial line; a line torn by a crash can only be the
+  last one and is ignored. The runner folds the log into a new snapshot every few ticks.
+
+Appending one line per change keeps the cost of a change independent of the plan's size (a
+snapshot per change would make a run of n tasks cost O(n^2)).
 
 Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle)
 before ``submit`` is called, and the handle is written as soon as ``submit`` returns, with no
@@ -40,6 +48,7 @@ __all__ = [
     "Attempt",
     "Journal",
     "TaskRecord",
+    "append_durably",
     "atomic_write",
     "run_lock",
     "spec_digest",
@@ -48,6 +57,7 @@ __all__ = [
 JOURNAL_FORMAT = "altar-run-journal"
 JOURNAL_VERSION = 1
 JOURNAL_NAME = "journal.json"
+LOG_NAME = "journal.log"
 LOCK_NAME = "lock"
 
 #: Task states of a run (the backend's states plus the runner's own).
@@ -208,6 +218,25 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             os.close(dir_fd)
 
 
+def append_durably(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` and fsync; on error cut the file back to its old length."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Journal:
     """The journal of one run directory."""
@@ -221,15 +250,45 @@ class Journal:
     finished: bool = False
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    seq: int = 0
+    log_lines: int = 0
+    _changed: dict[str, None] = field(default_factory=dict, repr=False)
 
     @property
     def path(self) -> Path:
         return self.run_dir / JOURNAL_NAME
 
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / LOG_NAME
+
+    def mark(self, record: TaskRecord) -> None:
+        """Note that ``record`` changed; :meth:`flush` makes the change durable."""
+        self._changed[record.id] = None
+
+    def flush(self) -> None:
+        """Append every marked task to the log and fsync it (JournalError if that fails)."""
+        if not self._changed:
+            return
+        lines = []
+        seq = self.seq
+        for task_id in self._changed:
+            seq += 1
+            entry = {"seq": seq, "task": task_id, "record": self.tasks[task_id].to_dict()}
+            lines.append(json.dumps(entry, separators=(",", ":"), default=str))
+        try:
+            append_durably(self.log_path, ("\n".join(lines) + "\n").encode())
+        except OSError as error:
+            raise self._write_error(error) from error
+        self.seq = seq
+        self.log_lines += len(lines)
+        self._changed.clear()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": JOURNAL_FORMAT,
             "version": JOURNAL_VERSION,
+            "seq": self.seq,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "plan": self.plan_source,
@@ -239,18 +298,26 @@ class Journal:
             "tasks": {task_id: record.to_dict() for task_id, record in self.tasks.items()},
         }
 
+    def _write_error(self, error: OSError) -> JournalError:
+        reason = error.strerror or str(error)
+        return JournalError(
+            f"cannot write the run journal in {self.run_dir}: {reason}; "
+            "the previous journal is intact, free space and resume the run"
+        )
+
     def save(self) -> None:
-        """Write the journal atomically; JournalError (previous journal intact) on failure."""
+        """Write a snapshot of everything and empty the log (JournalError if that fails)."""
         self.updated_at = time.time()
         try:
             data = json.dumps(self.to_dict(), separators=(",", ":"), default=str).encode()
             atomic_write(self.path, data)
         except OSError as error:
-            reason = error.strerror or str(error)
-            raise JournalError(
-                f"cannot write the run journal {self.path}: {reason}; "
-                "the previous journal is intact, free space and resume the run"
-            ) from error
+            raise self._write_error(error) from error
+        # the log's lines are all in the snapshot now (their seq is not above its seq)
+        with contextlib.suppress(OSError):
+            os.truncate(self.log_path, 0)
+        self.log_lines = 0
+        self._changed.clear()
 
     @classmethod
     def exists(cls, run_dir: Path) -> bool:
@@ -283,7 +350,7 @@ class Journal:
             )
         try:
             backend = data["backend"]
-            return cls(
+            journal = cls(
                 run_dir=Path(run_dir),
                 backend_type=backend["type"],
                 backend_options=dict(backend.get("options") or {}),
@@ -293,9 +360,36 @@ class Journal:
                 finished=bool(data.get("finished")),
                 created_at=data.get("created_at", 0.0),
                 updated_at=data.get("updated_at", 0.0),
+                seq=int(data.get("seq", 0)),
             )
+            journal._replay()
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise JournalError(f"{path} is damaged: {type(error).__name__}: {error}") from None
+        return journal
+
+    def _replay(self) -> None:
+        try:
+            raw = self.log_path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                seq, task_id = int(entry["seq"]), entry["task"]
+                record = TaskRecord.from_dict(task_id, entry["record"])
+            except (ValueError, KeyError, TypeError):
+                break  # a line torn by a crash: only ever the last one
+            if seq <= self.seq:
+                continue  # already in the snapshot
+            if task_id not in self.tasks:
+                raise JournalError(f"{self.log_path} names task {task_id!r}, unknown to the run")
+            self.tasks[task_id] = record
+            self.seq = seq
+            self.log_lines += 1
 
 
 @contextlib.contextmanager

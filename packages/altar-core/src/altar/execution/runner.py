@@ -199,7 +199,6 @@ class _Run:
         self.started = time.monotonic()
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.records = journal.tasks
-        self.dirty = False
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -221,9 +220,18 @@ class _Run:
             )
         )
 
-    def save(self) -> None:
-        self.journal.save()
-        self.dirty = False
+    def changed(self, record: TaskRecord) -> None:
+        self.journal.mark(record)
+
+    def flush(self) -> None:
+        """Make every marked change durable (one append and fsync)."""
+        self.journal.flush()
+
+    def checkpoint(self) -> None:
+        """Fold the log into a snapshot once it holds more lines than the plan has tasks."""
+        self.journal.flush()
+        if self.journal.log_lines > max(256, len(self.records)):
+            self.journal.save()
 
     def in_flight(self) -> list[TaskRecord]:
         return [r for r in self.records.values() if r.state in (SUBMITTING, PENDING, RUNNING)]
@@ -244,7 +252,7 @@ class _Run:
                 raise StagingError(f"staging inputs failed: {_one_line(error)}") from error
             self.emit("staged", f"staged {len(transfers)} input(s)")
         self.journal.staged = True
-        self.save()
+        self.journal.save()
 
     def resume(self) -> None:
         open_tasks = 0
@@ -255,13 +263,13 @@ class _Run:
                 record.state = QUEUED
                 record.in_doubt += 1
                 record.attempts.pop()
+                self.changed(record)
                 self.emit(
                     "in_doubt",
                     f"{record.id}: an earlier submit was interrupted before its handle was "
                     "recorded; submitting again",
                     record,
                 )
-                self.dirty = True
             elif record.state in (PENDING, RUNNING, SUBMITTING):
                 open_tasks += 1
         if open_tasks:
@@ -276,7 +284,7 @@ class _Run:
                 if dep_state in (FAILED, SKIPPED, CANCELLED):
                     record.state = SKIPPED
                     record.detail = f"dependency {dep} {dep_state}"
-                    self.dirty = True
+                    self.changed(record)
                     self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
                     break
 
@@ -322,7 +330,8 @@ class _Run:
             number = len(record.attempts) + 1
             record.attempts.append(Attempt(number=number, submitted_at=now))
             record.state = SUBMITTING
-        self.save()  # the intent is durable before any submit is called
+            self.changed(record)
+        self.flush()  # the intent is durable before any submit is called
         outcomes = await asyncio.gather(*(self._submit_one(record) for record in batch))
         return any(outcomes)
 
@@ -334,24 +343,26 @@ class _Run:
         except BackendUnavailableError as error:
             record.attempts.pop()
             record.state = QUEUED
-            self.save()
+            self.changed(record)
+            self.flush()
             self.emit("backend_unavailable", f"{record.id}: submit: {_one_line(error)}", record)
             return False
         except ValueError as error:
             failure = TaskFailure("submit_rejected", _one_line(error), deterministic=True)
             self._fail_attempt(record, attempt, failure)
-            self.save()
+            self.flush()
             return True
         except Exception as error:
             failure = TaskFailure("submit_failed", _one_line(error), deterministic=False)
             self._fail_attempt(record, attempt, failure)
-            self.save()
+            self.flush()
             return True
         # no await between submit returning and the journal write: a cancelled run keeps it
         attempt.handle = handle
         attempt.state = PENDING
         record.state = PENDING
-        self.save()
+        self.changed(record)
+        self.flush()
         self.emit("submitted", f"{record.id} submitted ({handle.external_id})", record)
         return True
 
@@ -369,7 +380,7 @@ class _Run:
         else:
             record.state = FAILED
             self.emit("failed", f"{record.id} failed: {failure.reason}", record)
-        self.dirty = True
+        self.changed(record)
 
     async def poll(self) -> bool:
         open_records = [
@@ -397,7 +408,7 @@ class _Run:
             if new == attempt.state:
                 continue
             progress = True
-            self.dirty = True
+            self.changed(record)
             if status.state is TaskState.RUNNING:
                 attempt.started_at = attempt.started_at or now
             if status.state.is_terminal:
@@ -419,8 +430,7 @@ class _Run:
             failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
             record.detail = detail or failure.detail
             self._fail_attempt(record, attempt, failure)
-        if self.dirty:
-            self.save()
+        self.flush()
         return progress
 
     async def _detail(self, record: TaskRecord, status: TaskStatus) -> str | None:
@@ -440,7 +450,7 @@ class _Run:
         if not pending:
             return False
         await asyncio.gather(*(self._collect_one(record) for record in pending))
-        self.save()
+        self.flush()
         return True
 
     async def _collect_one(self, record: TaskRecord) -> None:
@@ -458,11 +468,11 @@ class _Run:
                 record.last.failure = TaskFailure(
                     "output_collection_failed", record.detail, deterministic=True
                 )
-            self.dirty = True
+            self.changed(record)
             self.emit("failed", f"{record.id} failed: its outputs could not be collected", record)
             return
         record.outputs_collected = True
-        self.dirty = True
+        self.changed(record)
         duration = record.last.duration_s if record.last else None
         took = f" in {duration:.1f}s" if duration is not None else ""
         self.emit("succeeded", f"{record.id} succeeded{took}", record)
@@ -480,8 +490,9 @@ class _Run:
                 last.finished_at = time.time()
             record.state = CANCELLED
             record.detail = reason
+            self.changed(record)
             self.emit("cancelled", f"{record.id} cancelled", record)
-        self.save()
+        self.flush()
 
     async def cleanup(self) -> None:
         handles = [
@@ -523,8 +534,7 @@ class _Run:
                 progress = await self.poll() or progress
                 progress = await self.collect() or progress
                 self.skip_blocked()
-                if self.dirty:
-                    self.save()
+                self.checkpoint()
                 if all(record.final for record in self.records.values()):
                     break
                 if progress:
@@ -534,16 +544,15 @@ class _Run:
                 await asyncio.sleep(interval)
             await self.cleanup()
             self.journal.finished = True
-            self.save()
+            self.journal.save()
             result = _results(self.journal, time.monotonic() - self.started)
             summary = ", ".join(f"{n} {state}" for state, n in result.counts().items())
             self.emit("done", f"{len(result.tasks)} task(s): {summary}")
             return result
         finally:
-            if self.dirty:
-                # a cancelled or crashed run keeps what it learned (no await here)
-                with contextlib.suppress(JournalError):
-                    self.save()
+            # a cancelled or crashed run keeps what it learned (no await here)
+            with contextlib.suppress(JournalError):
+                self.flush()
 
 
 def _open_journal(
