@@ -364,3 +364,15 @@ def test_the_console_script(tmp_path):
     result = subprocess.run([script, "run", bad], capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr == f"altar: error: {bad}: tasks[0].image: required\n"
+
+
+def test_the_status_line_clock_ticks_between_events():
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=2, live=True)
+    printer(RunEvent("state", "a running", "a", counts={"running": 1, "queued": 1}, elapsed_s=0))
+    printer._offset -= 65  # as if 65 s passed without an event
+    printer.tick()
+    assert stream.getvalue().endswith("\r\x1b[K  1m05s  [1 queued, 1 running of 2]")
+    plain = ProgressPrinter(io.StringIO(), total=2, live=False)
+    plain.tick()
+    assert plain.stream.getvalue() == ""

@@ -227,6 +227,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"run directory {run_dir}\n"
     )
     show = printer if (live or not args.json) else None
+    ticker = asyncio.create_task(_tick(printer)) if live else None
     try:
         result = await run_plan(
             plan,
@@ -247,6 +248,8 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         return EXIT_INTERRUPTED
     finally:
+        if ticker is not None:
+            ticker.cancel()
         printer.close()
     if args.json:
         _print_json(result.to_dict(), out)
@@ -257,6 +260,12 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write("\n" + failures + "\n")
         out.write("\n" + format_summary(result) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+async def _tick(printer: ProgressPrinter) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        printer.tick()
 
 
 def _journal_backend(run_dir: Path) -> ExecutionBackend:

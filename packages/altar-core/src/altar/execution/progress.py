@@ -5,6 +5,7 @@ Pure functions (plus one small printer class) so the output is tested without a 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
@@ -133,6 +134,8 @@ class ProgressPrinter:
         self.live = live
         self.prefix = prefix
         self._status = ""
+        self._counts: Mapping[str, int] = {}
+        self._offset = 0.0  # monotonic time at elapsed 0, to redraw the clock between events
 
     def __call__(self, event: RunEvent) -> None:
         line = format_event(event, plain=not self.live)
@@ -140,17 +143,29 @@ class ProgressPrinter:
             self._clear()
             if line is not None:
                 self.stream.write(f"{self.prefix}{line}\n")
-            self._status = (
-                f"{self.prefix}{format_duration(event.elapsed_s):>7}  "
-                f"[{format_counts(event.counts)} of {self.total}]"
-            )
+            self._counts = event.counts
+            self._offset = time.monotonic() - event.elapsed_s
             if event.kind != "done":
-                self.stream.write(self._status)
+                self._draw(event.elapsed_s)
             else:
                 self._status = ""
         elif line is not None:
             self.stream.write(f"{self.prefix}{line}\n")
         self.stream.flush()
+
+    def tick(self) -> None:
+        """Redraw the status line with the current elapsed time (a terminal only)."""
+        if self.live and self._status:
+            self._clear()
+            self._draw(time.monotonic() - self._offset)
+            self.stream.flush()
+
+    def _draw(self, elapsed_s: float) -> None:
+        self._status = (
+            f"{self.prefix}{format_duration(elapsed_s):>7}  "
+            f"[{format_counts(self._counts)} of {self.total}]"
+        )
+        self.stream.write(self._status)
 
     def _clear(self) -> None:
         if self._status:

@@ -170,6 +170,11 @@ def _results(journal: Journal, elapsed_s: float = 0.0) -> RunResult:
     return RunResult(journal.run_dir, journal.backend_type, tasks, elapsed_s)
 
 
+def _short(external_id: str) -> str:
+    """Docker-style 64-hex ids shortened to 12 characters for display."""
+    return external_id[:12] if len(external_id) > 24 else external_id
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
@@ -363,7 +368,7 @@ class _Run:
         record.state = PENDING
         self.changed(record)
         self.flush()
-        self.emit("submitted", f"{record.id} submitted ({handle.external_id})", record)
+        self.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
         return True
 
     def _fail_attempt(self, record: TaskRecord, attempt: Attempt, failure: TaskFailure) -> None:
