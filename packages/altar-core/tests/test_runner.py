@@ -529,3 +529,24 @@ async def test_the_log_replays_over_the_snapshot_and_a_torn_line_is_ignored(
     assert result.ok
     assert provider.submits == {"a": 1, "b": 1}
     assert (tmp_path / "r" / LOG_NAME).read_bytes() == b""  # folded into the final snapshot
+
+
+def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_path, monkeypatch):
+    from altar.execution import journal as journal_module
+    from altar.execution.journal import TaskRecord
+
+    journal = Journal(tmp_path, "fake", {}, "plan.toml", {"a": TaskRecord("a", "k", "sha256:x")})
+    journal.save()
+    before = (tmp_path / JOURNAL_NAME).read_bytes()
+    journal.tasks["a"].state = "running"
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(journal_module.os, "fsync", no_space)
+    with pytest.raises(JournalError, match="No space left on device"):
+        journal.save()
+    monkeypatch.undo()
+    assert (tmp_path / JOURNAL_NAME).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME]
+    assert Journal.load(tmp_path).tasks["a"].state == "queued"

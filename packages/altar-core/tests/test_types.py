@@ -293,7 +293,7 @@ def test_importing_the_contract_imports_only_the_standard_library():
         "before = set(sys.modules)\n"
         "import altar.execution, altar.execution.registry, altar.execution.plan\n"
         "import altar.execution.journal, altar.execution.runner, altar.execution.compare\n"
-        "import altar.execution.cli\n"
+        "import altar.execution.cli, altar.execution.progress\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
         "print('\\n'.join(sorted(new - set(sys.stdlib_module_names) - {'altar'})))\n"
     )
