@@ -522,14 +522,22 @@ class ExecutionBackendContract:
     async def test_image_and_command_reach_the_provider_unchanged(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
-        image = "registry.example.org:5000/team/tool:1.2.3"
-        handle = await backend.submit(replace(spec, image=image, command=list(HOSTILE_COMMAND)))
+        handle = await backend.submit(replace(spec, command=list(HOSTILE_COMMAND)))
         launched = self._launched(backend, handle, "the image and command")
-        assert launched.image == image, "the image must reach the provider unchanged"
+        assert launched.image == spec.image, "the image must reach the provider unchanged"
         assert launched.command == HOSTILE_COMMAND, (
             "the command must reach the provider as the same argv: no quoting, joining, "
             "splitting, prefixing or dropped arguments"
         )
+
+    @asyncio_test
+    async def test_a_registry_image_reference_reaches_the_provider_unchanged(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        image = f"registry.example.org:5000/team/tool:1.2.3@sha256:{'ab' * 32}"
+        handle = await self._submit_or_skip(backend, replace(spec, image=image), "this image")
+        launched = self._launched(backend, handle, "the image")
+        assert launched.image == image, "a registry, port, tag and digest reach the provider as is"
 
     @asyncio_test
     async def test_env_values_reach_the_provider_exactly(
