@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from altar.conformance.__about__ import __version__
 
 if TYPE_CHECKING:
+    from altar.conformance.compare import compare_with_reference
     from altar.conformance.contract import ExecutionBackendContract
     from altar.conformance.launched import LaunchedTask
     from altar.conformance.reference import InProcessExecutionBackend, InProcessFabric
@@ -25,6 +26,7 @@ __all__ = [
     "InProcessFabric",
     "LaunchedTask",
     "__version__",
+    "compare_with_reference",
 ]
 
 _EXPORTS = {
@@ -32,6 +34,7 @@ _EXPORTS = {
     "LaunchedTask": "altar.conformance.launched",
     "InProcessExecutionBackend": "altar.conformance.reference",
     "InProcessFabric": "altar.conformance.reference",
+    "compare_with_reference": "altar.conformance.compare",
 }
 
 _SUITE_MODULES = ("altar.conformance.contract", "altar.conformance.reference_contract")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import subprocess
 import threading
 import time
 import traceback
@@ -48,13 +49,60 @@ from altar.execution import (
 from altar.execution.backend import DigestVerification
 from altar.execution.digest import require_digest_file
 
-__all__ = ["InProcessExecutionBackend", "InProcessFabric", "Runtime"]
+__all__ = [
+    "InProcessExecutionBackend",
+    "InProcessFabric",
+    "Runtime",
+    "run_command_locally",
+    "task_log",
+]
 
 Runtime = Callable[[ContainerTaskSpec, Path], int | None]
 """A task body: ``runtime(spec, workdir) -> exit code`` (None means 0)."""
 
 LOG_TAIL_LINES = 20
 OOM_EXIT_CODE = 137
+TIMEOUT_EXIT_CODE = 124
+COMMAND_NOT_FOUND_EXIT_CODE = 127
+
+
+_running = threading.local()
+
+
+def task_log(*lines: str) -> None:
+    """Append lines to the log of the task whose runtime calls this (no-op elsewhere)."""
+    append: Callable[[list[str]], None] | None = getattr(_running, "append_log", None)
+    if append is not None:
+        append(list(lines))
+
+
+def run_command_locally(spec: ContainerTaskSpec, workdir: Path) -> int:
+    """A runtime that runs ``spec.command`` as a local process: the host stands in for the image.
+
+    The argv runs as is (no shell), in ``workdir``, with ``PATH`` and the spec's ``env`` only,
+    and is killed at ``timeout_s``. Suits commands the test machine can run too, such as BusyBox
+    shell commands in a plan rendered with the backend's path resolver.
+    """
+    env = {"PATH": os.environ.get("PATH", os.defpath), **spec.env}
+    try:
+        completed = subprocess.run(
+            spec.command,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=spec.timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        task_log(f"killed after its timeout of {spec.timeout_s} s")
+        return TIMEOUT_EXIT_CODE
+    except (FileNotFoundError, PermissionError) as error:
+        task_log(f"cannot run {spec.command[0] if spec.command else '(empty command)'}: {error}")
+        return COMMAND_NOT_FOUND_EXIT_CODE
+    output = (completed.stdout + completed.stderr).decode("utf-8", errors="replace")
+    task_log(*output.splitlines())
+    return completed.returncode
 
 
 @dataclass
@@ -164,12 +212,15 @@ class InProcessFabric:
     def _run(
         self, external_id: str, runtime: Runtime, spec: ContainerTaskSpec, workdir: Path
     ) -> None:
+        _running.append_log = lambda lines: self._append_log(external_id, lines)
         try:
             code = runtime(spec, workdir)
             exit_code = 0 if code is None else int(code)
         except BaseException:  # the task's own failure, reported like a crashed process
             self._append_log(external_id, traceback.format_exc().splitlines())
             exit_code = 1
+        finally:
+            _running.append_log = None
         self._end(external_id, exit_code=exit_code, ended_by=None)
 
     def _append_log(self, external_id: str, lines: list[str]) -> None:
@@ -316,6 +367,8 @@ class InProcessExecutionBackend(ExecutionBackend):
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         timeout_s = self._timeout_for(spec)
         launched = self._launch_record(spec)
+        if self.runtime is not None:
+            await asyncio.to_thread(self.data_root.mkdir, parents=True, exist_ok=True)
         external_id = self.fabric.launch(spec, launched, timeout_s, self.runtime, self.data_root)
         return TaskHandle(self.name, external_id, dict(spec.labels), spec.plugin_identity)
 
