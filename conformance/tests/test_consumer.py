@@ -27,6 +27,18 @@ def test_runs_without_any_asyncio_configuration(pytester: pytest.Pytester) -> No
     assert "ExecutionBackendContract::" not in result.stdout.str()
 
 
+@pytest.mark.parametrize("mode", ["auto", "strict"])
+def test_runs_under_either_asyncio_mode(pytester: pytest.Pytester, mode: str) -> None:
+    pytester.makeini(
+        f"[pytest]\nasyncio_mode = {mode}\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    pytester.makepyfile(test_consumer=CONSUMER)
+    passed, skipped, failed = pytester.inline_run("-p", "no:cacheprovider").listoutcomes()
+    assert not failed
+    assert len(passed) >= 40
+    assert skipped
+
+
 def test_base_class_alone_is_not_collected(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_nothing="from altar.conformance import ExecutionBackendContract as TestContract\n"
