@@ -243,3 +243,35 @@ def test_loading_the_backend_does_not_import_pytest() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.asyncio
+async def test_a_task_verifying_backend_fails_a_wrong_input_before_running(tmp_path: Path) -> None:
+    from altar.conformance.reference import InProcessTaskVerifyingBackend
+
+    calls: list[str] = []
+
+    def runtime(spec: ContainerTaskSpec, workdir: Path) -> int:
+        calls.append(spec.kind)
+        return 0
+
+    source = tmp_path / "weights.bin"
+    source.write_bytes(b"actual")
+    backend = InProcessTaskVerifyingBackend(runtime, data_root=tmp_path / "data")
+    wrong = Transfer(str(source), "models/m/weights.bin", digest=_digest(b"expected"))
+    await backend.stage_inputs([wrong])  # copied, not judged: the task judges
+    handle = await backend.submit(_spec(inputs=[wrong]))
+    status = await _settle(backend, handle)
+    assert status.failure is not None
+    assert status.failure.reason == "input_digest_mismatch"
+    assert status.failure.deterministic
+    assert "expected sha256:" in (status.failure.detail or "")
+    assert calls == [], "the runtime must not run on a wrong input"
+    right = replace_digest(wrong, b"actual")
+    handle = await backend.submit(_spec(inputs=[right]))
+    assert (await _settle(backend, handle)).state is TaskState.SUCCEEDED
+    assert calls == ["unit"]
+
+
+def replace_digest(transfer: Transfer, data: bytes) -> Transfer:
+    return Transfer(transfer.uri, transfer.logical_path, digest=_digest(data))

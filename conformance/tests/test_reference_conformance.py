@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from altar.conformance.reference import InProcessTaskVerifyingBackend
 from altar.conformance.reference_contract import InProcessBackendContract
 
 
@@ -20,3 +21,9 @@ class TestInProcessBackendWithLifetimeCap(InProcessBackendContract):
 
     unlimited_timeout_s = 3600
     max_timeout_s = 3600
+
+
+class TestInProcessBackendVerifyingInTask(InProcessBackendContract):
+    """ "task" verification: a wrong input fails the task with input_digest_mismatch."""
+
+    backend_class = InProcessTaskVerifyingBackend

@@ -16,7 +16,7 @@ HEADER = """
 import asyncio
 from dataclasses import replace
 
-from altar.conformance.reference import InProcessExecutionBackend
+from altar.conformance.reference import InProcessExecutionBackend, InProcessTaskVerifyingBackend
 from altar.conformance.reference_contract import InProcessBackendContract
 from altar.execution import ResourceRequest, TaskFailure, TaskState, TaskStatus
 """
@@ -31,11 +31,13 @@ class Broken:
     contract_body: str = ""
     select: str | None = None  # -k expression, for defects that make many tests slow
 
+    base: str = "InProcessExecutionBackend"
+
     def module(self) -> str:
         backend = textwrap.indent(textwrap.dedent(self.backend_body).strip(), "    ")
         contract = textwrap.indent(textwrap.dedent(self.contract_body).strip() or "pass", "    ")
         return (
-            f"{HEADER}\n\nclass BrokenBackend(InProcessExecutionBackend):\n{backend}\n\n\n"
+            f"{HEADER}\n\nclass BrokenBackend({self.base}):\n{backend}\n\n\n"
             f"class TestBroken(InProcessBackendContract):\n"
             f"    backend_class = BrokenBackend\n{contract}\n"
         )
@@ -138,6 +140,25 @@ CASES = {
                 "test_input_digest_on_a_directory_is_rejected",
             }
         ),
+    ),
+    "reports-an-in-task-digest-mismatch-as-an-exit-code": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                replace(s, failure=TaskFailure("exit_1", "exited", True, 1))
+                if s.failure is not None and s.failure.reason == "input_digest_mismatch"
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset(
+            {
+                "test_input_digest_mismatch_is_rejected_before_compute",
+                "test_input_digest_on_a_directory_is_rejected",
+            }
+        ),
+        base="InProcessTaskVerifyingBackend",
     ),
     "never-enforces-a-deadline": Broken(
         """

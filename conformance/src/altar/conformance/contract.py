@@ -226,7 +226,10 @@ class ExecutionBackendContract:
         return None
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
-        """A fresh backend instance on the same fake provider (a process restart), or None."""
+        """A fresh backend instance on the same fake provider (a process restart), or None.
+
+        The restart tests then pass the fresh instance to the other hooks.
+        """
         return None
 
     def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:

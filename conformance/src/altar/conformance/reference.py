@@ -42,8 +42,10 @@ from altar.execution import (
     TaskState,
     TaskStatus,
     Transfer,
+    TransferIntegrityError,
     UnsupportedCapabilityError,
     copy_and_verify,
+    verify_file_digest,
     verify_transfer_digest,
 )
 from altar.execution.backend import DigestVerification
@@ -52,6 +54,7 @@ from altar.execution.digest import require_digest_file
 __all__ = [
     "InProcessExecutionBackend",
     "InProcessFabric",
+    "InProcessTaskVerifyingBackend",
     "Runtime",
     "run_command_locally",
     "task_log",
@@ -113,7 +116,7 @@ class _Task:
     started: float
     finished: float | None = None
     exit_code: int | None = None
-    ended_by: str | None = None  # None: the task's own exit; else "cancelled" or "oom_killed"
+    ended_by: str | None = None  # None: the task's own exit; else why it was ended
     log: list[str] = field(default_factory=list)
 
 
@@ -141,7 +144,6 @@ class InProcessFabric:
         self._lock = threading.Lock()
         self._tasks: dict[str, _Task] = {}
         self._ids = itertools.count(1)
-        self._skew: dict[str, float] = {}
 
     # -- provider API used by the backend
 
@@ -203,6 +205,11 @@ class InProcessFabric:
         """The task is killed for exceeding its memory limit."""
         self._end(external_id, exit_code=OOM_EXIT_CODE, ended_by="oom_killed")
 
+    def fail_input_verification(self, external_id: str) -> None:
+        """The task's own check of its inputs fails before its command runs."""
+        self._append_log(external_id, ["an input does not match its digest"])
+        self._end(external_id, exit_code=1, ended_by="input_digest_mismatch")
+
     def write_log(self, external_id: str, lines: list[str]) -> None:
         with self._lock:
             self._tasks[external_id].log.extend(lines)
@@ -213,15 +220,19 @@ class InProcessFabric:
         self, external_id: str, runtime: Runtime, spec: ContainerTaskSpec, workdir: Path
     ) -> None:
         _running.append_log = lambda lines: self._append_log(external_id, lines)
+        ended_by = None
         try:
             code = runtime(spec, workdir)
             exit_code = 0 if code is None else int(code)
+        except TransferIntegrityError as error:  # the task checked its inputs and one is wrong
+            self._append_log(external_id, [str(error)])
+            exit_code, ended_by = 1, "input_digest_mismatch"
         except BaseException:  # the task's own failure, reported like a crashed process
             self._append_log(external_id, traceback.format_exc().splitlines())
             exit_code = 1
         finally:
             _running.append_log = None
-        self._end(external_id, exit_code=exit_code, ended_by=None)
+        self._end(external_id, exit_code=exit_code, ended_by=ended_by)
 
     def _append_log(self, external_id: str, lines: list[str]) -> None:
         with self._lock:
@@ -259,6 +270,12 @@ class InProcessFabric:
         ):
             return TaskState.FAILED, TaskFailure(
                 "timeout", f"task {external_id} ran past its timeout of {task.timeout_s} s"
+            )
+        if task.ended_by == "input_digest_mismatch":
+            detail = f"task {external_id} found an input that does not match its digest"
+            tail = f": {task.log[-1]}" if task.log else ""
+            return TaskState.FAILED, TaskFailure(
+                "input_digest_mismatch", detail + tail, deterministic=True
             )
         if task.ended_by == "cancelled":
             return TaskState.FAILED, TaskFailure("cancelled", f"task {external_id} was cancelled")
@@ -367,9 +384,12 @@ class InProcessExecutionBackend(ExecutionBackend):
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         timeout_s = self._timeout_for(spec)
         launched = self._launch_record(spec)
-        if self.runtime is not None:
+        runtime = self.runtime
+        if runtime is not None:
             await asyncio.to_thread(self.data_root.mkdir, parents=True, exist_ok=True)
-        external_id = self.fabric.launch(spec, launched, timeout_s, self.runtime, self.data_root)
+            if self.input_digest_verification == "task":
+                runtime = _checking_inputs_first(runtime, self.path_resolver())
+        external_id = self.fabric.launch(spec, launched, timeout_s, runtime, self.data_root)
         return TaskHandle(self.name, external_id, dict(spec.labels), spec.plugin_identity)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
@@ -430,6 +450,12 @@ class InProcessExecutionBackend(ExecutionBackend):
         for transfer in transfers:
             source = Path(_local_path(transfer.uri))
             destination = self.host_path(transfer.logical_path)
+            if self.input_digest_verification == "task":
+                # Tasks check their own inputs: copy the bytes, let the task judge them.
+                if source.is_file() and source.resolve() != destination.resolve():
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    copy_and_verify(source, destination)
+                continue
             require_digest_file(transfer, source)
             if source.resolve() == destination.resolve():
                 # Already in place: verify it where it is; never copy a file onto itself.
@@ -457,6 +483,27 @@ class InProcessExecutionBackend(ExecutionBackend):
             destination.parent.mkdir(parents=True, exist_ok=True)
             label = f"output {transfer.logical_path!r}"
             copy_and_verify(source, destination, transfer.digest, label=label)
+
+
+class InProcessTaskVerifyingBackend(InProcessExecutionBackend):
+    """The reference with ``"task"`` verification: each task hashes its inputs before it runs.
+
+    ``stage_inputs`` copies bytes without judging them; a task whose digest-bearing input does
+    not match fails with ``input_digest_mismatch`` and its runtime is never called. A runtime
+    that raises TransferIntegrityError (after its own check) fails the same way.
+    """
+
+    input_digest_verification: ClassVar[DigestVerification | None] = "task"
+
+
+def _checking_inputs_first(runtime: Runtime, resolver: PathResolver) -> Runtime:
+    def check_then_run(spec: ContainerTaskSpec, workdir: Path) -> int | None:
+        for transfer in spec.inputs:
+            if transfer.digest is not None:
+                verify_file_digest(resolver.resolve(transfer.logical_path), transfer.digest)
+        return runtime(spec, workdir)
+
+    return check_then_run
 
 
 def _local_path(uri: str) -> str:

@@ -52,6 +52,9 @@ class InProcessBackendContract(ExecutionBackendContract):
         assert task is not None, f"the fabric never launched {handle.external_id}"
         return task.timeout_s
 
+    def fail_input_verification(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
+        _fabric_of(backend).fail_input_verification(handle.external_id)
+
     def write_task_log(
         self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]
     ) -> bool:
