@@ -236,3 +236,40 @@ def test_module_form_runs_the_same_cli(env) -> None:
         check=True,
     )
     assert json.loads(completed.stdout) == []
+
+
+def test_show_describes_an_invalid_bundle(env, capsys) -> None:
+    run(capsys, "remote", "add", "broken", "--template", "local")
+    bundle = resolve_remote("broken").bundle
+    (bundle / "adapter").chmod(0o644)
+    code, out, _ = run(capsys, "remote", "show", "broken", "--json")
+    shown = json.loads(out)
+    assert code == 0
+    assert shown["valid"] is False
+    assert "adapter executable is not runnable" in shown["problem"]
+    code, out, _ = run(capsys, "remote", "show", "broken")
+    assert "valid                 no: adapter executable is not runnable" in out
+
+
+def test_import_v1_from_the_cli(env, capsys, tmp_path: Path) -> None:
+    legacy = tmp_path / "v1"
+    legacy.mkdir()
+    for name in ("command", "install", "push", "pull", "start-taskmgr"):
+        (legacy / name).write_text("#!/bin/sh\n")
+    (legacy / "config").write_text("REMOTE_HOST=login.example.org\nUSERNAME=me\n")
+    code, out, _ = run(capsys, "remote", "import-v1", str(legacy), "--name", "old")
+    assert code == 0
+    assert json.loads(Path(out.strip(), "remote.json").read_text())["kind"] == "ssh-slurm"
+
+
+def test_protocol_module_is_a_working_dispatcher(env, tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"operation": "invoke", "argv": ["echo", "a;b"]}))
+    completed = subprocess.run(
+        [sys.executable, "-m", "httk.workflow.adapter_protocol", str(request)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(completed.stdout)
+    assert (result["ok"], result["stdout"]) == (True, "a;b\n")
