@@ -312,3 +312,17 @@ def test_multiplexed_check_names_the_port(fake_cluster, cluster: Path, set_queue
     check, master, command = fake_cluster.ssh_commands()
     for entry in (check, master, command):
         assert entry["options"][:2] == ["-p", "2222"]
+
+
+def test_rsync_transport_refuses_words_rsync_would_reparse(env, monkeypatch) -> None:
+    runtime = Path(tempfile.mkdtemp(prefix="q'", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    try:
+        target = SshTarget({"host": "h", "ssh_multiplex": "yes"})
+        with pytest.raises(ValueError, match="must not contain quotes or backslashes"):
+            target.rsync_shell()
+        assert SshTarget({"host": "h", "port": "22"}).rsync_shell() == (
+            "ssh -p 22 -o BatchMode=yes -o ConnectTimeout=20"
+        )
+    finally:
+        shutil.rmtree(runtime)

@@ -147,10 +147,16 @@ class SshTarget:
         return options
 
     def rsync_shell(self) -> str:
-        """The transport as rsync's ``-e`` value, which rsync splits on whitespace."""
+        """The transport as rsync's ``-e`` value, which rsync splits on whitespace.
+
+        rsync (not a shell) reads that value, treating blanks, quotes and backslashes as
+        syntax; a part holding any of them is refused rather than escaped.
+        """
         parts = self.transport()
         if any(any(ch.isspace() for ch in part) for part in parts):
             raise ValueError("ssh transport arguments must not contain whitespace")
+        if any(any(ch in "'\"\\" for ch in part) for part in parts):
+            raise ValueError("ssh transport arguments must not contain quotes or backslashes")
         return " ".join(parts)
 
     def ensure_master(self) -> None:
