@@ -162,6 +162,23 @@ def test_configure_and_install_against_the_real_sshd(env, over_ssh: Path, ssh_ta
 
 
 @pytest.mark.ssh
+def test_install_finds_httk_and_creates_the_workspace(env, over_ssh: Path, set_queue) -> None:
+    fake = env.root / "remote bin" / "httk"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "httk 2.0.0"\nexit 0\n')
+    fake.chmod(0o755)
+    workspace = env.root / "runs" / "fresh ws"
+    set_queue(over_ssh, httk_command=f"'{fake}'", workspace=str(workspace))
+    first = run_adapter(over_ssh, "install", {"queue": "default"})
+    assert first["installed"] is True
+    assert first["httk_command"] == [str(fake)]
+    assert first["httk_version"] == "httk 2.0.0"
+    assert first["workspace_created"] is True
+    assert workspace.is_dir()
+    assert run_adapter(over_ssh, "install", {"queue": "default"})["workspace_created"] is False
+
+
+@pytest.mark.ssh
 def test_unreachable_host_is_the_documented_refusal(env, over_ssh: Path) -> None:
     settings = {"host": "127.0.0.1", "port": "1", "username": "nobody"}
     with pytest.raises(RuntimeError) as refused:
