@@ -57,12 +57,13 @@ def main() -> int:
         subprocess.run(["ssh", "-o", "BatchMode=yes", host, "true"], check=True)
         bare = time.perf_counter() - started
     finally:
-        control = scratch / f"httk-ssh-{os.getuid()}"
-        subprocess.run(
-            ["ssh", "-o", f"ControlPath={control}/%C", "-O", "exit", host],
-            capture_output=True,
-            check=False,
-        )
+        for socket in (scratch / f"httk-ssh-{os.getuid()}").glob("*"):
+            if not socket.name.endswith(".lock"):
+                subprocess.run(
+                    ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", host],
+                    capture_output=True,
+                    check=False,
+                )
         shutil.rmtree(scratch, ignore_errors=True)
     speedup = plain / mux
     report(

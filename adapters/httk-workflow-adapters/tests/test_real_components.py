@@ -210,11 +210,11 @@ def test_multiplexing_shares_one_master(
         for _ in range(3):
             result = run_adapter(over_ssh, "invoke", {"queue": "default", "argv": ["true"]})
             assert result["returncode"] == 0, result["stderr"]
-        sockets = list(control.iterdir())
+        sockets = [p for p in control.iterdir() if not p.name.endswith(".lock")]
         assert len(sockets) == 1
         assert control.stat().st_mode & 0o777 == 0o700
         check = subprocess.run(
-            ["ssh", "-o", f"ControlPath={control}/%C", "-O", "check", ssh_target.host],
+            ["ssh", "-o", f"ControlPath={sockets[0]}", "-O", "check", ssh_target.host],
             capture_output=True,
             text=True,
             check=False,
@@ -229,11 +229,13 @@ def test_multiplexing_shares_one_master(
         )
         assert _snapshot(remote) == _snapshot(source)
     finally:
-        subprocess.run(
-            ["ssh", "-o", f"ControlPath={control}/%C", "-O", "exit", ssh_target.host],
-            capture_output=True,
-            check=False,
-        )
+        for socket in control.glob("*"):
+            if not socket.name.endswith(".lock"):
+                subprocess.run(
+                    ["ssh", "-o", f"ControlPath={socket}", "-O", "exit", ssh_target.host],
+                    capture_output=True,
+                    check=False,
+                )
         shutil.rmtree(runtime, ignore_errors=True)
 
 

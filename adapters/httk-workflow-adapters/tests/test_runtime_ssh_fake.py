@@ -274,15 +274,36 @@ def test_multiplexing_starts_one_master_and_joins_it(
 ) -> None:
     set_queue(cluster, ssh_multiplex="yes")
     run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
-    check, master, command = fake_cluster.ssh_commands()
+    master, command = fake_cluster.ssh_commands()
     control = Path(os.environ["XDG_RUNTIME_DIR"]) / f"httk-ssh-{os.getuid()}"
-    assert "-O" in check["options"]
+    socket = targets.control_path(str(control), "someone@fake.example.test", None)
     assert "ControlMaster=yes" in master["options"]
     assert "-N" in master["options"]
     assert "ControlPersist=60" in master["options"]
     assert "ControlMaster=no" in command["options"]
-    assert f"ControlPath={control}/%C" in command["options"]
+    assert f"ControlPath={socket}" in command["options"]
     assert control.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_live_master_is_joined_without_starting_another(fake_cluster, cluster, set_queue) -> None:
+    set_queue(cluster, ssh_multiplex="yes")
+    control = Path(os.environ["XDG_RUNTIME_DIR"]) / f"httk-ssh-{os.getuid()}"
+    control.mkdir(mode=0o700)
+    path = targets.control_path(str(control), "someone@fake.example.test", None)
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    try:
+        run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
+    finally:
+        listener.close()
+    (command,) = fake_cluster.ssh_commands()
+    assert "ControlMaster=no" in command["options"]
+    # A socket nobody answers on is stale: it is removed and a new master started.
+    run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
+    assert "ControlMaster=yes" in fake_cluster.ssh_commands()[1]["options"]
 
 
 def test_multiplexing_refuses_a_shared_socket_directory(fake_cluster, cluster, set_queue) -> None:
@@ -306,12 +327,16 @@ def test_a_long_runtime_directory_falls_back_to_a_short_one(env, monkeypatch, tm
         shutil.rmtree(short)
 
 
-def test_multiplexed_check_names_the_port(fake_cluster, cluster: Path, set_queue) -> None:
+def test_multiplexing_names_the_port(fake_cluster, cluster: Path, set_queue) -> None:
     set_queue(cluster, ssh_multiplex="yes", port="2222")
     run_adapter(cluster, "invoke", {"queue": "default", "argv": ["true"]})
-    check, master, command = fake_cluster.ssh_commands()
-    for entry in (check, master, command):
+    master, command = fake_cluster.ssh_commands()
+    for entry in (master, command):
         assert entry["options"][:2] == ["-p", "2222"]
+    control = Path(os.environ["XDG_RUNTIME_DIR"]) / f"httk-ssh-{os.getuid()}"
+    assert targets.control_path(str(control), "h", "2222") != targets.control_path(
+        str(control), "h", None
+    )
 
 
 def test_rsync_transport_refuses_words_rsync_would_reparse(env, monkeypatch) -> None:

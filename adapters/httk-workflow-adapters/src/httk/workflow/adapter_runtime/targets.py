@@ -85,7 +85,7 @@ def control_directory() -> str:
 
     name = f"httk-ssh-{os.getuid()}"
     bases = [os.environ.get("XDG_RUNTIME_DIR") or "", tempfile.gettempdir(), "/tmp"]  # noqa: S108
-    # A unix socket path must fit in 108 bytes; %C expands to 40 characters.
+    # A unix socket path must fit in 108 bytes; the socket name takes 32 more (+ .lock).
     usable = [b for b in bases if b and len(os.path.join(b, name)) + 41 < _SOCKET_PATH_LIMIT]
     if not usable:
         raise ValueError("no directory short enough for ssh control sockets; set XDG_RUNTIME_DIR")
@@ -116,6 +116,32 @@ def control_persist(settings: Mapping[str, Any]) -> int | None:
     raise ValueError(f"queue setting ssh_multiplex must be yes, no or seconds: {value!r}")
 
 
+def control_path(directory: str, destination: str, port: str | None) -> str:
+    """The master's socket: one per destination and port, named without ssh's help.
+
+    Naming it here (rather than with ssh's ``%C``) lets a client find a live master by
+    connecting to the socket, instead of starting ``ssh -O check`` before every command.
+    """
+    import hashlib
+
+    key = hashlib.sha256(f"{destination}\0{port or ''}".encode()).hexdigest()[:32]
+    return os.path.join(directory, key)
+
+
+def _socket_answers(path: str) -> bool:
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 class SshTarget:
     """Commands run on ``[username@]host`` through the local ``ssh`` client."""
 
@@ -130,7 +156,11 @@ class SshTarget:
         self.destination = host if username is None else f"{username}@{host}"
         self.port = port_of(settings)
         self.persist = control_persist(settings)
-        self.control_path = f"{control_directory()}/%C" if self.persist is not None else None
+        self.control_path = (
+            control_path(control_directory(), self.destination, self.port)
+            if self.persist is not None
+            else None
+        )
         self._master_checked = False
 
     def base_options(self) -> list[str]:
@@ -160,40 +190,43 @@ class SshTarget:
         return " ".join(parts)
 
     def ensure_master(self) -> None:
-        """Start the multiplexing master once, detached, if the queue opted in."""
+        """Start the multiplexing master once, detached, if the queue opted in and none runs."""
         if self.control_path is None or self._master_checked:
             return
         self._master_checked = True
-        path = f"ControlPath={self.control_path}"
-        # The socket name (%C) hashes host, port and user, so the check must name the port too.
-        check = _run(
-            ["ssh", *self.base_options(), "-o", path, "-O", "check", "--", self.destination]
-        )
-        if check.returncode == 0:
-            return
-        # -f: ssh backgrounds itself in its own session after authenticating; the stdio it
-        # keeps are /dev/null, never our pipes. A master that fails to start is not an
-        # error here: the command itself then connects directly and reports what is wrong.
-        subprocess.run(
-            [
-                "ssh",
-                *self.base_options(),
-                "-o",
-                "ControlMaster=yes",
-                "-o",
-                path,
-                "-o",
-                f"ControlPersist={self.persist}",
-                "-f",
-                "-N",
-                "--",
-                self.destination,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
+        import fcntl
+
+        # One adapter at a time decides whether to start a master: two racing masters would
+        # leave the loser running as a plain background connection.
+        with open(f"{self.control_path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if _socket_answers(self.control_path):
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.control_path)  # stale: its master is gone
+            # -f: ssh backgrounds itself in its own session after authenticating; the stdio
+            # it keeps are /dev/null, never our pipes. A master that fails to start is not an
+            # error here: the command then connects directly and reports what is wrong.
+            subprocess.run(
+                [
+                    "ssh",
+                    *self.base_options(),
+                    "-o",
+                    "ControlMaster=yes",
+                    "-o",
+                    f"ControlPath={self.control_path}",
+                    "-o",
+                    f"ControlPersist={self.persist}",
+                    "-f",
+                    "-N",
+                    "--",
+                    self.destination,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
         self.ensure_master()
