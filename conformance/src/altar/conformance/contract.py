@@ -534,15 +534,6 @@ class ExecutionBackendContract:
         )
 
     @asyncio_test
-    async def test_a_registry_image_reference_reaches_the_provider_unchanged(
-        self, backend: ExecutionBackend, spec: ContainerTaskSpec
-    ) -> None:
-        image = f"registry.example.org:5000/team/tool:1.2.3@sha256:{'ab' * 32}"
-        handle = await self._submit_or_skip(backend, replace(spec, image=image), "this image")
-        launched = self._launched(backend, handle, "the image")
-        assert launched.image == image, "a registry, port, tag and digest reach the provider as is"
-
-    @asyncio_test
     async def test_env_values_reach_the_provider_exactly(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
