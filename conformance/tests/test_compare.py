@@ -7,9 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("altar.execution.compare", reason="this altar-core has no compare_backends")
-
 from altar.conformance import InProcessExecutionBackend, compare_with_reference
 from altar.conformance.reference import run_command_locally
 from altar.execution import ContainerTaskSpec, ExecutionBackend, Transfer

@@ -27,7 +27,6 @@ import asyncio
 import hashlib
 import time
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,6 +46,7 @@ from altar.execution import (
     TransferIntegrityError,
     UnsupportedCapabilityError,
 )
+from altar.execution.registry import BackendRegistry
 
 __all__ = ["CONFORMANCE_TIMEOUT_S", "MISSING_TASK_ID", "POLL_BOUND_S", "ExecutionBackendContract"]
 
@@ -504,21 +504,19 @@ class ExecutionBackendContract:
             pytest.fail(_NO_VERIFICATION_MODE.format(name=type(backend).__name__, mode=mode))
 
     def test_backend_is_registered_under_its_name(self, backend: ExecutionBackend) -> None:
-        found = metadata.entry_points(group=EXECUTION_BACKEND_GROUP, name=backend.name)
-        if not found:
+        registry = BackendRegistry()  # installed entry points only, nothing cached
+        if backend.name not in registry.names():
             pytest.skip(
                 f"no installed distribution registers {backend.name!r} under the "
                 f"{EXECUTION_BACKEND_GROUP!r} entry-point group, so `altar` cannot find it; "
                 "add the entry point to check it"
             )
-        registered = next(iter(found)).load()
-        assert isinstance(registered, type), f"entry point {backend.name!r} is not a class"
+        # Loads and validates as `altar run` would: one distribution, a subclass, name == key.
+        registered = registry.get(backend.name)
         assert isinstance(backend, registered), (
-            f"entry point {backend.name!r} loads {registered.__qualname__}, not the backend "
-            f"under test ({type(backend).__qualname__})"
-        )
-        assert getattr(registered, "name", None) == backend.name, (
-            "a backend's name is its registry key"
+            f"entry point {backend.name!r} loads {registered.__module__}."
+            f"{registered.__qualname__}, not the backend under test "
+            f"({type(backend).__module__}.{type(backend).__qualname__})"
         )
 
     @asyncio_test
