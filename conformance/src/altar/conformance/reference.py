@@ -86,6 +86,9 @@ def run_command_locally(spec: ContainerTaskSpec, workdir: Path) -> int:
     and is killed at ``timeout_s``. Suits commands the test machine can run too, such as BusyBox
     shell commands in a plan rendered with the backend's path resolver.
     """
+    if not spec.command:
+        task_log("the task has an empty command; there is nothing to run")
+        return COMMAND_NOT_FOUND_EXIT_CODE
     env = {"PATH": os.environ.get("PATH", os.defpath), **spec.env}
     try:
         completed = subprocess.run(
@@ -101,7 +104,7 @@ def run_command_locally(spec: ContainerTaskSpec, workdir: Path) -> int:
         task_log(f"killed after its timeout of {spec.timeout_s} s")
         return TIMEOUT_EXIT_CODE
     except (FileNotFoundError, PermissionError) as error:
-        task_log(f"cannot run {spec.command[0] if spec.command else '(empty command)'}: {error}")
+        task_log(f"cannot run {spec.command[0]!r}: {error}")
         return COMMAND_NOT_FOUND_EXIT_CODE
     output = (completed.stdout + completed.stderr).decode("utf-8", errors="replace")
     task_log(*output.splitlines())
