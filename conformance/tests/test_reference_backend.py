@@ -299,3 +299,30 @@ async def test_run_command_locally_runs_argv_and_keeps_its_output(
     detail = await backend.failure_detail(handle)
     assert detail is not None
     assert detail.startswith(log)
+
+
+@pytest.mark.asyncio
+async def test_a_plan_names_the_runtime_by_import_path(tmp_path: Path) -> None:
+    from altar.execution.registry import create_backend
+
+    backend = create_backend(
+        "in-process",
+        {"runtime": "altar.conformance.reference:run_command_locally", "data_root": str(tmp_path)},
+    )
+    handle = await backend.submit(_spec(command=["sh", "-c", "exit 5"]))
+    status = await _settle(backend, handle)  # type: ignore[arg-type]
+    assert status.failure is not None
+    assert status.failure.reason == "exit_5"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        ("run_command_locally", "as 'module:function'"),
+        ("altar.conformance.reference:no_such", "cannot be imported"),
+        ("altar.conformance.reference:LOG_TAIL_LINES", "is not callable"),
+    ],
+)
+def test_a_bad_runtime_name_is_one_clear_error(tmp_path: Path, runtime: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        InProcessExecutionBackend(runtime, data_root=tmp_path)

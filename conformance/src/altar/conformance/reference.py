@@ -20,6 +20,7 @@ that finishes after its deadline reads as ``timeout``.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import os
 import subprocess
@@ -301,6 +302,8 @@ class InProcessFabric:
 class InProcessExecutionBackend(ExecutionBackend):
     """Runs each task as a Python callable in this process: the reference backend.
 
+    ``runtime`` is the callable each task runs, or its ``'module:function'`` name (as a plan's
+    ``[backend] options`` give it); None runs tasks until the fabric is told how they end.
     Options: ``data_root`` (where staged inputs land and tasks read and write; default
     ``./.altar-in-process-data``), ``gpus`` (devices the host offers; a task asking for more
     is refused, never run on CPU), ``max_timeout_s`` (a lifetime cap: ``timeout_s=None``
@@ -313,7 +316,7 @@ class InProcessExecutionBackend(ExecutionBackend):
 
     def __init__(
         self,
-        runtime: Runtime | None = None,
+        runtime: Runtime | str | None = None,
         *,
         data_root: str | os.PathLike[str] | None = None,
         gpus: int = 0,
@@ -327,7 +330,7 @@ class InProcessExecutionBackend(ExecutionBackend):
             raise ValueError(
                 f"max_timeout_s must be a positive number of seconds, got {max_timeout_s}"
             )
-        self.runtime = runtime
+        self.runtime = _load_runtime(runtime) if isinstance(runtime, str) else runtime
         self.data_root = Path(data_root if data_root is not None else ".altar-in-process-data")
         self.data_root = self.data_root.absolute()
         self.gpus = gpus
@@ -497,6 +500,24 @@ class InProcessTaskVerifyingBackend(InProcessExecutionBackend):
     """
 
     input_digest_verification: ClassVar[DigestVerification | None] = "task"
+
+
+def _load_runtime(reference: str) -> Runtime:
+    """Import ``module:attribute`` (how a plan file names a runtime in its backend options)."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(
+            f"runtime must name a callable as 'module:function', got {reference!r} "
+            "(for example 'altar.conformance.reference:run_command_locally')"
+        )
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"runtime {reference!r} cannot be imported: {error}") from error
+    if not callable(value):
+        raise ValueError(f"runtime {reference!r} is not callable")
+    runtime: Runtime = value
+    return runtime
 
 
 def _checking_inputs_first(runtime: Runtime, resolver: PathResolver) -> Runtime:
