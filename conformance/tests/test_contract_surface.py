@@ -38,6 +38,7 @@ HOOKS = {
     "reopen": (["backend"], set()),
     "oom_kill_task": (["backend", "handle"], set()),
     "unsupported_specs": (["spec"], set()),
+    "make_provider_unreachable": (["backend"], set()),
 }
 
 

@@ -34,6 +34,7 @@ import pytest
 from altar.conformance.launched import GIB, LaunchedTask
 from altar.execution import (
     EXECUTION_BACKEND_GROUP,
+    BackendUnavailableError,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -157,8 +158,9 @@ class ExecutionBackendContract:
     Required: the ``backend`` fixture and the hooks ``finish_task``, ``expire_task`` and
     ``launched_timeout``; ``fail_input_verification`` for a ``"task"`` verifying backend.
     Optional hooks (``write_task_log``, ``launched_task``, ``reopen``, ``oom_kill_task``,
-    ``unsupported_specs``) unlock more checks; left at their defaults those checks skip with
-    the reason. Hooks are synchronous and receive the backend instance under test.
+    ``make_provider_unreachable``, ``unsupported_specs``) unlock more checks; left at their
+    defaults those checks skip with the reason. Hooks are synchronous and receive the backend
+    instance under test.
     """
 
     # The base class is not a test class; every subclass is (see __init_subclass__).
@@ -234,6 +236,11 @@ class ExecutionBackendContract:
 
     def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
         """Make the fake report an OOM kill of the task; return False if it cannot."""
+        return False
+
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        """Make the fake fail every request as an unreachable provider would (refused
+        connections, 5xx); return False if it cannot."""
         return False
 
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
@@ -705,6 +712,27 @@ class ExecutionBackendContract:
         assert status.failure.reason == "timeout", (
             "the deadline must live with the provider (or the handle), not in the process "
             "that submitted the task"
+        )
+
+    @asyncio_test
+    async def test_an_unreachable_provider_is_not_a_missing_task(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        handle = await backend.submit(spec)
+        if not self.make_provider_unreachable(backend):
+            pytest.skip(
+                "make_provider_unreachable hook not implemented, so outage handling is "
+                "unchecked; make the fake fail requests as the unreachable provider would"
+            )
+        try:
+            statuses = await _poll(backend, [handle])
+        except BackendUnavailableError:
+            return  # transient: the caller polls again later
+        terminal = [s for s in statuses if s.state.is_terminal]
+        assert not terminal, (
+            f"the provider could not be asked, yet poll reported {terminal[0].state} "
+            f"({terminal[0].failure}); raise BackendUnavailableError instead: the task may "
+            "well be running"
         )
 
     @asyncio_test

@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from altar.conformance.launched import GIB, LaunchedTask
 from altar.execution import (
+    BackendUnavailableError,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -148,6 +149,13 @@ class InProcessFabric:
         self._lock = threading.Lock()
         self._tasks: dict[str, _Task] = {}
         self._ids = itertools.count(1)
+        self.reachable = True  # False: every provider call fails, as in an outage
+
+    def _answer(self) -> None:
+        if not self.reachable:
+            raise BackendUnavailableError(
+                "the in-process fabric is unreachable (outage simulated); try again later"
+            )
 
     # -- provider API used by the backend
 
@@ -159,6 +167,7 @@ class InProcessFabric:
         runtime: Runtime | None,
         workdir: Path,
     ) -> str:
+        self._answer()
         with self._lock:
             external_id = f"in-process-{next(self._ids)}"
             self._tasks[external_id] = _Task(spec, launched, timeout_s, started=self._clock())
@@ -173,6 +182,7 @@ class InProcessFabric:
         return external_id
 
     def inspect(self, external_id: str) -> FabricTask | None:
+        self._answer()
         with self._lock:
             task = self._tasks.get(external_id)
             if task is None:
@@ -185,10 +195,12 @@ class InProcessFabric:
 
     def kill(self, external_id: str) -> None:
         """Stop a task (no-op for a finished or unknown one)."""
+        self._answer()
         self._end(external_id, exit_code=None, ended_by="cancelled")
 
     def remove(self, external_id: str) -> None:
         """Forget a task (no-op for an unknown one)."""
+        self._answer()
         with self._lock:
             self._tasks.pop(external_id, None)
 
