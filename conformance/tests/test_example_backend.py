@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from altar.conformance import ExecutionBackendContract, LaunchedTask
 from altar.execution import (
+    BackendUnavailableError,
     ContainerTaskSpec,
     ExecutionBackend,
     ResourceRequest,
@@ -44,6 +45,11 @@ class FakeProcesses:
 
     def __init__(self) -> None:
         self.processes: dict[str, FakeProcess] = {}
+        self.reachable = True  # False: every call fails, as when the state volume is gone
+
+    def _reachable(self) -> None:
+        if not self.reachable:
+            raise BackendUnavailableError("task state directory is not available")
 
     def start(
         self,
@@ -54,11 +60,13 @@ class FakeProcesses:
         cwd: str,
         timeout_s: int | None,
     ) -> None:
+        self._reachable()
         if task_id in self.processes:
             raise FileExistsError(task_id)  # like mkdir of an existing task directory
         self.processes[task_id] = FakeProcess(list(argv), dict(env), dict(labels), timeout_s)
 
     def inspect(self, task_id: str) -> ProcessRecord | None:
+        self._reachable()
         p = self.processes.get(task_id)
         if p is None:
             return None
@@ -124,6 +132,10 @@ class TestSubprocessBackend(ExecutionBackendContract):
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
         assert isinstance(backend, SubprocessExecutionBackend)
         return SubprocessExecutionBackend(data_root=backend.data_root, runtime=fake(backend))
+
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        fake(backend).reachable = False
+        return True
 
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         return [
@@ -194,3 +206,13 @@ async def test_cancel_kills_a_real_process(tmp_path: Path) -> None:
     (gone,) = await backend.poll([handle])
     assert gone.failure is not None
     assert gone.failure.reason == "container_missing"
+
+
+@pytest.mark.asyncio
+async def test_a_vanished_state_directory_is_an_outage_not_missing_tasks(tmp_path: Path) -> None:
+    backend = SubprocessExecutionBackend(data_root=tmp_path / "volume")
+    handle = await backend.submit(_spec([sys.executable, "-c", "pass"]))
+    await _settle(backend, handle)
+    (tmp_path / "volume").rename(tmp_path / "unmounted")
+    with pytest.raises(BackendUnavailableError, match="is its volume mounted"):
+        await backend.poll([handle])
