@@ -1,0 +1,257 @@
+"""A fake Modal control plane: a grpclib server on 127.0.0.1 for the unmodified modal client.
+
+It implements the RPCs a V1 sandbox's life needs (``MODAL_SANDBOX_V2=0``): hello and auth,
+environment, app, image, volume and secret get-or-create, ``SandboxCreate`` (the command runs
+as a local process; the image is not pulled), ``SandboxGetTaskId``, ``SandboxWait`` (honours
+the request's timeout; ``NOT_FOUND`` for an unknown id), ``SandboxTerminate`` and
+``SandboxTagsGet``. A reaper turns an exit into SUCCESS/FAILURE with its exit code and a
+sandbox past ``timeout_secs`` into TIMEOUT. Every other RPC answers ``UNIMPLEMENTED``, so a
+client that starts needing one fails loudly rather than hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import secrets
+import string
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpclib import GRPCError, Status
+from grpclib.server import Server
+from modal_proto import api_grpc, api_pb2
+
+_ALPHANUMERIC = string.ascii_letters + string.digits
+_STATUS = api_pb2.GenericResult
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}-" + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(22))
+
+
+def _jwt() -> str:
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part({'exp': int(time.time()) + 3600})}."
+
+
+@dataclass
+class FakeSandbox:
+    sandbox_id: str
+    app_id: str
+    definition: api_pb2.Sandbox
+    tags: dict[str, str]
+    started: float
+    process: asyncio.subprocess.Process | None = None
+    result: api_pb2.GenericResult | None = None
+    task_id: str = field(default_factory=lambda: _id("ta"))
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _unimplemented(name: str) -> Any:
+    async def handler(self: Any, stream: Any) -> None:
+        raise GRPCError(
+            Status.UNIMPLEMENTED, f"{name} is not implemented by the fake control plane"
+        )
+
+    return handler
+
+
+class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.sandboxes: dict[str, FakeSandbox] = {}
+        self.requests: list[tuple[str, Any]] = []
+        self.apps: dict[str, str] = {}
+
+    def _record(self, name: str, request: Any) -> None:
+        self.requests.append((name, request))
+
+    async def ClientHello(self, stream: Any) -> None:
+        await stream.recv_message()
+        await stream.send_message(api_pb2.ClientHelloResponse())
+
+    async def AuthTokenGet(self, stream: Any) -> None:
+        await stream.recv_message()
+        await stream.send_message(api_pb2.AuthTokenGetResponse(token=_jwt()))
+
+    async def EnvironmentGetOrCreate(self, stream: Any) -> None:
+        await stream.recv_message()
+        settings = api_pb2.EnvironmentSettings(image_builder_version="2025.06")
+        metadata = api_pb2.EnvironmentMetadata(name="main", settings=settings)
+        await stream.send_message(
+            api_pb2.EnvironmentGetOrCreateResponse(environment_id=_id("en"), metadata=metadata)
+        )
+
+    async def AppGetOrCreate(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("AppGetOrCreate", request)
+        app_id = self.apps.setdefault(request.app_name, _id("ap"))
+        await stream.send_message(api_pb2.AppGetOrCreateResponse(app_id=app_id))
+
+    async def ImageGetOrCreate(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("ImageGetOrCreate", request)
+        result = api_pb2.GenericResult(status=_STATUS.GENERIC_STATUS_SUCCESS)
+        await stream.send_message(
+            api_pb2.ImageGetOrCreateResponse(image_id=_id("im"), result=result)
+        )
+
+    async def VolumeGetOrCreate(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("VolumeGetOrCreate", request)
+        version = api_pb2.VOLUME_FS_VERSION_V2
+        metadata = api_pb2.VolumeMetadata(name=request.deployment_name, version=version)
+        await stream.send_message(
+            api_pb2.VolumeGetOrCreateResponse(
+                volume_id=_id("vo"), version=version, metadata=metadata
+            )
+        )
+
+    async def SecretGetOrCreate(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("SecretGetOrCreate", request)
+        await stream.send_message(api_pb2.SecretGetOrCreateResponse(secret_id=_id("st")))
+
+    async def SandboxCreate(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("SandboxCreate", request)
+        sandbox = FakeSandbox(
+            sandbox_id=_id("sb"),
+            app_id=request.app_id,
+            definition=request.definition,
+            tags={tag.tag_name: tag.tag_value for tag in request.tags},
+            started=time.monotonic(),
+        )
+        args = list(request.definition.entrypoint_args)
+        sandbox.process = await asyncio.create_subprocess_exec(
+            *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        self.sandboxes[sandbox.sandbox_id] = sandbox
+        asyncio.get_running_loop().create_task(self._reap(sandbox))
+        metadata = api_pb2.SandboxHandleMetadata(app_id=request.app_id)
+        await stream.send_message(
+            api_pb2.SandboxCreateResponse(sandbox_id=sandbox.sandbox_id, metadata=metadata)
+        )
+
+    async def _reap(self, sandbox: FakeSandbox) -> None:
+        assert sandbox.process is not None
+        timeout = sandbox.definition.timeout_secs or 300
+        try:
+            code = await asyncio.wait_for(sandbox.process.wait(), timeout)
+        except TimeoutError:
+            sandbox.process.kill()
+            await sandbox.process.wait()
+            self._finish(sandbox, _STATUS.GENERIC_STATUS_TIMEOUT, 0)
+            return
+        if code < 0:  # killed by a signal: terminated (or already marked)
+            self._finish(sandbox, _STATUS.GENERIC_STATUS_TERMINATED, 0)
+        else:
+            status = _STATUS.GENERIC_STATUS_SUCCESS if code == 0 else _STATUS.GENERIC_STATUS_FAILURE
+            self._finish(sandbox, status, code)
+
+    def _finish(self, sandbox: FakeSandbox, status: int, code: int) -> None:
+        if sandbox.result is None:
+            sandbox.result = api_pb2.GenericResult(status=status, exitcode=code)
+            sandbox.finished.set()
+
+    def _sandbox(self, sandbox_id: str) -> FakeSandbox:
+        sandbox = self.sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise GRPCError(Status.NOT_FOUND, f"Sandbox {sandbox_id} not found")
+        return sandbox
+
+    async def SandboxGetTaskId(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        sandbox = self._sandbox(request.sandbox_id)
+        response = api_pb2.SandboxGetTaskIdResponse(task_id=sandbox.task_id)
+        if sandbox.result is not None:
+            response.task_result.CopyFrom(sandbox.result)
+        await stream.send_message(response)
+
+    async def SandboxWait(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("SandboxWait", request)
+        sandbox = self._sandbox(request.sandbox_id)
+        if request.timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sandbox.finished.wait(), request.timeout)
+        response = api_pb2.SandboxWaitResponse(
+            metadata=api_pb2.SandboxHandleMetadata(app_id=sandbox.app_id)
+        )
+        if sandbox.result is not None:
+            response.result.CopyFrom(sandbox.result)
+        await stream.send_message(response)
+
+    async def SandboxTerminate(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("SandboxTerminate", request)
+        sandbox = self._sandbox(request.sandbox_id)
+        if sandbox.result is None:
+            self._finish(sandbox, _STATUS.GENERIC_STATUS_TERMINATED, 0)
+            if sandbox.process is not None and sandbox.process.returncode is None:
+                sandbox.process.kill()
+        await stream.send_message(api_pb2.SandboxTerminateResponse())
+
+    async def SandboxTagsGet(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        sandbox = self._sandbox(request.sandbox_id)
+        tags = [api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in sandbox.tags.items()]
+        await stream.send_message(api_pb2.SandboxTagsGetResponse(tags=tags))
+
+    async def AppClientDisconnect(self, stream: Any) -> None:
+        from google.protobuf import empty_pb2
+
+        await stream.recv_message()
+        await stream.send_message(empty_pb2.Empty())
+
+
+for _name in list(getattr(FakeModalServicer, "__abstractmethods__", ())):
+    setattr(FakeModalServicer, _name, _unimplemented(_name))
+FakeModalServicer.__abstractmethods__ = frozenset()
+
+
+class ControlPlane:
+    """Runs the fake servicer on 127.0.0.1 in a thread with its own event loop."""
+
+    def __init__(self) -> None:
+        self.servicer = FakeModalServicer()
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> ControlPlane:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    async def _start(self) -> None:
+        self._server = Server([self.servicer])
+        await self._server.start("127.0.0.1", 0)
+        sockets = self._server._server.sockets  # the bound ephemeral port
+        self.port = sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
+        for sandbox in self.servicer.sandboxes.values():
+            if sandbox.process is not None and sandbox.process.returncode is None:
+                sandbox.process.kill()
+                await sandbox.process.wait()
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
