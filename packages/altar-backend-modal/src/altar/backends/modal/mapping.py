@@ -74,8 +74,8 @@ def check_accelerators(accelerators: Mapping[str, str]) -> None:
 
 def volume_path(logical_path: str) -> str:
     """Where a logical path lives on the volume (relative to its root); refuses ``..`` escapes."""
-    normalized = posixpath.normpath("/" + logical_path.lstrip("/")).lstrip("/")
-    if not normalized or normalized == "." or normalized.startswith(".."):
+    normalized = posixpath.normpath(logical_path.lstrip("/") or ".")
+    if normalized == "." or normalized == ".." or normalized.startswith("../"):
         raise ValueError(f"logical path {logical_path!r} does not name a file on the volume")
     return normalized
 
