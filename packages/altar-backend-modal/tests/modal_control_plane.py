@@ -68,6 +68,7 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, Any]] = []
         self.apps: dict[str, str] = {}
+        self.unavailable = False  # answer sandbox RPCs with UNAVAILABLE, as a failing gateway
 
     def _record(self, name: str, request: Any) -> None:
         self.requests.append((name, request))
@@ -161,6 +162,8 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
             sandbox.finished.set()
 
     def _sandbox(self, sandbox_id: str) -> FakeSandbox:
+        if self.unavailable:
+            raise GRPCError(Status.UNAVAILABLE, "upstream connect error or disconnect")
         sandbox = self.sandboxes.get(sandbox_id)
         if sandbox is None:
             raise GRPCError(Status.NOT_FOUND, f"Sandbox {sandbox_id} not found")

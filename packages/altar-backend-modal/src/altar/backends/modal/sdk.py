@@ -97,6 +97,8 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
         raise BackendUnavailableError(f"Modal could not be asked: {error}") from error
     except modal_errors.ServiceError as error:
         raise BackendUnavailableError(f"Modal answered with a server error: {error}") from error
+    except modal_errors.Error:
+        raise  # a request Modal refused (InvalidError, ...): not transient, never hidden
     except grpclib.GRPCError as error:
         if error.status in _UNAVAILABLE_GRPC:
             raise BackendUnavailableError(f"Modal could not be asked: {error}") from error

@@ -1,0 +1,158 @@
+"""The real runtime and the UNMODIFIED modal client against a fake control plane on 127.0.0.1.
+
+This is the one test that catches drift in the SDK: the wire messages it sends for cpu,
+memory, gpu, timeout and tags, and the private result layout the runtime reads. It is valid
+only for the SDK line it was written against, and skips for any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import modal
+import pytest
+from altar.backends.modal import ModalExecutionBackend
+from altar.backends.modal.sdk import ModalSdkRuntime
+from altar.execution import (
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    ResourceRequest,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+)
+
+from .modal_control_plane import ControlPlane
+
+pytestmark = pytest.mark.skipif(
+    not modal.__version__.startswith("1.6."),
+    reason=f"the fake control plane speaks modal 1.6's wire protocol; modal {modal.__version__} "
+    "is installed",
+)
+
+TOKEN_ID = "ak-altarfaketoken0000000"
+TOKEN_SECRET = "as-altarfakesecret000000"
+
+
+@pytest.fixture
+def control_plane(monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlane]:
+    with ControlPlane() as plane:
+        monkeypatch.setenv("MODAL_SERVER_URL", plane.url)
+        monkeypatch.setenv("MODAL_TOKEN_ID", TOKEN_ID)
+        monkeypatch.setenv("MODAL_TOKEN_SECRET", TOKEN_SECRET)
+        monkeypatch.setenv("MODAL_SANDBOX_V2", "0")
+        yield plane
+
+
+async def _until_terminal(
+    backend: ModalExecutionBackend, handle: TaskHandle, deadline_s: float = 15
+) -> TaskStatus:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        (status,) = await backend.poll([handle])
+        if status.state.is_terminal or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.1)
+
+
+def _spec(command: list[str], **changes: object) -> ContainerTaskSpec:
+    fields: dict[str, object] = {
+        "kind": "wire",
+        "image": "busybox:1.36",
+        "command": command,
+        "labels": {"job_id": "J", "fold": "0"},
+    }
+    fields.update(changes)
+    return ContainerTaskSpec(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_sdk_runtime_against_a_fake_control_plane(control_plane: ControlPlane) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client),
+            app_name="altar-wire",
+            volume_name="altar-wire-data",
+            pool_accelerators={"a100": "A100"},
+        )
+        servicer = control_plane.servicer
+
+        # create: cpu, memory (request and limit), gpu with its exact count, timeout, tags
+        spec = _spec(
+            ["sh", "-c", "exit 7"],
+            resources=ResourceRequest(gpu="a100", count=2, memory_gb=0.5, cpu=1.5),
+            timeout_s=30,
+            env={"ALTAR_WIRE": "yes"},
+        )
+        failing = await backend.submit(spec)
+        created = [r for name, r in servicer.requests if name == "SandboxCreate"][-1]
+        definition = created.definition
+        assert failing.external_id == servicer.sandboxes[failing.external_id].sandbox_id
+        assert list(definition.entrypoint_args) == ["sh", "-c", "exit 7"]
+        resources = definition.resources
+        assert (resources.milli_cpu, resources.milli_cpu_max) == (1500, 1500)
+        assert (resources.memory_mb, resources.memory_mb_max) == (512, 512)
+        assert (resources.gpu_config.gpu_type, resources.gpu_config.count) == ("A100", 2)
+        assert definition.timeout_secs == 30
+        assert {t.tag_name: t.tag_value for t in created.tags} == {"job_id": "J", "fold": "0"}
+        assert [m.mount_path for m in definition.volume_mounts] == ["/mnt/volume"]
+        secrets = [r for name, r in servicer.requests if name == "SecretGetOrCreate"]
+        assert any(dict(r.env_dict) == {"ALTAR_WIRE": "yes"} for r in secrets)
+        images = [r for name, r in servicer.requests if name == "ImageGetOrCreate"]
+        assert any("FROM busybox:1.36" in str(r) for r in images)
+
+        # poll (through from_id, on a fresh runtime: the id alone is enough) → exit_7
+        reopened = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client), app_name="altar-wire"
+        )
+        status = await _until_terminal(reopened, failing)
+        assert status.failure is not None
+        assert (status.failure.reason, status.failure.exit_code) == ("exit_7", 7)
+
+        # success, and no limit → Modal's 24 h maximum on the wire
+        succeeding = await backend.submit(_spec(["true"]))
+        assert servicer.sandboxes[succeeding.external_id].definition.timeout_secs == 86400
+        assert (await _until_terminal(backend, succeeding)).state is TaskState.SUCCEEDED
+
+        # running, then terminate (twice: idempotent) → cancelled, not exit_137
+        sleeping = await backend.submit(_spec(["sleep", "30"]))
+        assert [s.state for s in await backend.poll([sleeping])] == [TaskState.RUNNING]
+        await backend.cancel(sleeping)
+        await backend.cancel(sleeping)
+        status = await _until_terminal(backend, sleeping)
+        assert status.failure is not None
+        assert status.failure.reason == "cancelled"
+        terminates = [r for name, r in servicer.requests if name == "SandboxTerminate"]
+        assert [r.sandbox_id for r in terminates] == [sleeping.external_id] * 2
+
+        # the timeout result → timeout (the SDK's returncode would say 124)
+        expiring = await backend.submit(_spec(["sleep", "30"], timeout_s=1))
+        status = await _until_terminal(backend, expiring)
+        assert status.failure is not None
+        assert status.failure.reason == "timeout"
+
+        # an id Modal does not know → container_missing
+        missing = TaskHandle("modal", "sb-" + "x" * 22)
+        (status,) = await backend.poll([missing])
+        assert status.failure is not None
+        assert status.failure.reason == "container_missing"
+        await backend.cancel(missing)
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_an_unavailable_control_plane_is_backend_unavailable(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client))
+        control_plane.servicer.unavailable = True
+        with pytest.raises(BackendUnavailableError, match="server error"):
+            await backend.poll([TaskHandle("modal", "sb-" + "u" * 22)])
+    finally:
+        await client.close.aio()
