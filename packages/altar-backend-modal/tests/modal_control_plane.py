@@ -169,6 +169,13 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
             raise GRPCError(Status.NOT_FOUND, f"Sandbox {sandbox_id} not found")
         return sandbox
 
+    def oom_kill(self, sandbox_id: str) -> None:
+        """What Modal reports when the kernel kills the command at its memory limit."""
+        sandbox = self.sandboxes[sandbox_id]
+        self._finish(sandbox, _STATUS.GENERIC_STATUS_KERNEL_OOM_KILL, 137)
+        if sandbox.process is not None and sandbox.process.returncode is None:
+            sandbox.process.kill()
+
     async def SandboxGetTaskId(self, stream: Any) -> None:
         request = await stream.recv_message()
         sandbox = self._sandbox(request.sandbox_id)
@@ -254,6 +261,12 @@ class ControlPlane:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    def oom_kill(self, sandbox_id: str) -> None:
+        async def kill() -> None:
+            self.servicer.oom_kill(sandbox_id)
+
+        asyncio.run_coroutine_threadsafe(kill(), self._loop).result(10)
 
     @property
     def url(self) -> str:

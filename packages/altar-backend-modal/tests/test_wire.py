@@ -134,6 +134,15 @@ async def test_sdk_runtime_against_a_fake_control_plane(control_plane: ControlPl
         assert status.failure is not None
         assert status.failure.reason == "timeout"
 
+        # a kernel OOM kill → oom_killed (the SDK's returncode would say a plain 137)
+        hungry = await backend.submit(
+            _spec(["sleep", "30"], resources=ResourceRequest(memory_gb=1))
+        )
+        control_plane.oom_kill(hungry.external_id)
+        status = await _until_terminal(backend, hungry)
+        assert status.failure is not None
+        assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", 137)
+
         # an id Modal does not know → container_missing
         missing = TaskHandle("modal", "sb-" + "x" * 22)
         (status,) = await backend.poll([missing])
