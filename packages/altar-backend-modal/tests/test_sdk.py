@@ -56,6 +56,7 @@ def test_the_installed_proto_has_no_status_we_do_not_decode() -> None:
         modal_errors.AuthError("Token missing"),
         modal_errors.ServiceError("upstream connect error"),
         modal_errors.InternalError("internal"),
+        modal_errors.ResourceExhaustedError("Insufficient capacity to create sandbox."),
         ConnectionRefusedError(111, "Connect call failed"),
         TimeoutError("timed out"),
         grpclib.GRPCError(grpclib.Status.UNAVAILABLE, "unavailable"),

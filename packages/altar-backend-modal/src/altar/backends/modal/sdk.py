@@ -95,6 +95,11 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
         modal_errors.InternalError,
     ) as error:
         raise BackendUnavailableError(f"Modal could not be asked: {error}") from error
+    except modal_errors.ResourceExhaustedError as error:
+        # Sandbox.create found no capacity within its scheduling wait (and terminated it).
+        raise BackendUnavailableError(
+            f"Modal has no capacity for this sandbox now: {error}"
+        ) from error
     except modal_errors.ServiceError as error:
         raise BackendUnavailableError(f"Modal answered with a server error: {error}") from error
     except modal_errors.Error:
