@@ -69,6 +69,7 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self.requests: list[tuple[str, Any]] = []
         self.apps: dict[str, str] = {}
         self.unavailable = False  # answer sandbox RPCs with UNAVAILABLE, as a failing gateway
+        self.schedule_delay_s = 0.0  # how long a new sandbox waits for a worker (no task id)
 
     def _record(self, name: str, request: Any) -> None:
         self.requests.append((name, request))
@@ -179,6 +180,9 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
     async def SandboxGetTaskId(self, stream: Any) -> None:
         request = await stream.recv_message()
         sandbox = self._sandbox(request.sandbox_id)
+        if time.monotonic() - sandbox.started < self.schedule_delay_s:
+            await stream.send_message(api_pb2.SandboxGetTaskIdResponse())
+            return
         response = api_pb2.SandboxGetTaskIdResponse(task_id=sandbox.task_id)
         if sandbox.result is not None:
             response.task_result.CopyFrom(sandbox.result)

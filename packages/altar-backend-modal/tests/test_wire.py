@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import modal
 import pytest
@@ -23,6 +23,7 @@ from altar.execution import (
     TaskState,
     TaskStatus,
 )
+from modal_proto import api_pb2
 
 from .modal_control_plane import ControlPlane
 
@@ -55,6 +56,13 @@ async def _until_terminal(
         if status.state.is_terminal or time.monotonic() > deadline:
             return status
         await asyncio.sleep(0.1)
+
+
+async def _eventually(condition: Callable[[], bool], within_s: float = 10) -> None:
+    for _ in range(int(within_s / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
 
 
 def _spec(command: list[str], **changes: object) -> ContainerTaskSpec:
@@ -149,6 +157,29 @@ async def test_sdk_runtime_against_a_fake_control_plane(control_plane: ControlPl
         assert status.failure is not None
         assert status.failure.reason == "container_missing"
         await backend.cancel(missing)
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_a_submit_cancelled_while_waiting_for_scheduling_leaves_nothing_running(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client))
+        servicer = control_plane.servicer
+        servicer.schedule_delay_s = 30
+        submit = asyncio.ensure_future(backend.submit(_spec(["sleep", "30"])))
+        await _eventually(lambda: bool(servicer.sandboxes))
+        (sandbox_id,) = servicer.sandboxes
+        submit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await submit
+        await _eventually(lambda: servicer.sandboxes[sandbox_id].result is not None)
+        result = servicer.sandboxes[sandbox_id].result
+        assert result is not None
+        assert result.status == api_pb2.GenericResult.GENERIC_STATUS_TERMINATED
     finally:
         await client.close.aio()
 
