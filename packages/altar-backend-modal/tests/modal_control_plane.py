@@ -52,6 +52,8 @@ class FakeSandbox:
     result: api_pb2.GenericResult | None = None
     task_id: str = field(default_factory=lambda: _id("ta"))
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    output: list[tuple[float, int, str]] = field(default_factory=list)  # (time, fd, line)
+    tasks: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 def _unimplemented(name: str) -> Any:
@@ -132,20 +134,46 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         )
         args = list(request.definition.entrypoint_args)
         sandbox.process = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
         self.sandboxes[sandbox.sandbox_id] = sandbox
-        asyncio.get_running_loop().create_task(self._reap(sandbox))
+        out, err = sandbox.process.stdout, sandbox.process.stderr
+        sandbox.tasks = [
+            asyncio.ensure_future(self._collect(sandbox, out, api_pb2.FILE_DESCRIPTOR_STDOUT)),
+            asyncio.ensure_future(self._collect(sandbox, err, api_pb2.FILE_DESCRIPTOR_STDERR)),
+        ]
+        sandbox.tasks.append(asyncio.ensure_future(self._reap(sandbox, sandbox.tasks[:])))
         metadata = api_pb2.SandboxHandleMetadata(app_id=request.app_id)
         await stream.send_message(
             api_pb2.SandboxCreateResponse(sandbox_id=sandbox.sandbox_id, metadata=metadata)
         )
 
-    async def _reap(self, sandbox: FakeSandbox) -> None:
+    async def _collect(self, sandbox: FakeSandbox, pipe: Any, fd: int) -> None:
+        async for raw in pipe:
+            sandbox.output.append((time.time(), fd, raw.decode(errors="replace")))
+
+    async def AppFetchLogs(self, stream: Any) -> None:
+        """The most recent ``limit`` lines of one task's output, oldest first."""
+        request = await stream.recv_message()
+        self._record("AppFetchLogs", request)
+        batches = []
+        for sandbox in self.sandboxes.values():
+            if sandbox.app_id != request.app_id or request.task_id not in ("", sandbox.task_id):
+                continue
+            lines = sandbox.output[-request.limit :] if request.limit else sandbox.output
+            items = [
+                api_pb2.TaskLogs(data=line, timestamp=at, file_descriptor=fd)
+                for at, fd, line in lines
+            ]
+            batches.append(api_pb2.TaskLogsBatch(task_id=sandbox.task_id, items=items))
+        await stream.send_message(api_pb2.AppFetchLogsResponse(batches=batches))
+
+    async def _reap(self, sandbox: FakeSandbox, collectors: list[asyncio.Future[None]]) -> None:
         assert sandbox.process is not None
         timeout = sandbox.definition.timeout_secs or 300
         try:
             code = await asyncio.wait_for(sandbox.process.wait(), timeout)
+            await asyncio.gather(*collectors)  # all output is in before the result is
         except TimeoutError:
             sandbox.process.kill()
             await sandbox.process.wait()

@@ -8,6 +8,7 @@ import pytest
 from altar.backends.modal.runtime import ResultStatus, SandboxNotFoundError
 from altar.backends.modal.sdk import _modal_errors, result_from_proto
 from altar.execution import BackendUnavailableError
+from grpclib.exceptions import StreamTerminatedError
 from modal_proto import api_pb2
 
 G = api_pb2.GenericResult
@@ -59,6 +60,8 @@ def test_the_installed_proto_has_no_status_we_do_not_decode() -> None:
         modal_errors.ResourceExhaustedError("Insufficient capacity to create sandbox."),
         ConnectionRefusedError(111, "Connect call failed"),
         TimeoutError("timed out"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        StreamTerminatedError("Connection lost"),
         grpclib.GRPCError(grpclib.Status.UNAVAILABLE, "unavailable"),
     ],
 )
@@ -72,6 +75,11 @@ def test_not_found_is_a_missing_sandbox_only_for_sandbox_calls() -> None:
         raise modal_errors.NotFoundError("Sandbox sb-x not found")
     with pytest.raises(modal_errors.NotFoundError), _modal_errors():
         raise modal_errors.NotFoundError("App not found")
+
+
+def test_local_file_errors_are_not_mistaken_for_an_outage() -> None:
+    with pytest.raises(FileNotFoundError), _modal_errors():
+        raise FileNotFoundError("no such volume file")
 
 
 def test_invalid_requests_are_not_hidden() -> None:

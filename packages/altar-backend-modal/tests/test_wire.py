@@ -112,6 +112,19 @@ async def test_sdk_runtime_against_a_fake_control_plane(control_plane: ControlPl
         images = [r for name, r in servicer.requests if name == "ImageGetOrCreate"]
         assert any("FROM busybox:1.36" in str(r) for r in images)
 
+        # the output tail of a failed task
+        chatty = await backend.submit(
+            _spec(["sh", "-c", 'for i in $(seq 0 99); do echo "log line $i"; done; exit 3'])
+        )
+        status = await _until_terminal(backend, chatty)
+        assert status.failure is not None
+        assert status.failure.reason == "exit_3"
+        detail = await backend.failure_detail(chatty)
+        assert detail is not None
+        assert detail.splitlines()[-1] == "log line 99"
+        assert "log line 0\n" not in detail + "\n"
+        assert len(detail.splitlines()) == 20
+
         # poll (through from_id, on a fresh runtime: the id alone is enough) → exit_7
         reopened = ModalExecutionBackend(
             runtime=ModalSdkRuntime(client=client), app_name="altar-wire"

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from altar.backends.modal.runtime import (
     SandboxResult,
 )
 from altar.execution import BackendUnavailableError
+from grpclib.exceptions import StreamTerminatedError
 
 import modal
 import modal.exception as modal_errors
@@ -108,7 +110,8 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
         if error.status in _UNAVAILABLE_GRPC:
             raise BackendUnavailableError(f"Modal could not be asked: {error}") from error
         raise
-    except (OSError, TimeoutError) as error:  # ConnectionRefusedError, socket timeouts, DNS
+    except (ConnectionError, TimeoutError, socket.gaierror, StreamTerminatedError) as error:
+        # Refused or reset connections, socket timeouts, DNS; not FileNotFoundError and kin.
         raise BackendUnavailableError(f"cannot reach Modal: {error}") from error
 
 
