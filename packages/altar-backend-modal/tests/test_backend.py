@@ -204,7 +204,9 @@ async def test_unreachable_modal_is_transient_never_missing(
     handle = await backend.submit(_spec())
     fake.unreachable = True
     with pytest.raises(BackendUnavailableError):
-        await backend.poll([handle])
+        await backend.poll([handle, handle, handle])
+    with pytest.raises(BackendUnavailableError):
+        await backend.cleanup([handle])
     with pytest.raises(BackendUnavailableError):
         await backend.submit(_spec())
     assert await backend.failure_detail(handle) is None

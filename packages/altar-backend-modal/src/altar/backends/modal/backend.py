@@ -105,14 +105,23 @@ class ModalExecutionBackend(ExecutionBackend):
         return PathResolver(CONTAINER_MOUNT_ROOT)
 
     async def _bounded(self, items: Iterable[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
-        """``call`` on every item with at most ``max_concurrency`` in flight; results in order."""
+        """``call`` on every item with at most ``max_concurrency`` in flight; results in order.
+
+        Every call runs to completion; the first error (in item order) is then raised.
+        """
         semaphore = asyncio.Semaphore(self.max_concurrency)
 
         async def one(item: T) -> R:
             async with semaphore:
                 return await call(item)
 
-        return list(await asyncio.gather(*(one(item) for item in items)))
+        outcomes = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
+        results: list[R] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
 
     # -- tasks -----------------------------------------------------------------------------
 
