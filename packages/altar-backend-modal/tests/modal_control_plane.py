@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import secrets
 import string
@@ -22,12 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
 from grpclib import GRPCError, Status
 from grpclib.server import Server
 from modal_proto import api_grpc, api_pb2
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
 _STATUS = api_pb2.GenericResult
+BLOCK_SIZE = 8 * 1024 * 1024  # Modal's volume block size
 
 
 def _id(prefix: str) -> str:
@@ -56,6 +59,13 @@ class FakeSandbox:
     tasks: list[asyncio.Future[None]] = field(default_factory=list)
 
 
+@dataclass
+class VolumeFile:
+    size: int
+    mtime: int
+    blocks: list[str]  # sha256 hex of each BLOCK_SIZE block
+
+
 def _unimplemented(name: str) -> Any:
     async def handler(self: Any, stream: Any) -> None:
         raise GRPCError(
@@ -72,6 +82,10 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self.apps: dict[str, str] = {}
         self.unavailable = False  # answer sandbox RPCs with UNAVAILABLE, as a failing gateway
         self.schedule_delay_s = 0.0  # how long a new sandbox waits for a worker (no task id)
+        self.volume_ids: dict[str, str] = {}
+        self.volumes: dict[str, dict[str, VolumeFile]] = {}
+        self.blocks: dict[str, bytes] = {}  # sha256 hex -> bytes, served over HTTP
+        self.blob_url = ""  # set by ControlPlane once the block server listens
 
     def _record(self, name: str, request: Any) -> None:
         self.requests.append((name, request))
@@ -109,12 +123,114 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
     async def VolumeGetOrCreate(self, stream: Any) -> None:
         request = await stream.recv_message()
         self._record("VolumeGetOrCreate", request)
+        volume_id = self.volume_ids.setdefault(request.deployment_name, _id("vo"))
+        self.volumes.setdefault(volume_id, {})
         version = api_pb2.VOLUME_FS_VERSION_V2
         metadata = api_pb2.VolumeMetadata(name=request.deployment_name, version=version)
         await stream.send_message(
             api_pb2.VolumeGetOrCreateResponse(
-                volume_id=_id("vo"), version=version, metadata=metadata
+                volume_id=volume_id, version=version, metadata=metadata
             )
+        )
+
+    def _volume(self, volume_id: str) -> dict[str, VolumeFile]:
+        if volume_id not in self.volumes:
+            raise GRPCError(Status.NOT_FOUND, f"Volume {volume_id} not found")
+        return self.volumes[volume_id]
+
+    async def VolumePutFiles2(self, stream: Any) -> None:
+        """Commit files whose blocks the server has; otherwise ask for the missing blocks."""
+        request = await stream.recv_message()
+        self._record("VolumePutFiles2", request)
+        volume = self._volume(request.volume_id)
+        missing = [
+            api_pb2.VolumePutFiles2Response.MissingBlock(
+                file_index=f,
+                block_index=b,
+                put_url=f"{self.blob_url}/block/{block.contents_sha256.hex()}",
+            )
+            for f, file in enumerate(request.files)
+            for b, block in enumerate(file.blocks)
+            if block.contents_sha256.hex() not in self.blocks
+        ]
+        if not missing:
+            for file in request.files:
+                path = file.path.lstrip("/")
+                if request.disallow_overwrite_existing_files and path in volume:
+                    raise GRPCError(Status.ALREADY_EXISTS, f"{path} already exists")
+                hexes = [block.contents_sha256.hex() for block in file.blocks]
+                volume[path] = VolumeFile(file.size, int(time.time()), hexes)
+        await stream.send_message(api_pb2.VolumePutFiles2Response(missing_blocks=missing))
+
+    def _file(self, volume_id: str, path: str) -> VolumeFile:
+        file = self._volume(volume_id).get(path.lstrip("/"))
+        if file is None:
+            raise GRPCError(Status.NOT_FOUND, f"No such file: {path}")
+        return file
+
+    async def VolumeGetFile2(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("VolumeGetFile2", request)
+        file = self._file(request.volume_id, request.path)
+        urls = [f"{self.blob_url}/block/{digest}" for digest in file.blocks]
+        await stream.send_message(
+            api_pb2.VolumeGetFile2Response(get_urls=urls, size=file.size, start=0, len=file.size)
+        )
+
+    async def VolumeListFiles2(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("VolumeListFiles2", request)
+        volume = self._volume(request.volume_id)
+        path = request.path.strip("/")
+        if path in volume:
+            names = [path]
+        else:
+            prefix = f"{path}/" if path else ""
+            names = sorted(
+                name
+                for name in volume
+                if name.startswith(prefix) and (request.recursive or "/" not in name[len(prefix) :])
+            )
+            if not names:
+                raise GRPCError(Status.NOT_FOUND, f"No such file or directory: {request.path}")
+        entries = [
+            api_pb2.FileEntry(
+                path=name,
+                type=api_pb2.FileEntry.FileType.FILE,
+                mtime=volume[name].mtime,
+                size=volume[name].size,
+            )
+            for name in names
+        ]
+        await stream.send_message(api_pb2.VolumeListFiles2Response(entries=entries))
+
+    async def VolumeRemoveFile2(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        self._record("VolumeRemoveFile2", request)
+        self._file(request.volume_id, request.path)
+        del self._volume(request.volume_id)[request.path.lstrip("/")]
+        from google.protobuf import empty_pb2
+
+        await stream.send_message(empty_pb2.Empty())
+
+    def volume_file(self, volume_name: str, path: str) -> bytes | None:
+        """The bytes of a file on a named volume, as a task would read them."""
+        file = self.volumes.get(self.volume_ids.get(volume_name, ""), {}).get(path)
+        if file is None:
+            return None
+        return b"".join(self.blocks[digest] for digest in file.blocks)[: file.size]
+
+    def put_volume_file(self, volume_name: str, path: str, data: bytes) -> None:
+        """What a task writing to its mounted volume leaves behind."""
+        volume_id = self.volume_ids.setdefault(volume_name, _id("vo"))
+        digests = []
+        for start in range(0, max(len(data), 1), BLOCK_SIZE):
+            block = data[start : start + BLOCK_SIZE]
+            digest = hashlib.sha256(block).hexdigest()
+            self.blocks[digest] = block
+            digests.append(digest)
+        self.volumes.setdefault(volume_id, {})[path] = VolumeFile(
+            len(data), int(time.time()), digests
         )
 
     async def SecretGetOrCreate(self, stream: Any) -> None:
@@ -266,6 +382,7 @@ class ControlPlane:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._server: Server | None = None
+        self._http: web.AppRunner | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     def __enter__(self) -> ControlPlane:
@@ -278,12 +395,37 @@ class ControlPlane:
         await self._server.start("127.0.0.1", 0)
         sockets = self._server._server.sockets  # the bound ephemeral port
         self.port = sockets[0].getsockname()[1]
+        app = web.Application()
+        app.router.add_put("/block/{digest}", self._put_block)
+        app.router.add_get("/block/{digest}", self._get_block)
+        self._http = web.AppRunner(app)
+        await self._http.setup()
+        site = web.TCPSite(self._http, "127.0.0.1", 0)
+        await site.start()
+        http_port = self._http.addresses[0][1]
+        self.servicer.blob_url = f"http://127.0.0.1:{http_port}"
+
+    async def _put_block(self, request: web.Request) -> web.Response:
+        digest = request.match_info["digest"]
+        data = await request.read()
+        if hashlib.sha256(data).hexdigest() != digest:
+            return web.Response(status=400, text="block does not match its sha256")
+        self.servicer.blocks[digest] = data
+        return web.Response(body=b"stored:" + digest.encode())
+
+    async def _get_block(self, request: web.Request) -> web.Response:
+        data = self.servicer.blocks.get(request.match_info["digest"])
+        if data is None:
+            return web.Response(status=404, text="no such block")
+        return web.Response(body=data)
 
     async def _stop(self) -> None:
         for sandbox in self.servicer.sandboxes.values():
             if sandbox.process is not None and sandbox.process.returncode is None:
                 sandbox.process.kill()
                 await sandbox.process.wait()
+        if self._http is not None:
+            await self._http.cleanup()
         assert self._server is not None
         self._server.close()
         await self._server.wait_closed()

@@ -8,8 +8,10 @@ only for the SDK line it was written against, and skips for any other.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import modal
 import pytest
@@ -22,6 +24,8 @@ from altar.execution import (
     TaskHandle,
     TaskState,
     TaskStatus,
+    Transfer,
+    TransferIntegrityError,
 )
 from modal_proto import api_pb2
 
@@ -170,6 +174,66 @@ async def test_sdk_runtime_against_a_fake_control_plane(control_plane: ControlPl
         assert status.failure is not None
         assert status.failure.reason == "container_missing"
         await backend.cancel(missing)
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_volume_staging_and_collection_through_the_sdk(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    servicer = control_plane.servicer
+
+    def puts() -> int:
+        return sum(1 for name, _ in servicer.requests if name == "VolumePutFiles2")
+
+    try:
+        backend = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client), volume_name="altar-wire-data"
+        )
+        data = bytes(range(256)) * 64 + b"weights\n"
+        weights = tmp_path / "weights v1 'quoted'.bin"
+        weights.write_bytes(data)
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        transfer = Transfer(str(weights), "models/m/weights.bin", digest=digest)
+
+        await backend.stage_inputs([transfer])
+        assert servicer.volume_file("altar-wire-data", "models/m/weights.bin") == data
+        record = servicer.volume_file("altar-wire-data", "models/m/weights.bin.sha256-staged")
+        assert record is not None
+        assert record.decode().startswith(f"staged-file/1 {digest} size={len(data)} mtime=")
+
+        # the record vouches for the bytes: a second staging uploads nothing
+        before = puts()
+        await backend.stage_inputs([transfer])
+        assert puts() == before
+
+        # a mismatch uploads nothing either
+        bad = Transfer(str(weights), "models/m/other.bin", digest="sha256:" + "0" * 64)
+        with pytest.raises(TransferIntegrityError):
+            await backend.stage_inputs([bad])
+        assert puts() == before
+        assert servicer.volume_file("altar-wire-data", "models/m/other.bin") is None
+
+        # a directory without a digest is uploaded file by file
+        (tmp_path / "dir" / "sub").mkdir(parents=True)
+        (tmp_path / "dir" / "sub" / "a.txt").write_bytes(b"a\n")
+        await backend.stage_inputs([Transfer(str(tmp_path / "dir"), "inputs/dir")])
+        assert servicer.volume_file("altar-wire-data", "inputs/dir/sub/a.txt") == b"a\n"
+
+        # submit removes a stale output; collect_outputs brings the new one back
+        servicer.put_volume_file("altar-wire-data", "jobs/J/out.tsv", b"stale\n")
+        destination = tmp_path / "results" / "out.tsv"
+        output = Transfer(str(destination), "jobs/J/out.tsv")
+        handle = await backend.submit(_spec(["true"], outputs=[output]))
+        assert servicer.volume_file("altar-wire-data", "jobs/J/out.tsv") is None
+        servicer.put_volume_file("altar-wire-data", "jobs/J/out.tsv", b"score\t1.0\n")
+        assert (await _until_terminal(backend, handle)).state is TaskState.SUCCEEDED
+        await backend.collect_outputs([output])
+        assert destination.read_bytes() == b"score\t1.0\n"
+        with pytest.raises(FileNotFoundError):
+            await backend.collect_outputs([Transfer(str(tmp_path / "x"), "jobs/J/none.tsv")])
     finally:
         await client.close.aio()
 

@@ -219,13 +219,17 @@ class ModalSdkRuntime:
 
     async def download(self, volume_name: str, remote_path: str, destination: Path) -> None:
         volume = self._volume(volume_name)
-        with _modal_errors(), destination.open("wb") as handle:
-            try:
-                await volume.read_file_into_fileobj.aio(remote_path, handle)
-            except modal_errors.NotFoundError as error:
-                raise FileNotFoundError(
-                    f"{remote_path!r} is not on Modal volume {volume_name!r}"
-                ) from error
+        handle = await asyncio.to_thread(destination.open, "wb")
+        try:
+            with _modal_errors():
+                async for chunk in volume.read_file.aio(remote_path):
+                    await asyncio.to_thread(handle.write, chunk)
+        except (modal_errors.NotFoundError, FileNotFoundError) as error:
+            raise FileNotFoundError(
+                f"{remote_path!r} is not on Modal volume {volume_name!r}"
+            ) from error
+        finally:
+            await asyncio.to_thread(handle.close)
 
     async def file_version(self, volume_name: str, remote_path: str) -> str | None:
         volume = self._volume(volume_name)
