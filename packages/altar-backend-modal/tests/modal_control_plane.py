@@ -2,11 +2,15 @@
 
 It implements the RPCs a V1 sandbox's life needs (``MODAL_SANDBOX_V2=0``): hello and auth,
 environment, app, image, volume and secret get-or-create, ``SandboxCreate`` (the command runs
-as a local process; the image is not pulled), ``SandboxGetTaskId``, ``SandboxWait`` (honours
-the request's timeout; ``NOT_FOUND`` for an unknown id), ``SandboxTerminate`` and
-``SandboxTagsGet``. A reaper turns an exit into SUCCESS/FAILURE with its exit code and a
-sandbox past ``timeout_secs`` into TIMEOUT. Every other RPC answers ``UNIMPLEMENTED``, so a
-client that starts needing one fails loudly rather than hanging.
+as a local process; the image is not pulled), ``SandboxGetTaskId`` (optionally delayed, as a
+sandbox waiting for a worker), ``SandboxWait`` (honours the request's timeout; ``NOT_FOUND`` for
+an unknown id), ``SandboxTerminate``, ``SandboxTagsGet`` and ``AppFetchLogs``. A reaper turns an
+exit into SUCCESS/FAILURE with its exit code and a sandbox past ``timeout_secs`` into TIMEOUT.
+
+Volumes are VolumeFS v2: ``VolumePutFiles2`` asks for missing blocks, which the client PUTs to
+a small HTTP block server (checked against their sha256), ``VolumeGetFile2`` hands out block
+URLs, ``VolumeListFiles2`` and ``VolumeRemoveFile2``. Every other RPC answers
+``UNIMPLEMENTED``, so a client that starts needing one fails loudly rather than hanging.
 """
 
 from __future__ import annotations
