@@ -91,11 +91,12 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
         if sandbox_id is None:
             raise
         raise SandboxNotFoundError(str(error) or f"Sandbox {sandbox_id} not found") from error
-    except (
-        modal_errors.AuthError,
-        modal_errors.ConnectionError,
-        modal_errors.InternalError,
-    ) as error:
+    except modal_errors.AuthError as error:
+        raise BackendUnavailableError(
+            f"Modal refused the credentials ({error}); run `modal token new` or set "
+            "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"
+        ) from error
+    except (modal_errors.ConnectionError, modal_errors.InternalError) as error:
         raise BackendUnavailableError(f"Modal could not be asked: {error}") from error
     except modal_errors.ResourceExhaustedError as error:
         # Sandbox.create found no capacity within its scheduling wait (and terminated it).
