@@ -117,11 +117,6 @@ def test_a_longer_timeout_is_rejected_never_clamped() -> None:
         modal_timeout(10**9)
 
 
-def test_an_empty_image_is_refused() -> None:
-    with pytest.raises(ValueError, match="registry image"):
-        _request(_spec(image=""))
-
-
 @pytest.mark.parametrize(
     ("logical", "expected"),
     [("jobs/J/x.tsv", "jobs/J/x.tsv"), ("/jobs/J/./x", "jobs/J/x"), ("a//b", "a/b")],

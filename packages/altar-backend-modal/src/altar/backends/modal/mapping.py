@@ -94,8 +94,6 @@ def sandbox_request(
     limit is enforced (a bare memory value would only be a request). Memory is rounded up to
     whole MiB. Labels become sandbox tags; the command is passed unchanged.
     """
-    if not spec.image:
-        raise ValueError("spec.image must name a registry image, e.g. 'busybox:1.36'")
     resources = spec.resources
     cpu = (float(resources.cpu), float(resources.cpu)) if resources.cpu is not None else None
     memory: tuple[int, int] | None = None
