@@ -4,7 +4,7 @@ It behaves the way the modal SDK and Modal's control plane do, as far as the bac
 sandbox ids are ``sb-`` + 22 alphanumerics; an unknown id is ``NOT_FOUND``; a sandbox runs until
 it exits, overruns its timeout (status TIMEOUT), is OOM-killed or evicted, or is terminated
 (status TERMINATED; terminating a finished sandbox changes nothing); requests are validated as
-``Sandbox.create`` and the server validate them (limits not below requests, timeout within 24
+``Sandbox.create`` and the server validate it (limits not below requests, timeout within 24
 hours, ``TYPE:COUNT`` GPUs). Volume files carry a version built from size and whole-second
 mtime, as the SDK runtime reports it.
 
