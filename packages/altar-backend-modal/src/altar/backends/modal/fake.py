@@ -3,9 +3,9 @@
 It behaves the way the modal SDK and Modal's control plane do, as far as the backend can see:
 sandbox ids are ``sb-`` + 22 alphanumerics; an unknown id is ``NOT_FOUND``; a sandbox runs until
 it exits, overruns its timeout (status TIMEOUT), is OOM-killed or evicted, or is terminated
-(status TERMINATED; terminating a finished sandbox changes nothing); requests are validated as
-``Sandbox.create`` and the server validate it (limits not below requests, timeout within 24
-hours, ``TYPE:COUNT`` GPUs). Volume files carry a version built from size and whole-second
+(status TERMINATED; terminating a finished sandbox changes nothing); a request is refused where
+``Sandbox.create`` or Modal's server would refuse it (a limit below its request, a timeout over
+24 hours, a malformed ``TYPE:COUNT``). Volume files carry a version built from size and whole-second
 mtime, as the SDK runtime reports it.
 
 Tests script outcomes with :meth:`FakeModalRuntime.finish`, :meth:`expire`, :meth:`oom_kill`,
