@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import importlib.metadata
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from altar.backends.modal import ModalExecutionBackend, SandboxResult
 from altar.backends.modal.fake import FakeModalRuntime
-from altar.backends.modal.runtime import ModalRuntime
+from altar.backends.modal.runtime import ModalRuntime, SandboxRequest
 from altar.execution import (
     EXECUTION_BACKEND_GROUP,
     BackendUnavailableError,
@@ -462,3 +463,23 @@ async def test_resubmitting_a_spec_launches_a_fresh_sandbox(
         TaskState.FAILED,
         TaskState.RUNNING,
     ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"timeout_s": 86401},
+        {"timeout_s": 0},
+        {"cpu": (2.0, 1.0)},
+        {"memory_mib": (1024, 512)},
+        {"gpu": "A100:0"},
+        {"gpu": ":2"},
+    ],
+)
+async def test_the_fake_refuses_what_modal_would(fake: FakeModalRuntime, change: dict) -> None:
+    request = SandboxRequest(app_name="a", image="busybox:1.36", command=("true",), timeout_s=60)
+    await fake.create_sandbox(request)
+    with pytest.raises(ValueError, match=r"timeout|limit|GPU"):
+        await fake.create_sandbox(dataclasses.replace(request, **change))
+    assert len(fake.sandboxes) == 1
