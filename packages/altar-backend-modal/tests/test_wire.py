@@ -262,6 +262,22 @@ async def test_a_submit_cancelled_while_waiting_for_scheduling_leaves_nothing_ru
 
 
 @pytest.mark.asyncio
+async def test_the_default_backend_uses_the_environments_credentials(
+    control_plane: ControlPlane,
+) -> None:
+    backend = ModalExecutionBackend(app_name="altar-wire-env")  # as `altar run` builds it
+    try:
+        handle = await backend.submit(_spec(["sh", "-c", "exit 4"]))
+        status = await _until_terminal(backend, handle)
+        assert status.failure is not None
+        assert status.failure.exit_code == 4
+        assert "altar-wire-env" in control_plane.servicer.apps
+    finally:
+        client = await modal.Client.from_env.aio()
+        await client.close.aio()  # also forgets the process-wide client
+
+
+@pytest.mark.asyncio
 async def test_an_unavailable_control_plane_is_backend_unavailable(
     control_plane: ControlPlane,
 ) -> None:
