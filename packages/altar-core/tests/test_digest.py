@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from altar.execution import Transfer, TransferIntegrityError, digest
 from altar.execution.digest import (
     has_verification_record,

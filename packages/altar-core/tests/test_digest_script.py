@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from altar.execution.digest import (
     has_verification_record,
     record_path,
@@ -91,9 +90,10 @@ class ReadWatch:
     def __init__(self, path: Path) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         self.fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if self.fd < 0 or libc.inotify_add_watch(
-            self.fd, os.fsencode(path), _IN_ACCESS | _IN_OPEN
-        ) < 0:
+        if (
+            self.fd < 0
+            or libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_ACCESS | _IN_OPEN) < 0
+        ):
             pytest.skip("inotify is not available")
 
     def events(self) -> int:
@@ -346,7 +346,9 @@ def test_hostile_names(shell: Shell, tmp_path: Path) -> None:
         f"{path}: OK (verification record)\n".encode() for path, _ in files
     )
     assert not (tmp_path / "pwned").exists()
-    expected = sorted([name for name in HOSTILE_NAMES] + [n + ".sha256-verified" for n in HOSTILE_NAMES])
+    expected = sorted(
+        [name for name in HOSTILE_NAMES] + [n + ".sha256-verified" for n in HOSTILE_NAMES]
+    )
     assert sorted(os.listdir(tmp_path)) == expected
 
 
@@ -359,9 +361,7 @@ def test_relative_paths_with_a_leading_dash(shell: Shell, tmp_path: Path) -> Non
     assert has_verification_record(a, "sha256:" + ha)
 
 
-def test_read_only_volume_checks_without_recording(
-    shell: Shell, tmp_path: Path
-) -> None:
+def test_read_only_volume_checks_without_recording(shell: Shell, tmp_path: Path) -> None:
     mount = tmp_path / "ro"
     mount.mkdir()
     try:
@@ -400,9 +400,22 @@ def test_in_the_real_busybox_container(docker_host: str, tmp_path: Path) -> None
 
     def run(trust: bool = True) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", "-v", f"{data}:/data",
-             "busybox:latest", "sh", "-c", verify_files_script(trust_records=trust),
-             "verify-inputs", f"{hexd}  /data/x y", f"{hexdigest(b'no')}  /data/x y"],
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "-v",
+                f"{data}:/data",
+                "busybox:latest",
+                "sh",
+                "-c",
+                verify_files_script(trust_records=trust),
+                "verify-inputs",
+                f"{hexd}  /data/x y",
+                f"{hexdigest(b'no')}  /data/x y",
+            ],
             capture_output=True,
             timeout=120,
         )
