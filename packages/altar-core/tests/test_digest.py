@@ -123,6 +123,16 @@ def test_sha256_file_matches_hashlib(tmp_path: Path, size: int) -> None:
     assert sha256_file(path) == expected
 
 
+def test_sha256_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")  # must not block waiting for a writer
+    with pytest.raises(OSError, match="not a regular file"):
+        sha256_file(tmp_path / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        sha256_file(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        sha256_file(tmp_path / "missing")
+
+
 def test_record_line_is_byte_for_byte_the_0_3_0_format(tmp_path: Path) -> None:
     path, expected = make(tmp_path / "f", b"x" * 1234)
     st = os.stat(path)

@@ -204,3 +204,20 @@ def test_hashes_exactly_the_bytes_it_wrote(tmp_path: Path, monkeypatch: pytest.M
     copied = (tmp_path / "dest").read_bytes()
     assert result.digest == sha(copied)
     assert copied != source.read_bytes()
+
+
+def test_a_failing_hash_thread_fails_the_copy_instead_of_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(8 * MiB))
+
+    class BrokenSha:
+        def update(self, data: object) -> None:
+            raise MemoryError("simulated")
+
+    monkeypatch.setattr(digest.hashlib, "sha256", BrokenSha)
+    with pytest.raises(MemoryError, match="simulated"):
+        copy_and_verify(source, tmp_path / "dest")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["src"]

@@ -22,11 +22,13 @@ import contextlib
 import errno
 import hashlib
 import os
+import queue
 import stat as stat_module
+import threading
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +65,8 @@ VERIFICATION_RECORD_FORMAT = "verified-file/1"
 # 1 MiB measured fastest for hashlib here: larger buffers fall out of the CPU cache.
 _CHUNK = 1 << 20
 _RECORD_READ_LIMIT = 512
+# copy_and_verify: one buffer being hashed, one being written, one read ahead.
+_PIPELINE_BUFFERS = 3
 _NS = 1_000_000_000
 # O_NONBLOCK: opening a FIFO planted where a file or record should be must not hang.
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
@@ -98,7 +102,14 @@ def _open_regular(path: StrPath) -> tuple[int, os.stat_result]:
     return fd, st
 
 
+def _advise_sequential(fd: int) -> None:
+    # Doubles the kernel's readahead for cold files; a no-op where unsupported.
+    with contextlib.suppress(AttributeError, OSError):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+
+
 def _hash_fd(fd: int) -> str:
+    _advise_sequential(fd)
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)
     view = memoryview(buffer)
@@ -111,8 +122,13 @@ def _hash_fd(fd: int) -> str:
 
 
 def sha256_file(path: StrPath) -> str:
-    """The ``sha256:<hex>`` digest of a file's bytes."""
-    fd = os.open(path, os.O_RDONLY)
+    """The ``sha256:<hex>`` digest of a regular file's bytes (OSError for anything else)."""
+    try:
+        fd, _ = _open_regular(path)
+    except _NotARegularFile as error:
+        if isinstance(error.__cause__, OSError):
+            raise error.__cause__ from None
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path)) from None
     try:
         return _hash_fd(fd)
     finally:
@@ -412,10 +428,11 @@ def _write_all(fd: int, data: memoryview) -> None:
 def _copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
     """Copy ``src_fd`` to ``dst_fd`` and return the digest of exactly the bytes written.
 
-    For large files a second thread hashes one buffer while this one writes it and reads the
-    next into the other buffer (hashlib and os.readv/os.write release the GIL), so the copy
-    costs little more than the hash alone.
+    For large files a second thread hashes each buffer while this one writes it and reads
+    ahead into the next (hashlib, os.readv and os.write release the GIL), so on two free cores
+    the copy costs little more than the hash alone.
     """
+    _advise_sequential(src_fd)
     digest = hashlib.sha256()
     if size <= 4 * _CHUNK:
         buffer = bytearray(_CHUNK)
@@ -424,24 +441,40 @@ def _copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
             digest.update(view[:count])
             _write_all(dst_fd, view[:count])
         return SHA256_PREFIX + digest.hexdigest()
-    buffers = [bytearray(_CHUNK), bytearray(_CHUNK)]
-    pending: list[Future[None] | None] = [None, None]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="altar-copy-hash") as hasher:
-        slot = 0
+    views = [memoryview(bytearray(_CHUNK)) for _ in range(_PIPELINE_BUFFERS)]
+    free: queue.SimpleQueue[int] = queue.SimpleQueue()
+    work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+    for index in range(len(views)):
+        free.put(index)
+
+    failed: list[BaseException] = []
+
+    def hash_buffers() -> None:
+        try:
+            while (item := work.get()) is not None:
+                digest.update(views[item[0]][: item[1]])
+                free.put(item[0])
+        except BaseException as error:  # hand it to the copying thread, never hang it
+            failed.append(error)
+            free.put(-1)
+
+    hasher = threading.Thread(target=hash_buffers, name="altar-copy-hash", daemon=True)
+    hasher.start()
+    try:
         while True:
-            previous = pending[slot]
-            if previous is not None:
-                previous.result()  # the hasher is done with this buffer
-            count = os.readv(src_fd, [buffers[slot]])
+            index = free.get()
+            if index < 0:
+                raise failed[0]
+            count = os.readv(src_fd, [views[index]])
             if not count:
                 break
-            chunk = memoryview(buffers[slot])[:count]
-            pending[slot] = hasher.submit(digest.update, chunk)
-            _write_all(dst_fd, chunk)
-            slot ^= 1
-        for future in pending:
-            if future is not None:
-                future.result()
+            work.put((index, count))
+            _write_all(dst_fd, views[index][:count])
+    finally:
+        work.put(None)
+        hasher.join()
+    if failed:
+        raise failed[0]
     return SHA256_PREFIX + digest.hexdigest()
 
 
