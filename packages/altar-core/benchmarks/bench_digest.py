@@ -6,14 +6,17 @@ Always exits 0. Files live under ``$ALTAR_BENCH_DIR`` (default: a fresh folder i
 are removed afterwards; about 11 GiB at scale 1. Every file is read once before timing, so all
 numbers are for warm files (page cache); the cache is never dropped, as that needs root and
 disturbs every other process on the machine. Writers call ``sync`` before each repetition so
-one repetition's dirty pages do not slow the next.
+one repetition's dirty pages do not slow the next. Competing commands run round-robin, one
+repetition each in turn, so they see the same background load.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -37,27 +40,52 @@ MiB = 1 << 20
 
 
 @dataclass
+class Timing:
+    wall: float  # median seconds
+    cpu: float  # median user+sys seconds of this process and its children
+
+
+@dataclass
 class Row:
     name: str
-    ours: float
+    ours: Timing
     baseline_name: str
-    baseline: float
+    baseline: Timing
     ratio: float
     target: str
     met: bool
 
 
-def median_seconds(
-    action: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None
-) -> float:
-    times = []
+def _cpu() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def interleaved(
+    actions: dict[str, Callable[[], object]],
+    repeat: int,
+    setup: Callable[[], object] | None = None,
+) -> dict[str, Timing]:
+    """Median timings, running the actions round-robin so they share the machine's load."""
+    walls: dict[str, list[float]] = {name: [] for name in actions}
+    cpus: dict[str, list[float]] = {name: [] for name in actions}
     for _ in range(repeat):
-        if setup is not None:
-            setup()
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, action in actions.items():
+            if setup is not None:
+                setup()
+            cpu, start = _cpu(), time.perf_counter()
+            action()
+            walls[name].append(time.perf_counter() - start)
+            cpus[name].append(_cpu() - cpu)
+    return {
+        name: Timing(statistics.median(walls[name]), statistics.median(cpus[name]))
+        for name in actions
+    }
+
+
+def progress(message: str) -> None:
+    print(f"  ... {message}", file=sys.stderr, flush=True)
 
 
 def run(*argv: str) -> None:
@@ -105,38 +133,64 @@ def sync() -> None:
     os.sync()
 
 
-def bench_hash(root: Path, size: int, repeat: int) -> tuple[list[Row], Path, str, float]:
+def bench_hash(root: Path, size: int, repeat: int) -> tuple[list[Row], Path, str, Timing]:
+    progress(f"hashing {size // MiB} MiB")
     big = root / "big.bin"
     expected = write_file(big, size, b"hash")
     warm(big)
-    ours = median_seconds(lambda: sha256_file(big), repeat)
-    openssl = median_seconds(lambda: run("openssl", "dgst", "-sha256", str(big)), repeat)
-    coreutils = median_seconds(lambda: run("sha256sum", str(big)), repeat)
-    label = f"hash {size // MiB} MiB"
+    timings = interleaved(
+        {
+            "ours": lambda: sha256_file(big),
+            "openssl": lambda: run("openssl", "dgst", "-sha256", str(big)),
+            "sha256sum": lambda: run("sha256sum", str(big)),
+        },
+        repeat,
+    )
+    ours, openssl, coreutils = timings["ours"], timings["openssl"], timings["sha256sum"]
+    label = f"sha256_file {size // MiB} MiB"
     rows = [
-        Row(label, ours, "openssl dgst -sha256", openssl, openssl / ours, "throughput >= 0.9x", openssl / ours >= 0.9),
-        Row(label, ours, "sha256sum", coreutils, coreutils / ours, "throughput (info)", True),
+        Row(
+            label,
+            ours,
+            "openssl dgst -sha256",
+            openssl,
+            openssl.wall / ours.wall,
+            "throughput >= 0.9x",
+            openssl.wall / ours.wall >= 0.9,
+        ),
+        Row(
+            label,
+            ours,
+            "sha256sum",
+            coreutils,
+            coreutils.wall / ours.wall,
+            "throughput (info)",
+            True,
+        ),
     ]
     return rows, big, expected, ours
 
 
-def bench_record(big: Path, expected: str, hash_seconds: float, repeat: int) -> Row:
+def bench_record(big: Path, expected: str, hashing: Timing, repeat: int) -> Row:
+    progress("verify_file_digest with a current record")
     settle(big)
     verify_file_digest(big, expected)
-    assert has_verification_record(big, expected), "no record was written"
+    if not has_verification_record(big, expected):
+        print("bench_digest: no record was written; the row below hashes", file=sys.stderr)
     calls = 2000
 
     def batch() -> None:
         for _ in range(calls):
             verify_file_digest(big, expected)
 
-    per_call = median_seconds(batch, repeat) / calls
-    speedup = hash_seconds / per_call
+    total = interleaved({"batch": batch}, repeat)["batch"]
+    per_call = Timing(total.wall / calls, total.cpu / calls)
+    speedup = hashing.wall / per_call.wall
     return Row(
         "verify_file_digest, recorded",
         per_call,
         "hashing the file",
-        hash_seconds,
+        hashing,
         speedup,
         "faster >= 1000x",
         speedup >= 1000,
@@ -144,33 +198,58 @@ def bench_record(big: Path, expected: str, hash_seconds: float, repeat: int) -> 
 
 
 def bench_copy(root: Path, big: Path, expected: str, repeat: int) -> list[Row]:
+    progress(f"copy and verify {big.stat().st_size // MiB} MiB")
     ours_dest, cp_dest = root / "copy-ours.bin", root / "copy-cp.bin"
 
     def setup() -> None:
         remove(ours_dest, cp_dest)
-        sync()
-
-    ours = median_seconds(lambda: copy_and_verify(big, ours_dest, expected), repeat, setup)
+        os.sync()  # start each repetition without the previous one's dirty pages
 
     def cp_then_hash() -> None:
         run("cp", str(big), str(cp_dest))
-        assert sha256_file(cp_dest) == expected
+        if sha256_file(cp_dest) != expected:
+            raise AssertionError("cp produced different bytes")
 
     def cp_then_sha256sum() -> None:
         run("cp", str(big), str(cp_dest))
         run("sha256sum", str(cp_dest))
 
-    in_process = median_seconds(cp_then_hash, repeat, setup)
-    coreutils = median_seconds(cp_then_sha256sum, repeat, setup)
+    timings = interleaved(
+        {
+            "ours": lambda: copy_and_verify(big, ours_dest, expected),
+            "cp+hash": cp_then_hash,
+            "cp+sha256sum": cp_then_sha256sum,
+        },
+        repeat,
+        setup,
+    )
     remove(ours_dest, cp_dest)
+    ours, in_process, coreutils = timings["ours"], timings["cp+hash"], timings["cp+sha256sum"]
     label = f"copy_and_verify {big.stat().st_size // MiB} MiB"
     return [
-        Row(label, ours, "cp + hashlib of the copy", in_process, ours / in_process, "time <= 1.0x", ours / in_process <= 1.0),
-        Row(label, ours, "cp + sha256sum", coreutils, ours / coreutils, "time <= 0.3x", ours / coreutils <= 0.3),
+        Row(
+            label,
+            ours,
+            "cp + hashlib of the copy",
+            in_process,
+            ours.wall / in_process.wall,
+            "time <= 1.0x",
+            ours.wall / in_process.wall <= 1.0,
+        ),
+        Row(
+            label,
+            ours,
+            "cp + sha256sum",
+            coreutils,
+            ours.wall / coreutils.wall,
+            "time <= 0.3x",
+            ours.wall / coreutils.wall <= 0.3,
+        ),
     ]
 
 
 def bench_parallel(root: Path, size: int, count: int, repeat: int) -> Row:
+    progress(f"verify_files {count} x {size // MiB} MiB")
     items = []
     for index in range(count):
         path = root / f"part-{index}.bin"
@@ -181,23 +260,29 @@ def bench_parallel(root: Path, size: int, count: int, repeat: int) -> Row:
         for path, expected in items:
             verify_file_digest(path, expected, trust_record=False, record=False)
 
-    ours = median_seconds(
-        lambda: verify_files(items, trust_records=False, record=False), repeat
+    timings = interleaved(
+        {
+            "ours": lambda: verify_files(items, trust_records=False, record=False),
+            "sequential": sequential,
+        },
+        repeat,
     )
-    baseline = median_seconds(sequential, repeat)
     remove(*(path for path, _ in items))
+    ours, baseline = timings["ours"], timings["sequential"]
+    speedup = baseline.wall / ours.wall
     return Row(
         f"verify_files {count} x {size // MiB} MiB",
         ours,
         "one after another",
         baseline,
-        baseline / ours,
+        speedup,
         "faster >= 1.6x",
-        baseline / ours >= 1.6,
+        speedup >= 1.6,
     )
 
 
 def bench_script(root: Path, size: int, count: int, repeat: int) -> list[Row]:
+    progress(f"verify_files_script over {count} x {size // MiB} MiB")
     folder = root / "script"
     folder.mkdir()
     lines = []
@@ -212,42 +297,62 @@ def bench_script(root: Path, size: int, count: int, repeat: int) -> list[Row]:
     warm(*paths)
     settle(*paths)
     script = verify_files_script()
-    shells = [("dash + coreutils", ["dash", "-c"])]
+    shells = {"dash + coreutils": ["dash", "-c"]}
     if shutil.which("busybox"):
-        shells.append(("busybox sh", ["busybox", "sh", "-c"]))
-    first = subprocess.run([*shells[0][1], script, "verify-inputs", *lines], capture_output=True)
-    recorded = sum(has_verification_record(p, "sha256:" + ln[:64]) for p, ln in zip(paths, lines))
-    if first.returncode != 0 or recorded != count:
-        print(f"script setup failed: exit {first.returncode}, {recorded}/{count} records", file=sys.stderr)
-    baseline = median_seconds(
-        lambda: run("sha256sum", "--quiet", "-c", str(check_file)), repeat
+        shells["busybox sh"] = ["busybox", "sh", "-c"]
+    first = subprocess.run(["dash", "-c", script, "verify-inputs", *lines], capture_output=True)
+    recorded = sum(
+        has_verification_record(path, "sha256:" + line[:64])
+        for path, line in zip(paths, lines, strict=True)
     )
-    rows = []
-    for name, argv in shells:
-        ours = median_seconds(lambda argv=argv: run(*argv, script, "verify-inputs", *lines), repeat)
-        rows.append(
-            Row(
-                f"verify_files_script {count} x {size // MiB} MiB, recorded ({name})",
-                ours,
-                "sha256sum -c",
-                baseline,
-                ours / baseline,
-                "time <= 0.05x",
-                ours / baseline <= 0.05,
-            )
-        )
+    if first.returncode != 0 or recorded != count:
+        print(f"bench_digest: script wrote {recorded}/{count} records", file=sys.stderr)
+    actions: dict[str, Callable[[], object]] = {
+        "sha256sum -c": lambda: run("sha256sum", "--quiet", "-c", str(check_file))
+    }
+    for name, argv in shells.items():
+        actions[name] = functools.partial(run, *argv, script, "verify-inputs", *lines)
+    timings = interleaved(actions, repeat)
     shutil.rmtree(folder)
-    return rows
+    baseline = timings["sha256sum -c"]
+    return [
+        Row(
+            f"verify_files_script {count} x {size // MiB} MiB, recorded ({name})",
+            timings[name],
+            "sha256sum -c",
+            baseline,
+            timings[name].wall / baseline.wall,
+            "time <= 0.05x",
+            timings[name].wall / baseline.wall <= 0.05,
+        )
+        for name in shells
+    ]
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.6f}" if value < 0.01 else f"{value:.3f}"
 
 
 def print_table(rows: list[Row]) -> None:
-    header = ("benchmark", "ours s", "baseline", "baseline s", "ratio", "target", "result")
+    header = (
+        "benchmark",
+        "ours s",
+        "(cpu s)",
+        "baseline",
+        "baseline s",
+        "(cpu s)",
+        "ratio",
+        "target",
+        "result",
+    )
     table = [header] + [
         (
             row.name,
-            f"{row.ours:.6f}" if row.ours < 0.01 else f"{row.ours:.3f}",
+            _seconds(row.ours.wall),
+            _seconds(row.ours.cpu),
             row.baseline_name,
-            f"{row.baseline:.3f}",
+            _seconds(row.baseline.wall),
+            _seconds(row.baseline.cpu),
             f"{row.ratio:.3f}" if row.ratio < 100 else f"{row.ratio:.0f}",
             row.target,
             "MET" if row.met else "MISSED",
@@ -256,9 +361,12 @@ def print_table(rows: list[Row]) -> None:
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for index, line in enumerate(table):
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
         if index == 0:
             print("  ".join("-" * width for width in widths))
+    print("ratios compare wall-clock medians; cpu s is user+sys, for a machine under load")
 
 
 def main() -> int:
@@ -275,9 +383,11 @@ def main() -> int:
     scale = args.scale
     try:
         print(f"bench_digest: files under {root}; all warm in the page cache (never dropped);")
-        print(f"  medians of {args.repeat} repetitions; {os.cpu_count()} CPUs, shared with others")
-        rows, big, expected, hash_seconds = bench_hash(root, int(1024 * MiB * scale), args.repeat)
-        rows.append(bench_record(big, expected, hash_seconds, args.repeat))
+        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+        print(f"  medians of {args.repeat} interleaved repetitions; {os.cpu_count()} CPUs;")
+        print(f"  load average at start {load} (other processes share these CPUs)")
+        rows, big, expected, hashing = bench_hash(root, int(1024 * MiB * scale), args.repeat)
+        rows.append(bench_record(big, expected, hashing, args.repeat))
         rows += bench_copy(root, big, expected, args.repeat)
         remove(big)
         rows.append(bench_parallel(root, int(256 * MiB * scale), 4, args.repeat))
