@@ -321,6 +321,25 @@ def test_no_record_when_the_file_changes_while_hashed(
     assert sorted(os.listdir(tmp_path)) == ["f"]
 
 
+def test_nothing_but_the_file_exists_beside_it_while_it_is_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check killed mid-hash leaves no temporary record behind."""
+    path, expected = make(tmp_path / "f")
+    settle(path)
+    seen: list[list[str]] = []
+    real_hash = digest._hash_fd
+
+    def looking_hash(fd: int) -> str:
+        seen.append(sorted(os.listdir(tmp_path)))
+        return real_hash(fd)
+
+    monkeypatch.setattr(digest, "_hash_fd", looking_hash)
+    assert verify_file_digest(path, expected) is True
+    assert seen == [["f"]]
+    assert has_verification_record(path, expected)
+
+
 def test_write_verification_record_rules(tmp_path: Path) -> None:
     start_of_second()
     path, expected = make(tmp_path / "f")

@@ -191,63 +191,63 @@ def has_verification_record(path: StrPath, digest: str) -> bool:
     return raw in (line, line + b"\n")
 
 
-class _PendingRecord:
-    """A record's temporary file, created before the check it will vouch for.
+def _temp_beside(target: str) -> tuple[int, str]:
+    tmp = f"{target}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.open(tmp, flags, 0o644), tmp
 
-    Its ctime is the filesystem's own notion of "now" at creation: a file whose ctime second
-    is earlier cannot be changed afterwards without moving its ctime to a later second.
+
+def _record_clock(path: StrPath) -> int | None:
+    """The current second by the clocks that stamp ``path``'s ctime, or None if unwritable.
+
+    The earlier of the wall clock and the filesystem's own clock (the ctime of a probe file
+    created where the record goes): a file whose ctime second is earlier than both cannot
+    change afterwards without moving its ctime to a later second, even with a coarse kernel
+    clock or a file server whose clock differs from ours.
     """
-
-    def __init__(self, path: StrPath) -> None:
-        self.target = record_path(path)
-        self.tmp = f"{self.target}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        self.fd = os.open(self.tmp, flags, 0o644)
-        try:
-            self.clock_second = _seconds(os.fstat(self.fd), "ctime")
-        except BaseException:
-            self.discard()
-            raise
-        self.wall_second = time.time_ns() // _NS
-
-    @classmethod
-    def create(cls, path: StrPath) -> _PendingRecord | None:
-        try:
-            return cls(path)
-        except OSError:
-            return None  # e.g. a read-only volume: check without recording
-
-    def publish(self, path: StrPath, digest: str, before: os.stat_result) -> bool:
-        """Write the record if ``path`` still matches ``before`` and its ctime second is over."""
-        try:
-            after = os.stat(path)
-            line = verification_record_line(digest, after)
-            ctime = _seconds(after, "ctime")
-            if (
-                not stat_module.S_ISREG(after.st_mode)
-                or line != verification_record_line(digest, before)
-                or ctime >= self.clock_second
-                or ctime >= self.wall_second
-            ):
-                return False
-            data = (line + "\n").encode("ascii")
-            if os.write(self.fd, data) != len(data):
-                return False
-            os.close(self.fd)
-            self.fd = -1
-            os.replace(self.tmp, self.target)
-        except OSError:
-            return False
-        finally:
-            self.discard()
-        return True
-
-    def discard(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+    wall = time.time_ns() // _NS
+    try:
+        fd, tmp = _temp_beside(record_path(path))
+    except OSError:
+        return None  # e.g. a read-only volume: check without recording
+    try:
+        return min(wall, _seconds(os.fstat(fd), "ctime"))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(self.tmp)
+            os.unlink(tmp)
+
+
+def _publish_record(path: StrPath, digest: str, before: os.stat_result, clock: int) -> bool:
+    """Write the record if ``path`` still matches ``before`` and its ctime is before ``clock``."""
+    try:
+        after = os.stat(path)
+    except OSError:
+        return False
+    line = verification_record_line(digest, after)
+    if (
+        not stat_module.S_ISREG(after.st_mode)
+        or line != verification_record_line(digest, before)
+        or _seconds(after, "ctime") >= clock
+    ):
+        return False
+    target = record_path(path)
+    tmp = ""
+    try:
+        fd, tmp = _temp_beside(target)
+        try:
+            _write_all(fd, memoryview((line + "\n").encode("ascii")))
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError:
+        if tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False
+    return True
 
 
 def write_verification_record(path: StrPath, digest: str, before: os.stat_result) -> bool:
@@ -255,11 +255,11 @@ def write_verification_record(path: StrPath, digest: str, before: os.stat_result
 
     ``before`` is the stat taken before hashing. Nothing is written if the file changed since,
     or if its status-change second is not yet over. Failures are swallowed: a record is an
-    optimisation, never a reason to fail a check. :func:`verify_file` is stricter: it also
-    requires the ctime second to be over before hashing starts.
+    optimisation, never a reason to fail a check. :func:`verify_file` is stricter: it requires
+    the ctime second to be over before hashing starts.
     """
-    pending = _PendingRecord.create(path)
-    return pending is not None and pending.publish(path, digest, before)
+    clock = _record_clock(path)
+    return clock is not None and _publish_record(path, digest, before, clock)
 
 
 def _not_a_file_message(label: str, path: StrPath) -> str:
@@ -293,25 +293,18 @@ def verify_file(
         fd, _ = _open_regular(path)
     except _NotARegularFile as error:
         raise DigestMismatchError(_not_a_file_message(label, path)) from error.__cause__
-    pending: _PendingRecord | None = None
     try:
-        # The record's clock is read before the stat that the record will describe, so any
-        # change after that stat lands in a later ctime second and alters the line.
-        pending = _PendingRecord.create(path) if record else None
+        # The clock is read before the stat the record will describe, so any change after
+        # that stat lands in a later ctime second and alters the line.
+        clock = _record_clock(path) if record else None
         before = os.fstat(fd)
         actual = _hash_fd(fd)
-    except BaseException:
-        if pending is not None:
-            pending.discard()
-        raise
     finally:
         os.close(fd)
     if actual != expected:
-        if pending is not None:
-            pending.discard()
         raise DigestMismatchError(_mismatch_message(label, path, actual, expected))
-    if pending is not None:
-        pending.publish(path, expected, before)
+    if clock is not None:
+        _publish_record(path, expected, before, clock)
     return True
 
 
@@ -557,8 +550,8 @@ def _copy_to_temp(
 
 # One POSIX sh program for BusyBox and GNU coreutils. Arguments are "<64 hex>  <path>" lines
 # (sha256sum -c form). Files are hashed through stdin and records read with the `read` builtin,
-# so a path may hold spaces, quotes, backslashes, newlines or a leading '-'. The record's temp
-# file (mktemp) is created before the stat it records: its ctime is the filesystem clock.
+# so a path may hold spaces, quotes, backslashes, newlines or a leading '-'. A probe file made
+# beside the record before the stat it records gives the filesystem clock (its ctime).
 _SCRIPT = r"""trust=@TRUST@
 status=0
 record_is() {
@@ -595,35 +588,31 @@ for line in "$@"; do
       continue
     fi
   fi
-  tmp="" clock=""
+  now=$(date +%s) clock=""
   if [ ! -d "$record" ] && tmp=$(mktemp -- "$record.XXXXXX" 2>/dev/null); then
     clock=$(stat -c %Z -- "$tmp" 2>/dev/null) || clock=""
-  else
-    tmp=""
+    rm -f -- "$tmp" 2>/dev/null
   fi
-  now=$(date +%s)
   before=$(stat -L -c "$format" -- "$path" 2>/dev/null) || before=""
   actual=$(sha256sum <"$path" 2>/dev/null) || actual=""
   actual="${actual%% *}"
   if [ "$actual" != "$hex" ]; then
-    [ -z "$tmp" ] || rm -f -- "$tmp" 2>/dev/null
     printf '%s: FAILED\n' "$path"
     printf '%s: sha256 is %s; expected %s\n' "$path" "${actual:-unreadable}" "$hex" >&2
     status=1
     continue
   fi
   printf '%s: OK\n' "$path"
-  [ -n "$tmp" ] || continue
   after=$(stat -L -c "$format" -- "$path" 2>/dev/null) || after=""
   ctime="${after##*ctime=}"
   ctime="${ctime%% *}"
-  if [ -n "$after" ] && [ "$after" = "$before" ] \
+  if [ -n "$clock" ] && [ -n "$after" ] && [ "$after" = "$before" ] \
       && [ "$ctime" -lt "$clock" ] 2>/dev/null && [ "$ctime" -lt "$now" ] 2>/dev/null \
-      && { printf '%s\n' "$after" >"$tmp" && chmod 644 -- "$tmp" \
+      && tmp=$(mktemp -- "$record.XXXXXX" 2>/dev/null); then
+    if ! { printf '%s\n' "$after" >"$tmp" && chmod 644 -- "$tmp" \
            && mv -f -- "$tmp" "$record"; } 2>/dev/null; then
-    :
-  else
-    rm -f -- "$tmp" 2>/dev/null
+      rm -f -- "$tmp" 2>/dev/null
+    fi
   fi
 done
 exit "$status"
