@@ -550,3 +550,42 @@ def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_pa
     assert (tmp_path / JOURNAL_NAME).read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME]
     assert Journal.load(tmp_path).tasks["a"].state == "queued"
+
+
+@pytest.mark.asyncio
+async def test_outputs_are_collected_even_when_the_provider_blinks(
+    tmp_path, provider, fake_backend_class
+):
+    from altar.execution import BackendUnavailableError
+
+    class Blinking(fake_backend_class):
+        failures = 2
+
+        async def collect_outputs(self, transfers):
+            if Blinking.failures:
+                Blinking.failures -= 1
+                raise BackendUnavailableError("storage timed out")
+            await super().collect_outputs(transfers)
+
+    plan = Plan(
+        "fake", {}, [PlanTask("a", spec("a", outputs=[Transfer(str(tmp_path / "o"), "jobs/o")]))]
+    )
+    result = await run_plan(plan, Blinking(provider=provider), run_dir=tmp_path / "r", **FAST)
+    assert result.ok
+    assert len(provider.collect_calls) == 1
+    assert Blinking.failures == 0
+
+
+@pytest.mark.asyncio
+async def test_a_collection_error_fails_the_task(tmp_path, provider, fake_backend_class):
+    class Broken(fake_backend_class):
+        async def collect_outputs(self, transfers):
+            raise FileNotFoundError("jobs/o: no such file")
+
+    plan = Plan(
+        "fake", {}, [PlanTask("a", spec("a", outputs=[Transfer(str(tmp_path / "o"), "jobs/o")]))]
+    )
+    result = await run_plan(plan, Broken(provider=provider), run_dir=tmp_path / "r", **FAST)
+    [task] = result.tasks
+    assert (task.status, task.reason) == ("failed", "output_collection_failed")
+    assert task.detail == "FileNotFoundError: jobs/o: no such file"

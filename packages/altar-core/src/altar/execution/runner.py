@@ -170,6 +170,11 @@ def _results(journal: Journal, elapsed_s: float = 0.0) -> RunResult:
     return RunResult(journal.run_dir, journal.backend_type, tasks, elapsed_s)
 
 
+def _settled(record: TaskRecord) -> bool:
+    """Final, and for a success, its outputs collected."""
+    return record.final and (record.state != SUCCEEDED or record.outputs_collected)
+
+
 def _short(external_id: str) -> str:
     """Docker-style 64-hex ids shortened to 12 characters for display."""
     return external_id[:12] if len(external_id) > 24 else external_id
@@ -540,7 +545,7 @@ class _Run:
                 progress = await self.collect() or progress
                 self.skip_blocked()
                 self.checkpoint()
-                if all(record.final for record in self.records.values()):
+                if all(_settled(record) for record in self.records.values()):
                     break
                 if progress:
                     interval = self.poll_interval_s
