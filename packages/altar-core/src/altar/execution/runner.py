@@ -369,6 +369,7 @@ class _Run:
             return True
         # no await between submit returning and the journal write: a cancelled run keeps it
         attempt.handle = handle
+        attempt.submitted_at = time.time()  # accepted now; the intent was written before
         attempt.state = PENDING
         record.state = PENDING
         self.changed(record)
@@ -549,6 +550,8 @@ class _Run:
                     break
                 if progress:
                     interval = self.poll_interval_s
+                    if self.ready():
+                        continue  # a task just became ready: submit it without waiting
                 else:
                     interval = min(self.max_poll_interval_s, interval * 2)
                 await asyncio.sleep(interval)
