@@ -589,3 +589,39 @@ async def test_a_collection_error_fails_the_task(tmp_path, provider, fake_backen
     [task] = result.tasks
     assert (task.status, task.reason) == ("failed", "output_collection_failed")
     assert task.detail == "FileNotFoundError: jobs/o: no such file"
+
+
+@pytest.mark.asyncio
+async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
+    from altar.execution import ExecutionBackend, TaskFailure, TaskHandle, TaskState, TaskStatus
+
+    class SpecNamed(ExecutionBackend):
+        """Names each task by its spec, as the Kubernetes backend does: every attempt, one id."""
+
+        name = "spec-named"
+        input_digest_verification = "task"
+
+        def __init__(self):
+            self.submits = 0
+            self.cleaned = []
+
+        async def submit(self, spec):
+            self.submits += 1
+            return TaskHandle(self.name, spec.labels["task"], dict(spec.labels))
+
+        async def poll(self, handles):
+            if self.submits == 1:
+                failure = TaskFailure("job_failed", "evicted")
+                return [TaskStatus(h, TaskState.FAILED, failure) for h in handles]
+            return [TaskStatus(h, TaskState.SUCCEEDED) for h in handles]
+
+        async def cleanup(self, handles):
+            self.cleaned.append([h.external_id for h in handles])
+
+    backend = SpecNamed()
+    result = await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
+    assert result.tasks[0].attempts == 2
+    assert result.ok
+    assert backend.cleaned == [["a"]]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r").iterdir()}
+    assert modes == {"journal.json": 0o600, "journal.log": 0o600, "lock": 0o600}

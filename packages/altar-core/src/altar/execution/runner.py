@@ -506,13 +506,15 @@ class _Run:
         self.flush()
 
     async def cleanup(self) -> None:
-        handles = [
-            attempt.handle
+        # a backend that names tasks by spec hands out one external_id for every attempt
+        unique = {
+            (attempt.handle.backend, attempt.handle.external_id): attempt.handle
             for record in self.records.values()
             if not record.cleaned
             for attempt in record.attempts
             if attempt.handle is not None
-        ]
+        }
+        handles = list(unique.values())
         if handles:
             try:
                 await self.backend.cleanup(handles)
