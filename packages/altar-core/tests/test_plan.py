@@ -214,3 +214,13 @@ def test_outputs_can_be_redirected(tmp_path):
     )
     plan = with_outputs_under(plan_from_specs([spec]), tmp_path)
     assert plan.tasks[0].spec.outputs[0].uri == str(tmp_path / "k-0" / "jobs/x.txt")
+
+
+def test_plans_built_in_code_are_checked_too():
+    from altar.execution.plan import Plan, PlanTask
+
+    spec = ContainerTaskSpec(kind="k", image="i", command=[])
+    with pytest.raises(PlanError, match=r"tasks\[1\]\.id: 'a' is already the id of tasks\[0\]"):
+        Plan("fake", {}, [PlanTask("a", spec), PlanTask("a", spec)])
+    with pytest.raises(PlanError, match="no task has id 'b'"):
+        Plan("fake", {}, [PlanTask("a", spec, after=("b",))])
