@@ -327,6 +327,7 @@ async def test_a_run_killed_inside_submit_submits_again(tmp_path, provider, fake
     assert [e.task_id for e in events if e.kind == "in_doubt"] == ["b"]
     assert provider.submits == {"a": 1, "b": 1}
     assert [t.attempts for t in result.tasks] == [1, 1]
+    assert [t.in_doubt for t in result.tasks] == [0, 1]
 
 
 @pytest.mark.asyncio

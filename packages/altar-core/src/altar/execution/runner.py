@@ -94,6 +94,7 @@ class TaskResult:
     exit_code: int | None = None
     duration_s: float | None = None
     external_id: str | None = None
+    in_doubt: int = 0  # submits interrupted before their handle was recorded, then redone
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,7 @@ class TaskResult:
             "exit_code": self.exit_code,
             "duration_s": self.duration_s,
             "external_id": self.external_id,
+            "in_doubt": self.in_doubt,
         }
 
 
@@ -162,6 +164,7 @@ def _result(record: TaskRecord) -> TaskResult:
         exit_code=exit_code,
         duration_s=last.duration_s if last else None,
         external_id=last.handle.external_id if last and last.handle else None,
+        in_doubt=record.in_doubt,
     )
 
 
