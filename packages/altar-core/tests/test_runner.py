@@ -626,3 +626,35 @@ async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
     assert backend.cleaned == [["a"]]
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r").iterdir()}
     assert modes == {"journal.json": 0o600, "journal.log": 0o600, "lock": 0o600}
+
+
+@pytest.mark.asyncio
+async def test_a_handle_returned_just_before_a_crash_is_kept(
+    tmp_path, provider, fake_backend_class
+):
+    runner: list[asyncio.Task] = []
+
+    class CrashAfterSubmit(fake_backend_class):
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            if spec.labels["task"] == "b":
+                runner[0].cancel()  # the run dies the moment this submit returns
+            return handle
+
+    plan = simple_plan("a", "b", "c")
+    runner.append(
+        asyncio.ensure_future(
+            run_plan(plan, CrashAfterSubmit(provider=provider), run_dir=tmp_path / "r", **FAST)
+        )
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await runner[0]
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].attempts[0].handle is not None
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1, "c": 1}
+    # c's submit had not returned when the run died: in doubt, submitted again, launched once
+    assert [t.in_doubt for t in result.tasks] == [0, 0, 1]

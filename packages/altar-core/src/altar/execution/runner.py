@@ -212,6 +212,7 @@ class _Run:
         self.started = time.monotonic()
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.records = journal.tasks
+        self._commit: asyncio.Future[None] | None = None
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -239,6 +240,30 @@ class _Run:
     def flush(self) -> None:
         """Make every marked change durable (one append and fsync)."""
         self.journal.flush()
+
+    async def commit(self) -> None:
+        """Make marked changes durable; submits that return together share one fsync.
+
+        The flush runs at the end of the current event-loop turn, after every coroutine that is
+        already runnable has recorded its change (group commit). A run cancelled while waiting
+        here still writes the change: :meth:`run` flushes in its ``finally``.
+        """
+        if self._commit is None:
+            loop = asyncio.get_running_loop()
+            self._commit = loop.create_future()
+            self._commit.add_done_callback(lambda f: f.exception())  # retrieved even if unawaited
+            loop.call_soon(self._run_commit)
+        await asyncio.shield(self._commit)
+
+    def _run_commit(self) -> None:
+        future, self._commit = self._commit, None
+        assert future is not None
+        try:
+            self.flush()
+        except JournalError as error:
+            future.set_exception(error)
+        else:
+            future.set_result(None)
 
     def checkpoint(self) -> None:
         """Fold the log into a snapshot once it holds more lines than the plan has tasks."""
@@ -376,7 +401,7 @@ class _Run:
         attempt.state = PENDING
         record.state = PENDING
         self.changed(record)
-        self.flush()
+        await self.commit()
         self.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
         return True
 
