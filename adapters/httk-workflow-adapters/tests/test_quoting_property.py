@@ -77,3 +77,35 @@ def test_login_settings_become_one_argv_element_or_are_refused(values: dict[str,
 @pytest.mark.parametrize("value", ["$(id)", "`id`", "a;b", "a'b", "*", "a\nb", "~root"])
 def test_known_hostile_words(value: str) -> None:
     assert shlex.split(shell_command([value])) == [value]
+
+
+@given(words.filter(lambda w: w.strip()), argvs)
+def test_workspace_stays_inside_its_directives(workspace: str, argv: list[str]) -> None:
+    try:
+        script = batch_script(argv, {}, workspace)
+    except ValueError as exc:
+        refused = str(exc)
+        assert "control characters" in refused or "blanks with quotes" in refused
+        return
+    head, separator, tail = script.partition("\nset -eu\n")
+    assert separator
+    lines = head.split("\n")
+    assert len(lines) == 7
+    chdir = lines[3].removeprefix("#SBATCH --chdir=")
+    # sbatch reads one word, in double quotes when it holds blanks.
+    assert chdir == (f'"{workspace}"' if any(c.isspace() for c in workspace) else workspace)
+    assert shlex.split(tail) == ["exec", *argv]
+
+
+@given(words)
+def test_httk_command_becomes_words_never_syntax(value: str) -> None:
+    from httk.workflow.adapter_runtime.targets import LocalTarget
+
+    try:
+        argv = LocalTarget({"httk_command": value}).httk(["httk", "x; y"])
+    except ValueError:
+        return  # unbalanced quotes, or nothing left: refused
+    if not value.strip():
+        return
+    assert argv == [*shlex.split(value.strip()), "x; y"]  # settings are read stripped
+    assert shlex.split(shell_command(argv)) == argv
