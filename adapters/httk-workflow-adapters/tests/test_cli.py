@@ -224,6 +224,9 @@ def test_bare_groups_print_help_and_bad_spellings_fail(capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["transfer", "status", "x", "--timeout", "5"])
     assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unrecognized arguments: --timeout 5" in err
     with pytest.raises(SystemExit):
         main(["computer", "list"])
 

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .bundles import add_remote, list_remotes, resolve_remote
 from .constants import MAINTAINED_TEMPLATES
@@ -33,6 +33,13 @@ Handler = Callable[[argparse.Namespace], int]
 
 class CLIError(ValueError):
     """A mistake on the command line, reported like any other error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
 
 
 def _positive_float(value: str) -> float:
@@ -301,7 +308,7 @@ def _remote_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog, description="Manage httk-workflow remote adapters and drive their operations."
     )
     parser.add_argument(
