@@ -277,7 +277,9 @@ def _finished(job_id: str, timeout: float = 90) -> dict[str, str]:
     raise AssertionError(f"job {job_id} did not finish: {_sacct(job_id)}")
 
 
-def _check_jobs(result: dict[str, object], workspace: Path, partition: str) -> None:
+def _check_jobs(
+    result: dict[str, object], workspace: Path, partition: str, cpus: str = "1"
+) -> None:
     job_ids = result["job_ids"]
     assert isinstance(job_ids, list)
     assert len(job_ids) == result["count"] == 2
@@ -291,6 +293,7 @@ def _check_jobs(result: dict[str, object], workspace: Path, partition: str) -> N
         assert row["Timelimit"] == "00:05:00"
         assert row["WorkDir"] == str(workspace)
         assert row["NNodes"] == "1"
+        assert row["ReqCPUS"] == cpus
         log = workspace / ".httk-workflow" / "batch" / f"manager-{job_id}.out"
         deadline = time.monotonic() + 10
         while not log.exists() and time.monotonic() < deadline:
@@ -310,7 +313,7 @@ def test_ssh_slurm_start_manager_submits_real_jobs(env, over_ssh, set_queue, slu
         account="root",
         time_limit="00:05:00",
         nodes="1",
-        cpus_per_task="1",
+        cpus_per_task="2",
         workers="2",
         httk_command="/usr/bin/printf %s\\\\0",
     )
@@ -326,7 +329,7 @@ def test_ssh_slurm_start_manager_submits_real_jobs(env, over_ssh, set_queue, slu
     script = Path(str(result["script"]))
     assert script.parent == workspace / ".httk-workflow" / "batch"
     assert '#SBATCH --chdir="' in script.read_text()
-    _check_jobs(result, workspace, slurm_cluster["partition"])
+    _check_jobs(result, workspace, slurm_cluster["partition"], cpus="2")
 
 
 @pytest.mark.slurm
