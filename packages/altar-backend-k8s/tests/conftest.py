@@ -42,21 +42,28 @@ def kubeconfig(fake_apiserver: FakeApiServer, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def runtime(kubeconfig: Path) -> ClientRuntime:
-    return ClientRuntime(kubeconfig=str(kubeconfig), sleep=lambda _: None)
+def runtime(kubeconfig: Path) -> Iterator[ClientRuntime]:
+    runtime = ClientRuntime(kubeconfig=str(kubeconfig), sleep=lambda _: None)
+    yield runtime
+    runtime.close()
 
 
 @pytest.fixture
 def make_backend(
     kubeconfig: Path,
-) -> Callable[..., KubernetesExecutionBackend]:
+) -> Iterator[Callable[..., KubernetesExecutionBackend]]:
+    made: list[KubernetesExecutionBackend] = []
+
     def make(**options: Any) -> KubernetesExecutionBackend:
         options.setdefault("runtime", ClientRuntime(kubeconfig=str(kubeconfig)))
         options.setdefault("recreate_waits_s", (0.0, 0.05, 0.1, 0.2, 0.4))
         options.setdefault("pvc_name", "altar-data")
-        return KubernetesExecutionBackend(**options)
+        made.append(KubernetesExecutionBackend(**options))
+        return made[-1]
 
-    return make
+    yield make
+    for backend in made:
+        backend.close()
 
 
 @pytest.fixture

@@ -141,6 +141,12 @@ class KubernetesExecutionBackend(ExecutionBackend):
         # one still reports its own outcome to this process.
         self._outcomes: dict[tuple[str, str], TaskFailure | None] = {}
 
+    def close(self) -> None:
+        """Close the runtime's API connections, if it holds any."""
+        close = getattr(self._runtime, "close", None)
+        if callable(close):
+            close()
+
     # -- helpers --
 
     async def _call(self, method: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:

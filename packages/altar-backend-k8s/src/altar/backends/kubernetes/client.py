@@ -72,6 +72,13 @@ class ClientRuntime:
         self._sleep = sleep
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close the client's connections (a new one is opened on next use)."""
+        with self._lock:
+            api_client, self._api_client = self._api_client, None
+        if api_client is not None:
+            api_client.close()
+
     # -- plumbing --
 
     def _client(self) -> Any:
@@ -82,9 +89,15 @@ class ClientRuntime:
 
     def _load_client(self) -> Any:
         from kubernetes import client, config
+        from urllib3.util import Retry
 
+        configuration = client.Configuration()
+        # Retry connection setup only; this class owns the 429/5xx policy (urllib3 would
+        # otherwise sleep through Retry-After on its own, unbounded by our limits).
+        configuration.retries = Retry(
+            total=2, connect=2, read=0, status=0, redirect=0, respect_retry_after_header=False
+        )
         if self._kubeconfig is None and self._context is None:
-            configuration = client.Configuration()
             try:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             except config.ConfigException:
@@ -93,7 +106,9 @@ class ClientRuntime:
                 return client.ApiClient(configuration)
         try:
             return config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=self._kubeconfig, context=self._context
+                config_file=self._kubeconfig,
+                context=self._context,
+                client_configuration=configuration,
             )
         except (config.ConfigException, OSError) as error:
             where = self._kubeconfig or "$KUBECONFIG or ~/.kube/config"

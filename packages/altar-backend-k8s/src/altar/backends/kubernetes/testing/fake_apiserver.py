@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import re
 import secrets
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -198,6 +199,7 @@ class FakeApiServer:
         self._faults: list[_Fault] = []
         self._timers: list[threading.Timer] = []
         self._httpd: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --
@@ -224,6 +226,14 @@ class FakeApiServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:
+            connections, self._connections = self._connections, set()
+        for connection in connections:  # keep-alive connections of clients not yet closed
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            connection.close()
 
     def __enter__(self) -> FakeApiServer:
         return self.start()
@@ -830,6 +840,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # quiet test output
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.fake._lock:
+            self.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.fake._lock:
+            self.fake._connections.discard(self.connection)
+        super().finish()
 
     def _send(self, code: int, body: JsonDict | str, headers: dict[str, str] | None = None) -> None:
         if isinstance(body, str):
