@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from altar.backends.kubernetes import KubernetesExecutionBackend
 from altar.backends.kubernetes.client import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from altar.backends.kubernetes import (
     MANIFEST_DIGEST_ANNOTATION,
     K8sJobExistsError,
@@ -18,7 +17,6 @@ from altar.backends.kubernetes import (
     job_name,
     parse_external_id,
 )
-from altar.backends.kubernetes.client import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer
 from altar.execution import (
     BackendUnavailableError,
@@ -63,9 +61,11 @@ async def test_submit_creates_one_job_with_handle_naming_the_attempt(
     name, uid = split(handle)
     assert name == job_name(s)
     job = fake_apiserver.job(name)
-    assert job is not None and job["metadata"]["uid"] == uid
+    assert job is not None
+    assert job["metadata"]["uid"] == uid
     assert job["metadata"]["annotations"][MANIFEST_DIGEST_ANNOTATION].startswith("sha256:")
-    assert handle.labels == s.labels and handle.backend == "kubernetes"
+    assert handle.labels == s.labels
+    assert handle.backend == "kubernetes"
     [status] = await backend.poll([handle])
     assert status.state is TaskState.RUNNING
 
@@ -91,7 +91,8 @@ async def test_active_job_from_a_different_manifest_is_refused(
     with pytest.raises(K8sJobExistsError) as refused:
         await make_backend(pvc_name="two").submit(spec())
     message = str(refused.value)
-    assert "different manifest" in message and "let it finish or delete it" in message
+    assert "different manifest" in message
+    assert "let it finish or delete it" in message
     assert len(fake_apiserver.jobs()) == 1
 
 
@@ -141,7 +142,8 @@ async def test_cancelling_an_old_handle_never_deletes_the_new_attempt(
     new = await backend.submit(spec())
     await backend.cancel(old)
     job = fake_apiserver.job(name)
-    assert job is not None and job["metadata"]["uid"] == split(new)[1]
+    assert job is not None
+    assert job["metadata"]["uid"] == split(new)[1]
     await backend.cancel(new)
     assert fake_apiserver.job(name) is None
     await backend.cancel(new)  # idempotent
@@ -158,7 +160,8 @@ async def test_two_drivers_resubmitting_at_once_end_with_one_job(
         ha, hb = await asyncio.gather(a.submit(spec()), b.submit(spec()))
         assert ha.external_id == hb.external_id
         job = fake_apiserver.job(name)
-        assert job is not None and not job["metadata"].get("deletionTimestamp")
+        assert job is not None
+        assert not job["metadata"].get("deletionTimestamp")
         assert job["metadata"]["uid"] == split(ha)[1] != first_uid
         assert len(fake_apiserver.jobs()) == 1
         fake_apiserver.finish_job(name, exit_code=0)
@@ -274,7 +277,8 @@ async def test_failure_classification(
     drive(fake_apiserver, split(handle)[0])
     [status] = await backend.poll([handle])
     if reason is None:
-        assert status.state is TaskState.SUCCEEDED and status.failure is None
+        assert status.state is TaskState.SUCCEEDED
+        assert status.failure is None
         return
     assert status.state is TaskState.FAILED
     assert status.failure is not None
@@ -290,7 +294,8 @@ async def test_verifier_message_is_the_detail(
     handle = await backend.submit(spec(inputs=[WEIGHTS]))
     fake_apiserver.fail_verification(split(handle)[0], message="/mnt/volume/w.bin: FAILED")
     [status] = await backend.poll([handle])
-    assert status.failure is not None and status.failure.detail == "/mnt/volume/w.bin: FAILED"
+    assert status.failure is not None
+    assert status.failure.detail == "/mnt/volume/w.bin: FAILED"
 
 
 async def test_missing_job_is_container_missing_and_unreachable_api_is_not(
@@ -315,7 +320,8 @@ async def test_outputs_on_the_volume_prove_a_deleted_job_succeeded(
     handle = await backend.submit(spec(outputs=[out]))
     fake_apiserver.remove_job(split(handle)[0])
     [missing] = await backend.poll([handle])
-    assert missing.failure is not None and missing.failure.reason == "container_missing"
+    assert missing.failure is not None
+    assert missing.failure.reason == "container_missing"
     (tmp_path / "jobs/J").mkdir(parents=True)
     (tmp_path / "jobs/J/out.tsv").write_text("x")
     [done] = await backend.poll([handle])
@@ -350,7 +356,8 @@ async def test_failure_detail_reads_the_tail_of_the_failed_container(
     detail = await backend.failure_detail(handle)
     assert detail is not None
     lines = detail.splitlines()
-    assert lines[-1] == "log line 99" and len(lines) == 20
+    assert lines[-1] == "log line 99"
+    assert len(lines) == 20
     other = await backend.submit(spec(labels={"job_id": "J", "fold": "1"}, inputs=[WEIGHTS]))
     other_name, _ = split(other)
     fake_apiserver.fail_verification(other_name)

@@ -6,7 +6,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from altar.backends.kubernetes import K8sJobExistsError
 from altar.backends.kubernetes.client import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer
@@ -31,9 +30,12 @@ def manifest(name: str = "a") -> dict[str, object]:
 
 def test_create_read_list_delete(runtime: ClientRuntime) -> None:
     created = runtime.create_job(manifest(), namespace="default")
-    assert created.uid and created.annotations == {"x": "y"}
+    assert created.uid
+    assert created.annotations == {"x": "y"}
     read = runtime.read_job("a", namespace="default")
-    assert read is not None and read.uid == created.uid and read.labels == {"k": "v"}
+    assert read is not None
+    assert read.uid == created.uid
+    assert read.labels == {"k": "v"}
     assert [j.name for j in runtime.list_jobs(namespace="default", label_selector="k=v")] == ["a"]
     assert runtime.list_jobs(namespace="default", label_selector="k=w") == []
     assert runtime.read_job("missing", namespace="default") is None
@@ -55,7 +57,8 @@ def test_name_conflicts(runtime: ClientRuntime, fake_apiserver: FakeApiServer) -
     fake_apiserver.deletion_delay_s = None
     runtime.delete_job("a", namespace="default", propagation_policy="Foreground")
     info = runtime.read_job("a", namespace="default")
-    assert info is not None and info.deleting
+    assert info is not None
+    assert info.deleting
     with pytest.raises(K8sJobExistsError) as deleting:
         runtime.create_job(manifest(), namespace="default")
     assert deleting.value.being_deleted
@@ -79,7 +82,8 @@ def test_throttling_is_retried_after_retry_after(
     runtime = ClientRuntime(kubeconfig=str(kubeconfig), sleep=waits.append)
     fake_apiserver.inject_error(429, times=2, retry_after=3)
     assert runtime.list_jobs(namespace="default") == []
-    assert len(waits) == 2 and all(3 <= w < 3.2 for w in waits)
+    assert len(waits) == 2
+    assert all(3 <= w < 3.2 for w in waits)
     fake_apiserver.inject_error(429, times=10)
     with pytest.raises(BackendUnavailableError, match="HTTP 429"):
         runtime.list_jobs(namespace="default")

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from altar.backends.kubernetes.testing import FakeApiServer, matches_selector
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-
-from altar.backends.kubernetes.testing import FakeApiServer, matches_selector
 
 
 def job(name: str, **labels: str) -> dict[str, Any]:

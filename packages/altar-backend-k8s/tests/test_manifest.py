@@ -4,7 +4,6 @@ import copy
 from typing import Any
 
 import pytest
-
 from altar.backends.kubernetes import (
     DEFAULT_DIGEST_VERIFIER_IMAGE,
     MANIFEST_DIGEST_ANNOTATION,

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from altar.backends.kubernetes import format_external_id, job_name, parse_external_id
 from altar.backends.kubernetes.naming import validate_labels
 from altar.execution import ContainerTaskSpec, ResourceRequest, UnsupportedCapabilityError

@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from altar.backends.kubernetes import KubernetesExecutionBackend
 from altar.backends.kubernetes.client import ClientRuntime
 

@@ -88,8 +88,9 @@ class ClientRuntime:
             return self._api_client
 
     def _load_client(self) -> Any:
-        from kubernetes import client, config
         from urllib3.util import Retry
+
+        from kubernetes import client, config
 
         configuration = client.Configuration()
         # Retry connection setup only; this class owns the 429/5xx policy (urllib3 would

@@ -27,7 +27,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -229,10 +229,8 @@ class FakeApiServer:
         with self._lock:
             connections, self._connections = self._connections, set()
         for connection in connections:  # keep-alive connections of clients not yet closed
-            try:
+            with suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             connection.close()
 
     def __enter__(self) -> FakeApiServer:
