@@ -257,7 +257,7 @@ def test_verifier_mounts_every_volume_of_the_main_container() -> None:
     ("overrides", "capability"),
     [
         ({"labels": {"fold": "has space"}}, "labels"),
-        ({"env": {"BAD=NAME": "1"}}, "env"),
+        ({"env": {"9LIVES": "1"}}, "env"),
         ({"resources": ResourceRequest(cpu=0.0001)}, "cpu"),
         ({"resources": ResourceRequest(memory_gb=0.0001)}, "memory"),
     ],

@@ -306,7 +306,14 @@ def add_input_verification(
     for transfer in spec.inputs:
         if transfer.digest is None:
             continue
-        path = resolver.resolve(transfer.logical_path)
+        try:
+            path = resolver.resolve(transfer.logical_path)
+        except ValueError as error:
+            raise UnsupportedCapabilityError(
+                f"input {transfer.logical_path!r} carries a digest, but {error}, so no volume "
+                "of the task holds it and the task cannot verify it",
+                capability="input_digest_verification",
+            ) from error
         if not _mounted(path, mounts):
             raise UnsupportedCapabilityError(
                 f"input {transfer.logical_path!r} carries a digest, so the task must verify it "
