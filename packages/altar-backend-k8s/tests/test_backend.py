@@ -414,3 +414,22 @@ async def test_submit_does_not_block_the_event_loop(
     await asyncio.gather(*(backend.submit(spec(labels={"i": str(i)})) for i in range(5)))
     task.cancel()
     assert ticks > 5
+
+
+async def test_cancel_reads_as_cancelled_even_while_a_foreground_delete_runs(
+    make_backend: Make, fake_apiserver: FakeApiServer
+) -> None:
+    fake_apiserver.deletion_delay_s = None
+    backend = make_backend(delete_propagation="Foreground")
+    handle = await backend.submit(spec())
+    await backend.cancel(handle)
+    job = fake_apiserver.job(split(handle)[0])
+    assert job is not None
+    assert job["metadata"]["deletionTimestamp"]
+    [status] = await backend.poll([handle])
+    assert status.failure is not None
+    assert status.failure.reason == "cancelled"
+    fake_apiserver.collect_garbage()
+    [status] = await backend.poll([handle])
+    assert status.failure is not None
+    assert status.failure.reason == "cancelled"

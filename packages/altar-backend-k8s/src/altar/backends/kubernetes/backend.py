@@ -337,6 +337,9 @@ class KubernetesExecutionBackend(ExecutionBackend):
         if job is None or (uid is not None and job.uid != uid):
             return self._missing_status(handle, name, uid, job)
         key = (job.name, job.uid or "")
+        known = self._outcomes.get(key)
+        if known is not None and known.reason == "cancelled" and not job.state.is_terminal:
+            return TaskStatus(handle, TaskState.FAILED, known)  # still being deleted
         if job.state is TaskState.SUCCEEDED and job.uid:
             self._remember_outcome(key, None)
         if job.state is TaskState.FAILED:
@@ -422,13 +425,18 @@ class KubernetesExecutionBackend(ExecutionBackend):
             name, uid = parse_external_id(handle.external_id)
         except ValueError:
             return
-        await self._call(
+        deleted = await self._call(
             self._runtime.delete_job,
             name,
             namespace=self.namespace,
             uid=uid,
             propagation_policy=self.delete_propagation,
         )
+        if deleted and uid is not None and (name, uid) not in self._outcomes:
+            self._remember_outcome(
+                (name, uid),
+                TaskFailure("cancelled", f"job {name} attempt {uid} was cancelled"),
+            )
 
     async def cleanup(self, handles: list[TaskHandle]) -> None:
         """Delete the finished Job attempts of ``handles`` (one list, one delete each)."""
