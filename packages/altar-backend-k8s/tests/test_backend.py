@@ -433,3 +433,24 @@ async def test_cancel_reads_as_cancelled_even_while_a_foreground_delete_runs(
     [status] = await backend.poll([handle])
     assert status.failure is not None
     assert status.failure.reason == "cancelled"
+
+
+async def test_the_client_sends_the_rendered_manifest_unchanged(
+    backend: KubernetesExecutionBackend, fake_apiserver: FakeApiServer
+) -> None:
+    s = spec(
+        inputs=[WEIGHTS],
+        env={"QUOTES": "'a' \"b\" $(c)", "NEWLINE": "x\ny"},
+        resources=ResourceRequest(cpu=0.5, memory_gb=1, gpu="gpu", count=2),
+        command=["sh", "-c", 'printf "%s" "$@"', "--", "two  spaces", ""],
+        avoid_hosts=("node-a",),
+    )
+    manifest, _ = backend.render(s)
+    handle = await backend.submit(s)
+    stored = fake_apiserver.job(split(handle)[0])
+    assert stored is not None
+    assert stored["spec"]["template"] == manifest["spec"]["template"]
+    assert stored["metadata"]["labels"] == manifest["metadata"]["labels"]
+    assert stored["metadata"]["annotations"] == manifest["metadata"]["annotations"]
+    for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        assert stored["spec"][key] == manifest["spec"][key]

@@ -122,3 +122,12 @@ def test_log_tail(runtime: ClientRuntime, fake_apiserver: FakeApiServer) -> None
     text = runtime.read_log_tail(pods[0].name, namespace="default", container="main", lines=5)
     assert text == '{"looks": "like json"}\nlast\n'
     assert runtime.read_log_tail("nope", namespace="default", container="main", lines=5) is None
+
+
+def test_conflict_on_create_is_retried(
+    runtime: ClientRuntime, fake_apiserver: FakeApiServer
+) -> None:
+    fake_apiserver.inject_error(409, times=2, methods={"POST"})
+    created = runtime.create_job(manifest(), namespace="default")
+    assert created.uid
+    assert fake_apiserver.count_requests("POST") == 3

@@ -888,7 +888,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = fake._take_fault(method) if path.startswith(("/api/v1/", "/apis/batch/")) else None
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None
-            reason = {429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
+            reason = {409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
                 fault.code, "InternalError"
             )
             error = _ApiError(fault.code, reason, f"injected {fault.code} from the fake apiserver")
