@@ -399,21 +399,24 @@ async def test_cleanup_deletes_finished_attempts_only(
     await backend.cleanup([running, finished])  # idempotent
 
 
-async def test_submit_does_not_block_the_event_loop(
+async def test_blocking_client_calls_leave_the_event_loop_free(
     backend: KubernetesExecutionBackend, fake_apiserver: FakeApiServer
 ) -> None:
+    runtime = backend._runtime
+    real_create = runtime.create_job
+
+    def slow_create(manifest: dict[str, Any], *, namespace: str) -> Any:
+        time.sleep(0.5)  # a slow API server
+        return real_create(manifest, namespace=namespace)
+
+    runtime.create_job = slow_create  # type: ignore[method-assign]
+    submitting = asyncio.create_task(backend.submit(spec()))
     ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.gather(*(backend.submit(spec(labels={"i": str(i)})) for i in range(5)))
-    task.cancel()
-    assert ticks > 5
+    while not submitting.done():
+        ticks += 1
+        await asyncio.sleep(0.01)
+    await submitting
+    assert ticks >= 10, "the event loop stalled while the client waited for the API server"
 
 
 async def test_cancel_reads_as_cancelled_even_while_a_foreground_delete_runs(

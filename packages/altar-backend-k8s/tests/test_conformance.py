@@ -101,6 +101,10 @@ class TestKubernetesBackendContract(ExecutionBackendContract):  # type: ignore[m
         _fake(backend).oom_kill(name, uid=uid)
         return True
 
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        _fake(backend).inject_error(503, times=10_000)
+        return True
+
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
         assert isinstance(backend, KubernetesExecutionBackend)
         runtime = backend._runtime
