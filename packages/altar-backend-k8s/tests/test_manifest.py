@@ -275,3 +275,47 @@ def test_options_validation() -> None:
         ManifestOptions(job_ttl_seconds_after_finished=-1)
     with pytest.raises(ValueError, match="mount_root"):
         ManifestOptions(mount_root="relative")
+
+
+def test_digest_rule_matches_altar_0_3_0() -> None:
+    # A Job as altar 0.3.0 rendered it, and the annotation 0.3.0 computed for it (recorded
+    # once with the 0.3.0 wheel): same canonical JSON, same exclusions.
+    labels = {"job_id": "J", "fold": "0"}
+    legacy = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "chrombpnet-score-fold-34a77e6575f3", "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "img:1",
+                            "imagePullPolicy": "IfNotPresent",
+                            "args": ["score", "--fold", "0"],
+                            "resources": {
+                                "requests": {"memory": "7680Mi"},
+                                "limits": {"memory": "7680Mi", "nvidia.com/gpu": "2"},
+                            },
+                            "volumeMounts": [{"name": "main-volume", "mountPath": "/mnt/volume"}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "main-volume", "persistentVolumeClaim": {"claimName": "data"}}
+                    ],
+                },
+            },
+            "activeDeadlineSeconds": 60,
+            "ttlSecondsAfterFinished": 86400,
+        },
+    }
+    expected = "sha256:0828ae68ad774466553a600c9c9542b89a61194095e5d210142d4f9c98109810"
+    assert manifest_digest(legacy) == expected
+    annotated = copy.deepcopy(legacy)
+    annotated["metadata"]["annotations"] = {MANIFEST_DIGEST_ANNOTATION: expected}
+    annotated["spec"]["ttlSecondsAfterFinished"] = 5
+    assert manifest_digest(annotated) == expected

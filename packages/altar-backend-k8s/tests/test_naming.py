@@ -8,7 +8,12 @@ import sys
 import pytest
 from altar.backends.kubernetes import format_external_id, job_name, parse_external_id
 from altar.backends.kubernetes.naming import validate_labels
-from altar.execution import ContainerTaskSpec, ResourceRequest, UnsupportedCapabilityError
+from altar.execution import (
+    ContainerTaskSpec,
+    ResourceRequest,
+    Transfer,
+    UnsupportedCapabilityError,
+)
 
 
 def spec(**overrides: object) -> ContainerTaskSpec:
@@ -107,3 +112,17 @@ def test_label_rules_are_named(labels: dict[str, str], rule: str) -> None:
 
 def test_valid_labels_pass() -> None:
     validate_labels({"job_id": "J-1.x_y", "example.com/fold": "", "a": "0"})
+
+
+def test_same_name_as_altar_0_3_0_gives_this_spec() -> None:
+    # Computed once with the altar 0.3.0 wheel's KubernetesExecutionBackend.job_name.
+    spec = ContainerTaskSpec(
+        kind="ChromBPNet Score_Fold",
+        image="img:1",
+        command=["score", "--fold", "0"],
+        labels={"job_id": "J", "fold": "0"},
+        inputs=[Transfer("gs://b/w", "models/w.h5", digest="sha256:" + "ab" * 32)],
+        resources=ResourceRequest(gpu="gpu", count=2, memory_gb=7.5),
+        timeout_s=60,
+    )
+    assert job_name(spec) == "chrombpnet-score-fold-3ca8ec64e51d"
