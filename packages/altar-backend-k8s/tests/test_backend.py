@@ -457,3 +457,21 @@ async def test_the_client_sends_the_rendered_manifest_unchanged(
     assert stored["metadata"]["annotations"] == manifest["metadata"]["annotations"]
     for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         assert stored["spec"][key] == manifest["spec"][key]
+
+
+async def test_lingering_pods_of_a_replaced_attempt_are_never_read_as_the_new_ones(
+    backend: KubernetesExecutionBackend, fake_apiserver: FakeApiServer
+) -> None:
+    old = await backend.submit(spec())
+    name, old_uid = split(old)
+    fake_apiserver.finish_job(name, exit_code=3)
+    fake_apiserver.write_log(name, "old attempt\n")
+    new = await backend.submit(spec())
+    assert fake_apiserver.pods_of(old_uid), "background deletion leaves the old pod for a while"
+    fake_apiserver.finish_job(name, exit_code=5)
+    fake_apiserver.write_log(name, "new attempt\n")
+    fresh = KubernetesExecutionBackend(runtime=backend._runtime, pvc_name="altar-data")
+    [status] = await fresh.poll([new])
+    assert status.failure is not None
+    assert status.failure.reason == "exit_5"
+    assert await fresh.failure_detail(new) == "new attempt"
