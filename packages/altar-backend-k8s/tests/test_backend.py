@@ -475,3 +475,23 @@ async def test_lingering_pods_of_a_replaced_attempt_are_never_read_as_the_new_on
     assert status.failure is not None
     assert status.failure.reason == "exit_5"
     assert await fresh.failure_detail(new) == "new attempt"
+
+
+async def test_a_job_removed_by_its_ttl_reads_as_missing_in_a_fresh_process(
+    make_backend: Make, fake_apiserver: FakeApiServer
+) -> None:
+    fake_apiserver.honour_ttl = True
+    backend = make_backend(job_ttl_seconds_after_finished=0)
+    handle = await backend.submit(spec())
+    name, uid = split(handle)
+    fake_apiserver.finish_job(name, exit_code=0)
+    deadline = time.monotonic() + 5
+    while fake_apiserver.job(name) is not None and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)  # the fake's TTL controller runs in its own thread
+    assert fake_apiserver.job(name) is None
+    assert fake_apiserver.pods_of(uid) == []
+    fresh = KubernetesExecutionBackend(runtime=backend._runtime, pvc_name="altar-data")
+    [status] = await fresh.poll([handle])
+    assert status.failure is not None
+    assert status.failure.reason == "container_missing"
+    assert not status.failure.deterministic

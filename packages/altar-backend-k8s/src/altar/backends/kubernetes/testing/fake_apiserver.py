@@ -186,11 +186,19 @@ class FakeApiServer:
     ``foregroundDeletion`` finalizer) before it completes; None keeps it until
     :meth:`collect_garbage` is called. Background deletion removes the Job at once and leaves
     its Pods until :meth:`collect_garbage`; a delete without a policy orphans them (the
-    batch/v1 default).
+    batch/v1 default). With ``honour_ttl`` a finished Job and its pods are deleted
+    ``ttlSecondsAfterFinished`` seconds after it finished, as the TTL controller does.
     """
 
-    def __init__(self, *, deletion_delay_s: float | None = 0.2, minor_version: str = "32") -> None:
+    def __init__(
+        self,
+        *,
+        deletion_delay_s: float | None = 0.2,
+        minor_version: str = "32",
+        honour_ttl: bool = False,
+    ) -> None:
         self.deletion_delay_s = deletion_delay_s
+        self.honour_ttl = honour_ttl
         self.minor_version = minor_version
         self.requests: list[RecordedRequest] = []
         self._store = _Store()
@@ -425,6 +433,16 @@ class FakeApiServer:
             status["completionTime" if succeeded else "failedTime"] = _now()
         status["conditions"] = conditions
         job["metadata"]["resourceVersion"] = self._next_version()
+        ttl = job["spec"].get("ttlSecondsAfterFinished")
+        if settled and ttl is not None and self.honour_ttl:
+            # the TTL-after-finished controller: cascading delete of this exact Job
+            meta = job["metadata"]
+            timer = threading.Timer(
+                float(ttl), self._finish_foreground, (meta["namespace"], meta["name"], meta["uid"])
+            )
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
 
     def finish_job(
         self,
