@@ -120,14 +120,14 @@ class Poller:
         if outcome is None:
             # Removed between the list and the inspect.
             return missing(summary.id, "it was removed while it was being inspected")
+        failure = terminal_failure(summary, outcome)
         if (
-            outcome.exit_code == 137
-            and not outcome.oom_killed
+            failure is not None
+            and failure.reason == "exit_137"
             and outcome.finished_at is not None
             and self.engine_now() - outcome.finished_at < _OOM_SETTLE_S
         ):
             return Observation(TaskState.RUNNING)  # let a late "oom" event arrive first
-        failure = terminal_failure(summary, outcome)
         observation = (
             Observation(TaskState.SUCCEEDED)
             if failure is None
