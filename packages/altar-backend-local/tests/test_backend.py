@@ -288,13 +288,21 @@ async def test_resubmitting_starts_another_container(
     assert first.external_id != second.external_id
 
 
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def exists(path: Path) -> bool:
+    return path.exists()
+
+
 @pytest.mark.asyncio
 async def test_submit_removes_stale_outputs(backend: LocalDockerExecutionBackend) -> None:
     stale = Path(backend.data_root, "out", "scores.tsv")
-    stale.parent.mkdir(parents=True)
-    stale.write_text("old")
+    write(stale, "old")
     await backend.submit(spec(outputs=[Transfer("out/scores.tsv", "out/scores.tsv")]))
-    assert not stale.exists()
+    assert not exists(stale)
 
 
 @pytest.mark.asyncio

@@ -130,6 +130,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
 
     def _clear_outputs(self, spec: ContainerTaskSpec) -> None:
         """Remove stale output files so an earlier run's result is never taken as this one's."""
+        os.makedirs(self.data_root, exist_ok=True)
         for transfer in spec.outputs:
             path = host_path(self.data_root, transfer.logical_path)
             if os.path.islink(path) or os.path.isfile(path):
@@ -143,8 +144,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             network_mode=self.network,
             gpu_devices=self.gpu_devices,
         )
-        os.makedirs(self.data_root, exist_ok=True)
-        self._clear_outputs(spec)
+        await self._thread(lambda: self._clear_outputs(spec))
         submitted = time.time()
         try:
             container_id = await self._thread(lambda: self.runtime.run(request))
@@ -241,7 +241,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                     f"two inputs claim logical path {transfer.logical_path!r}: "
                     f"{known.uri!r} and {transfer.uri!r}"
                 )
-        os.makedirs(self.data_root, exist_ok=True)
+        await self._thread(lambda: os.makedirs(self.data_root, exist_ok=True))
         items = list(unique.values())
         actions = await _bounded([asyncio.to_thread(self._stager.stage, t) for t in items], 4)
         self.last_staging = list(zip(items, actions, strict=True))
