@@ -128,11 +128,16 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     def path_resolver(self) -> PathResolver:
         return PathResolver(CONTAINER_MOUNT_ROOT)
 
-    def _clear_outputs(self, spec: ContainerTaskSpec) -> None:
-        """Remove stale output files so an earlier run's result is never taken as this one's."""
+    def _prepare_outputs(self, spec: ContainerTaskSpec) -> None:
+        """Make each output's directory, and remove a stale output file.
+
+        An earlier run's result must never be taken for this run's; the directories let a task
+        write ``/mnt/volume/<logical path>`` without creating them itself.
+        """
         os.makedirs(self.data_root, exist_ok=True)
         for transfer in spec.outputs:
             path = host_path(self.data_root, transfer.logical_path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             if os.path.islink(path) or os.path.isfile(path):
                 os.unlink(path)
 
@@ -144,7 +149,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             network_mode=self.network,
             gpu_devices=self.gpu_devices,
         )
-        await self._thread(lambda: self._clear_outputs(spec))
+        await self._thread(lambda: self._prepare_outputs(spec))
         submitted = time.time()
         try:
             container_id = await self._thread(lambda: self.runtime.run(request))

@@ -8,6 +8,7 @@ version is negotiated with the engine on first use, so old (20.10) and new engin
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -80,12 +81,29 @@ class DockerSdkRuntime:
             "altar repository) or set DOCKER_HOST to a running Docker-compatible engine."
         ) from error
 
+    def _preflight(self, base_url: str) -> None:
+        """Refuse a unix socket nobody listens on before the SDK tries it.
+
+        The SDK leaks the socket of a failed unix connection; checking first keeps an engine
+        that is down a clean BackendUnavailableError.
+        """
+        if not base_url.startswith(("unix://", "http+unix://")):
+            return
+        path = base_url.split("://", 1)[1]
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.settimeout(self._timeout_s)
+                probe.connect(path)
+        except OSError as error:
+            self._unavailable(error)
+
     def _api(self) -> docker.APIClient:
         with self._lock:
             if self._client is None:
                 kwargs: dict[str, Any] = (
                     {"base_url": self._base_url} if self._base_url else dict(kwargs_from_env())
                 )
+                self._preflight(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
                 try:
                     self._client = docker.APIClient(
                         version="auto", timeout=int(self._timeout_s), **kwargs
