@@ -75,10 +75,20 @@ class DockerSdkRuntime:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _unavailable(self, error: BaseException) -> NoReturn:
+        if isinstance(error, FileNotFoundError):
+            advice = (
+                "No engine socket exists there: install a Docker engine (Debian/Ubuntu: "
+                "`sudo apt-get install docker.io`; elsewhere https://docs.docker.com/engine/install/"
+                "), start it, and set DOCKER_HOST if it listens elsewhere"
+            )
+        else:
+            advice = (
+                "Start the engine (`sudo systemctl start docker`, or `scripts/services up --only "
+                "docker` in the altar repository) or set DOCKER_HOST to a running "
+                "Docker-compatible engine"
+            )
         raise BackendUnavailableError(
-            f"cannot reach the Docker engine at {self.engine}: {error}. Start the engine "
-            "(e.g. `sudo systemctl start docker`, or `scripts/services up --only docker` in the "
-            "altar repository) or set DOCKER_HOST to a running Docker-compatible engine."
+            f"cannot reach the Docker engine at {self.engine}: {error}. {advice}."
         ) from error
 
     def _preflight(self, base_url: str) -> None:

@@ -1,0 +1,115 @@
+"""The README demo plan (examples/demo/plan.toml) run on this backend, without the plan runner."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from altar.backends.local import LocalDockerExecutionBackend
+from altar.execution import ContainerTaskSpec, TaskState, Transfer, spec_from_dict
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
+
+
+def load_plan() -> dict[str, Any]:
+    with open(DEMO / "plan.toml", "rb") as handle:
+        return tomllib.load(handle)
+
+
+def resolve(transfer: Transfer, base: Path) -> Transfer:
+    uri = transfer.uri if os.path.isabs(transfer.uri) else str(base / transfer.uri)
+    return Transfer(uri, transfer.logical_path, transfer.locality_key, transfer.digest)
+
+
+def specs(base: Path, output_base: Path) -> list[ContainerTaskSpec]:
+    built = []
+    for task in load_plan()["tasks"]:
+        spec = spec_from_dict({k: v for k, v in task.items() if k != "id"})
+        built.append(
+            ContainerTaskSpec(
+                **{
+                    **spec.__dict__,
+                    "inputs": [resolve(t, base) for t in spec.inputs],
+                    "outputs": [resolve(t, output_base) for t in spec.outputs],
+                }
+            )
+        )
+    return built
+
+
+def expected_means() -> dict[str, float]:
+    """The demo's arithmetic, done independently of the shell scripts."""
+    weights = []
+    for fold in range(3):
+        table = {}
+        for line in (DEMO / f"data/models/fold{fold}.weights").read_text().splitlines():
+            if line and not line.startswith("#"):
+                key, value = line.split("\t")
+                table[key] = float(value)
+        weights.append(table)
+    means = {}
+    for line in (DEMO / "data/variants.tsv").read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        _chrom, _pos, ref, alt, name = line.split("\t")
+        means[name] = sum(w[alt] - w[ref] + w["bias"] for w in weights) / 3
+    return means
+
+
+def test_every_digest_in_the_plan_matches_its_file() -> None:
+    checked = 0
+    for task in load_plan()["tasks"]:
+        for transfer in task.get("inputs", []):
+            if transfer.get("digest"):
+                data = (DEMO / transfer["uri"]).read_bytes()
+                assert transfer["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+                checked += 1
+    assert checked == 7  # three weights, the score script thrice, the summarize script
+
+
+def test_the_plan_names_the_local_backend_and_builds_specs(tmp_path: Path) -> None:
+    plan = load_plan()
+    assert plan["backend"]["type"] == "local"
+    LocalDockerExecutionBackend(data_root=tmp_path, **plan["backend"].get("options", {}))
+    built = specs(DEMO, tmp_path)
+    assert [s.kind for s in built] == ["score", "score", "score", "summarize"]
+
+
+@pytest.mark.docker
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_the_demo_plan_runs_end_to_end(docker_host: str, tmp_path: Path) -> None:
+    plan = load_plan()
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "data", watchdog=False, **plan["backend"].get("options", {})
+    )
+    built = specs(DEMO, tmp_path)
+    results = tmp_path / "results"
+    await backend.stage_inputs([t for s in built for t in s.inputs])
+    handles = [await backend.submit(s) for s in built]
+    try:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while True:
+            statuses = await backend.poll(handles)
+            if all(s.state.is_terminal for s in statuses):
+                break
+            assert loop.time() < end
+            await asyncio.sleep(0.2)
+        assert [s.state for s in statuses] == [TaskState.SUCCEEDED] * 4, statuses
+        await backend.collect_outputs([t for s in built for t in s.outputs])
+    finally:
+        await backend.cleanup(handles)
+    rows = (results / "summary.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == ["variant", "site", "mean_score", "min", "max", "folds"]
+    means = {row.split("\t")[0]: float(row.split("\t")[2]) for row in rows[1:]}
+    expected = expected_means()
+    assert means.keys() == expected.keys()
+    for name, value in expected.items():
+        assert means[name] == pytest.approx(value, abs=1e-4)
+    assert all(row.endswith("\t3") for row in rows[1:])
