@@ -107,6 +107,10 @@ class DockerSdkRuntime:
         except OSError as error:
             self._unavailable(error)
 
+    def client(self) -> docker.APIClient:
+        """The SDK client (created and version-negotiated on first use)."""
+        return self._api()
+
     def _api(self) -> docker.APIClient:
         with self._lock:
             if self._client is None:
