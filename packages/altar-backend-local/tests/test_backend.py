@@ -182,7 +182,7 @@ async def test_deadline_kills_and_reads_timeout_on_later_polls(
 
 
 @pytest.mark.asyncio
-async def test_a_fresh_backend_enforces_old_deadlines_and_reads_old_outcomes(
+async def test_weakness_15_a_fresh_backend_enforces_old_deadlines_and_late_success_is_timeout(
     tmp_path: object, engine: FakeDockerRuntime
 ) -> None:
     first = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
@@ -238,7 +238,7 @@ async def test_missing_and_malformed_ids_are_container_missing(
 
 
 @pytest.mark.asyncio
-async def test_an_unreachable_engine_is_never_container_missing(
+async def test_weakness_3_an_unreachable_engine_is_never_container_missing(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:
     handle = await backend.submit(spec())
@@ -362,7 +362,7 @@ async def test_capacity_counts_active_containers(
 
 
 @pytest.mark.asyncio
-async def test_watchdog_kills_at_the_deadline_without_a_poll(tmp_path: object) -> None:
+async def test_weakness_15_watchdog_kills_at_the_deadline_without_a_poll(tmp_path: object) -> None:
     import time
 
     engine = FakeDockerRuntime()

@@ -262,7 +262,7 @@ def dead_socket(tmp_path: Path) -> str:
 
 
 @pytest.mark.asyncio
-async def test_an_unreachable_engine_is_unavailable_never_missing(
+async def test_weakness_3_an_unreachable_engine_is_unavailable_never_missing(
     tmp_path: Path, backend: LocalDockerExecutionBackend, dead_socket: str
 ) -> None:
     handle = await backend.submit(spec(["sleep", "30"]))

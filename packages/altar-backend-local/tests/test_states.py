@@ -26,7 +26,7 @@ def summary(state: str, *, timeout: int | None = None, created: int = 1000) -> C
         ("dead", None),
     ],
 )
-def test_live_states(state: str, expected: TaskState | None) -> None:
+def test_weakness_4_live_states_never_guess_a_failure(state: str, expected: TaskState | None) -> None:
     assert live_state(summary(state)) is expected
 
 
@@ -72,7 +72,7 @@ def test_a_killed_overrun_stays_a_timeout_not_exit_137() -> None:
 
 
 @pytest.mark.parametrize("code", [0, 1])
-def test_dead_is_never_a_success_nor_deterministic(code: int) -> None:
+def test_weakness_4_dead_is_never_a_success_nor_deterministic(code: int) -> None:
     failure = terminal_failure(summary("dead"), Outcome(code, False, None))
     assert failure is not None
     assert failure.reason == "job_failed"
