@@ -241,7 +241,9 @@ def test_inputs_without_digest_are_copied_once_until_the_source_changes(
     assert (root / "jobs/J/variants.tsv").read_bytes() == b"chr2\t200\tC\tT\n"
 
 
-def test_weakness_11_a_reader_of_the_old_copy_never_sees_mixed_bytes(root: Path, tmp_path: Path) -> None:
+def test_weakness_11_a_reader_of_the_old_copy_never_sees_mixed_bytes(
+    root: Path, tmp_path: Path
+) -> None:
     first = make(tmp_path / "a.bin", b"A" * 100_000)
     stager = Stager(str(root))
     stager.stage(Transfer(str(first), "w.bin"))
@@ -278,7 +280,9 @@ def test_uris(tmp_path: Path) -> None:
         local_path("file://elsewhere/x")
 
 
-def test_weakness_11_concurrent_stagings_of_one_file_from_many_threads(root: Path, tmp_path: Path) -> None:
+def test_weakness_11_concurrent_stagings_of_one_file_from_many_threads(
+    root: Path, tmp_path: Path
+) -> None:
     data = os.urandom(4 << 20)
     source = make(tmp_path / "big.bin", data)
     transfer = Transfer(str(source), "shared/big.bin", digest=sha(data))

@@ -26,7 +26,9 @@ def summary(state: str, *, timeout: int | None = None, created: int = 1000) -> C
         ("dead", None),
     ],
 )
-def test_weakness_4_live_states_never_guess_a_failure(state: str, expected: TaskState | None) -> None:
+def test_weakness_4_live_states_never_guess_a_failure(
+    state: str, expected: TaskState | None
+) -> None:
     assert live_state(summary(state)) is expected
 
 
