@@ -88,8 +88,13 @@ def baseline_inspect_each(handles: list[TaskHandle]) -> float:
     return time.perf_counter() - started
 
 
-def backend_poll(host: str, data_root: str, handles: list[TaskHandle]) -> tuple[float, int]:
-    """A fresh backend (as after a restart) polls every handle; returns (seconds, requests)."""
+def backend_poll(
+    host: str, data_root: str, handles: list[TaskHandle]
+) -> tuple[float, int, float, int]:
+    """A fresh backend (as after a restart) polls every handle, then polls them again.
+
+    Returns (fresh seconds, fresh requests, warm seconds, warm requests).
+    """
     runtime = DockerSdkRuntime(host)
     requests = 0
 
@@ -103,11 +108,15 @@ def backend_poll(host: str, data_root: str, handles: list[TaskHandle]) -> tuple[
     requests += 1
     client.hooks["response"].append(count)
     statuses = asyncio.run(backend.poll(handles))
-    elapsed = time.perf_counter() - started
+    fresh_s, fresh_requests = time.perf_counter() - started, requests
+    requests = 0
+    started = time.perf_counter()
+    statuses += asyncio.run(backend.poll(handles))
+    warm_s, warm_requests = time.perf_counter() - started, requests
     if any(s.state is not TaskState.RUNNING for s in statuses):
         raise SystemExit("bench_poll: a container is not running")
     client.close()
-    return elapsed, requests
+    return fresh_s, fresh_requests, warm_s, warm_requests
 
 
 def main() -> None:
@@ -132,27 +141,34 @@ def main() -> None:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(runtime.remove, [h.external_id for h in handles]))
         runtime.client().close()
-    poll_s = statistics.median(t for t, _ in ours)
     inspect_s = statistics.median(theirs)
-    requests = max(r for _, r in ours)
-    ratio = inspect_s / poll_s
+    fresh_s = statistics.median(r[0] for r in ours)
+    warm_s = statistics.median(r[2] for r in ours)
+    fresh_requests = max(r[1] for r in ours)
+    warm_requests = max(r[3] for r in ours)
+    n = args.containers
+    rows = [
+        ("altar 0.3.0: docker inspect per container", inspect_s, len(theirs), n),
+        ("local backend: poll, fresh instance", fresh_s, len(ours), fresh_requests),
+        ("local backend: poll, warm instance", warm_s, len(ours), warm_requests),
+    ]
     print()
-    print(f"| polling {args.containers} running containers   | median s | runs | requests |")
-    print("|------------------------------------------|----------|------|----------|")
-    print(
-        f"| altar 0.3.0: docker inspect per container | {inspect_s:8.3f} | {len(theirs):4} | "
-        f"{args.containers:8} |"
-    )
-    print(
-        f"| local backend: poll (fresh instance)      | {poll_s:8.3f} | {len(ours):4} | "
-        f"{requests:8} |"
-    )
+    print(f"polling {n} running containers (medians)")
+    print(f"| {'method':<42} | {'seconds':>8} | {'runs':>4} | {'requests':>8} | {'speed-up':>8} |")
+    print(f"|{'-' * 44}|{'-' * 10}|{'-' * 6}|{'-' * 10}|{'-' * 10}|")
+    for name, seconds, runs, requests in rows:
+        print(
+            f"| {name:<42} | {seconds:8.3f} | {runs:4} | {requests:8} | "
+            f"{inspect_s / seconds:7.0f}x |"
+        )
+    ratio = inspect_s / fresh_s
+    met = ratio >= TARGET_RATIO and fresh_requests <= TARGET_REQUESTS
     print()
-    verdict = "met" if ratio >= TARGET_RATIO and requests <= TARGET_REQUESTS else "MISSED"
     print(
-        f"speed-up {ratio:.0f}x (target >= {TARGET_RATIO:.0f}x); Engine API requests per poll "
-        f"{requests} (target <= {TARGET_REQUESTS}, including API version negotiation and the "
-        f"one engine-clock read of a fresh instance): {verdict}"
+        f"target: >= {TARGET_RATIO:.0f}x and <= {TARGET_REQUESTS} Engine API requests per poll, "
+        f"judged on the fresh instance (its requests include API version negotiation and one "
+        f"engine-clock read): {ratio:.0f}x, {fresh_requests} requests: "
+        f"{'met' if met else 'MISSED'}"
     )
 
 
