@@ -1,23 +1,17 @@
 # Merge the fold scores into one table: the mean score per variant across folds.
 # Usage: sh summarize.sh OUT FOLD_SCORES...
-# The plan runner has no dependencies between tasks, so this task waits (up to 120 s) for each
-# fold's score file; a fold writes it atomically (mv), so a file that exists is complete.
+# The plan lists the fold score files as this task's inputs, so the runner starts it only after
+# every fold task succeeded.
 set -eu
 out=$1
 shift
-deadline=$(( $(date +%s) + 120 ))
-for scores in "$@"; do
-    while [ ! -f "$scores" ]; do
-        if [ "$(date +%s)" -ge "$deadline" ]; then
-            echo "summarize: $scores never appeared; did its fold task fail?" >&2
-            exit 2
-        fi
-        sleep 0.2
-    done
-done
 awk -F '\t' -v OFS='\t' '
     !($1 in n) { order[++count] = $1; site[$1] = $2 }
-    { sum[$1] += $3; n[$1]++; if (!($1 in lo) || $3 < lo[$1]) lo[$1] = $3; if (!($1 in hi) || $3 > hi[$1]) hi[$1] = $3 }
+    {
+        sum[$1] += $3; n[$1]++
+        if (!($1 in lo) || $3 < lo[$1]) lo[$1] = $3
+        if (!($1 in hi) || $3 > hi[$1]) hi[$1] = $3
+    }
     END {
         print "variant", "site", "mean_score", "min", "max", "folds"
         for (i = 1; i <= count; i++) {

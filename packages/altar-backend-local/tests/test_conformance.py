@@ -26,7 +26,7 @@ class TestLocalBackendConformance(ExecutionBackendContract):
     @pytest.fixture
     def backend(self, tmp_path: Path) -> LocalDockerExecutionBackend:
         return LocalDockerExecutionBackend(
-            data_root=tmp_path / "data", runtime=FakeDockerRuntime(), watchdog=False
+            data_root=tmp_path / "data", runtime=FakeDockerRuntime(gpu_devices=2), watchdog=False
         )
 
     def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
@@ -68,8 +68,8 @@ class TestLocalBackendConformance(ExecutionBackendContract):
         return True
 
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
-        # The fake engine, like ours in CI, has no GPU runtime and two CPUs.
+        # The fake engine has two GPUs and two CPUs (our CI engine has no GPU at all).
         return [
-            replace(spec, resources=ResourceRequest(gpu="gpu", count=1)),
+            replace(spec, resources=ResourceRequest(gpu="gpu", count=3)),
             replace(spec, resources=ResourceRequest(cpu=64)),
         ]

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend
-from altar.execution import ContainerTaskSpec, TaskState, Transfer, spec_from_dict
+from altar.execution import (
+    ContainerTaskSpec,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    spec_from_dict,
+)
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
 
@@ -80,32 +87,49 @@ def test_the_plan_names_the_local_backend_and_builds_specs(tmp_path: Path) -> No
     assert [s.kind for s in built] == ["score", "score", "score", "summarize"]
 
 
+async def run_until_terminal(
+    backend: LocalDockerExecutionBackend, handles: list[TaskHandle]
+) -> list[TaskStatus]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 60
+    while True:
+        statuses = await backend.poll(handles)
+        if all(s.state.is_terminal for s in statuses):
+            return statuses
+        assert loop.time() < end
+        await asyncio.sleep(0.2)
+
+
 @pytest.mark.docker
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_the_demo_plan_runs_end_to_end(docker_host: str, tmp_path: Path) -> None:
+    """Folds first, then summarize, which reads what they wrote (the runner's order)."""
     plan = load_plan()
     backend = LocalDockerExecutionBackend(
         data_root=tmp_path / "data", watchdog=False, **plan["backend"].get("options", {})
     )
     built = specs(DEMO, tmp_path)
-    results = tmp_path / "results"
-    await backend.stage_inputs([t for s in built for t in s.inputs])
-    handles = [await backend.submit(s) for s in built]
+    written = {t.logical_path for s in built for t in s.outputs}
+    await backend.stage_inputs(
+        [t for s in built for t in s.inputs if t.logical_path not in written]
+    )
+    folds = [s for s in built if s.kind == "score"]
+    (summarize,) = [s for s in built if s.kind == "summarize"]
+    assert {t.logical_path for t in summarize.inputs} & written == {
+        t.logical_path for s in folds for t in s.outputs
+    }
+    handles = [await backend.submit(s) for s in folds]
     try:
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 60
-        while True:
-            statuses = await backend.poll(handles)
-            if all(s.state.is_terminal for s in statuses):
-                break
-            assert loop.time() < end
-            await asyncio.sleep(0.2)
-        assert [s.state for s in statuses] == [TaskState.SUCCEEDED] * 4, statuses
+        statuses = await run_until_terminal(backend, handles)
+        assert [s.state for s in statuses] == [TaskState.SUCCEEDED] * 3, statuses
+        handles.append(await backend.submit(summarize))
+        statuses = await run_until_terminal(backend, handles[-1:])
+        assert statuses[0].state is TaskState.SUCCEEDED, statuses
         await backend.collect_outputs([t for s in built for t in s.outputs])
     finally:
         await backend.cleanup(handles)
-    rows = (results / "summary.tsv").read_text().splitlines()
+    rows = (tmp_path / "results" / "summary.tsv").read_text().splitlines()
     assert rows[0].split("\t") == ["variant", "site", "mean_score", "min", "max", "folds"]
     means = {row.split("\t")[0]: float(row.split("\t")[2]) for row in rows[1:]}
     expected = expected_means()
