@@ -254,6 +254,18 @@ async def test_weakness_3_an_unreachable_engine_is_never_container_missing(
 
 
 @pytest.mark.asyncio
+async def test_staging_asks_the_engine_first(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.txt"
+    write(source, "x")
+    engine.available = False
+    with pytest.raises(BackendUnavailableError):
+        await backend.stage_inputs([Transfer(str(source), "in.txt")])
+    assert not exists(Path(backend.data_root, "in.txt"))
+
+
+@pytest.mark.asyncio
 async def test_gpu_without_a_gpu_runtime_is_refused_and_nothing_runs(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:

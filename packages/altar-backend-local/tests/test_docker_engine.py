@@ -266,7 +266,11 @@ async def test_weakness_3_an_unreachable_engine_is_unavailable_never_missing(
     tmp_path: Path, backend: LocalDockerExecutionBackend, dead_socket: str
 ) -> None:
     handle = await backend.submit(spec(["sleep", "30"]))
-    for host in (dead_socket, f"unix://{tmp_path}/no-such.sock"):
+    missing = f"unix://{tmp_path}/no-such.sock"
+    cut_off = LocalDockerExecutionBackend(data_root=tmp_path, docker_host=missing, watchdog=False)
+    with pytest.raises(BackendUnavailableError, match="install a Docker engine"):
+        await cut_off.poll([handle])
+    for host in (dead_socket, missing):
         cut_off = LocalDockerExecutionBackend(
             data_root=tmp_path / "data", docker_host=host, watchdog=False
         )
@@ -276,6 +280,8 @@ async def test_weakness_3_an_unreachable_engine_is_unavailable_never_missing(
             await cut_off.submit(spec(["true"]))
         with pytest.raises(BackendUnavailableError):
             await cut_off.cancel(handle)
+        with pytest.raises(BackendUnavailableError, match="cannot reach"):
+            await cut_off.stage_inputs([])
     await backend.cancel(handle)
 
 

@@ -237,7 +237,12 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     # -- data ---------------------------------------------------------------------------------
 
     async def stage_inputs(self, transfers: list[Transfer]) -> None:
-        """Copy inputs into the data root, verifying digests (see :mod:`.staging`)."""
+        """Copy inputs into the data root, verifying digests (see :mod:`.staging`).
+
+        The engine is asked first: staging for tasks that cannot start is wasted, and an engine
+        that cannot be reached is best reported before anything is copied.
+        """
+        await self._thread(self.runtime.ping)
         unique: dict[str, Transfer] = {}
         for transfer in transfers:
             known = unique.setdefault(transfer.logical_path, transfer)

@@ -151,6 +151,9 @@ class DockerSdkRuntime:
 
     # -- operations -------------------------------------------------------------------------
 
+    def ping(self) -> None:
+        self._call(lambda api: api.ping())
+
     def run(self, request: ContainerRequest) -> str:
         api = self._api()
         host_config = api.create_host_config(

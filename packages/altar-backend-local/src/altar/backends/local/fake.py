@@ -94,6 +94,10 @@ class FakeDockerRuntime:
 
     # -- the seam -----------------------------------------------------------------------------
 
+    def ping(self) -> None:
+        with self._lock:
+            self._request("ping")
+
     def run(self, request: ContainerRequest) -> str:
         with self._lock:
             self._request("create")

@@ -95,6 +95,10 @@ class ContainerEvent:
 class DockerRuntime(Protocol):
     """The Docker Engine operations the local backend uses (one engine request each)."""
 
+    def ping(self) -> None:
+        """One cheap request; raises BackendUnavailableError if the engine does not answer."""
+        ...
+
     def run(self, request: ContainerRequest) -> str:
         """Create and start a container; return its full id.
 
