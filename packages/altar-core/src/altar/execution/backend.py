@@ -55,20 +55,20 @@ class ExecutionBackend(ABC):
         """Free slots per pool; an empty report means autoscaling or unknown."""
         return Capacity()
 
-    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:  # noqa: B027 (optional hook)
         """Materialize inputs where tasks read them (``"staging"`` backends verify digests here)."""
 
-    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:  # noqa: B027 (optional hook)
         """Copy declared outputs from where tasks wrote them back to their ``uri``."""
 
     def path_resolver(self) -> PathResolver:
         """How logical paths appear inside a task."""
         return PathResolver()
 
-    async def cancel(self, handle: TaskHandle) -> None:
+    async def cancel(self, handle: TaskHandle) -> None:  # noqa: B027 (optional hook)
         """Stop a task. Idempotent; never raises for a task that no longer exists."""
 
-    async def cleanup(self, handles: list[TaskHandle]) -> None:
+    async def cleanup(self, handles: list[TaskHandle]) -> None:  # noqa: B027 (optional hook)
         """Release provider resources held by finished tasks (containers, Jobs, sandboxes).
 
         Idempotent; never raises for a task that no longer exists. The default does nothing.
