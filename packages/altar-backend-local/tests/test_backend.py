@@ -294,6 +294,17 @@ async def test_engine_refusing_resources_is_unsupported(
 
 
 @pytest.mark.asyncio
+async def test_an_image_the_engine_cannot_get_is_a_clear_error(tmp_path: Path) -> None:
+    from altar.backends.local import EngineRefusedError
+
+    engine = FakeDockerRuntime(images=["busybox:latest"])
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
+    with pytest.raises(EngineRefusedError, match="docker load"):
+        await backend.submit(spec(image="example.org/model:1"))
+    assert engine.containers == {}
+
+
+@pytest.mark.asyncio
 async def test_resubmitting_starts_another_container(
     backend: LocalDockerExecutionBackend,
 ) -> None:

@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 from altar.backends.local import TIMEOUT_LABEL, LocalDockerExecutionBackend
 from altar.backends.local.fake import FakeDockerRuntime
+from altar.conformance import ExecutionBackendContract, LaunchedTask
 from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
-
-try:
-    from altar.conformance import ExecutionBackendContract, LaunchedTask
-except ImportError:  # pragma: no cover - altar-conformance not installed
-    pytest.skip("altar-conformance is not installed", allow_module_level=True)
 
 
 def _engine(backend: ExecutionBackend) -> FakeDockerRuntime:

@@ -48,13 +48,14 @@ class FakeDockerRuntime:
     def __init__(
         self,
         *,
-        images: Sequence[str] = ("busybox:latest",),
+        images: Sequence[str] | None = None,
         cpus: int = 2,
         gpu_devices: int = 0,
         event_window: int = 256,
         clock_skew_s: float = 0.0,
     ) -> None:
-        self.images = set(images)
+        # None: every image can be pulled; a set: only these exist and pulling fails (offline).
+        self.images = set(images) if images is not None else None
         self.cpus = cpus
         self.gpu_devices = gpu_devices
         self.clock_skew_s = clock_skew_s
@@ -101,7 +102,7 @@ class FakeDockerRuntime:
     def run(self, request: ContainerRequest) -> str:
         with self._lock:
             self._request("create")
-            if request.image not in self.images:
+            if self.images is not None and request.image not in self.images:
                 raise EngineRefusedError(
                     404,
                     f"image {request.image!r} is not on the engine (No such image) and pulling "
