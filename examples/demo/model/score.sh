@@ -2,6 +2,7 @@
 # Usage: sh score.sh WEIGHTS VARIANTS OUT
 set -eu
 weights=$1 variants=$2 out=$3
+mkdir -p "$(dirname "$out")"
 echo "fold model ${weights##*/}: scoring $(grep -vc '^#' "$variants") variants"
 awk -F '\t' -v OFS='\t' '
     NR == FNR { if ($1 !~ /^#/) w[$1] = $2; next }

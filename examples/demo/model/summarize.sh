@@ -5,6 +5,7 @@
 set -eu
 out=$1
 shift
+mkdir -p "$(dirname "$out")"
 awk -F '\t' -v OFS='\t' '
     !($1 in n) { order[++count] = $1; site[$1] = $2 }
     {

@@ -13,12 +13,14 @@ import pytest
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.execution import (
     ContainerTaskSpec,
+    ExecutionBackend,
     TaskHandle,
     TaskState,
     TaskStatus,
     Transfer,
     spec_from_dict,
 )
+from altar.execution.plan import Plan
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
 
@@ -137,3 +139,41 @@ async def test_the_demo_plan_runs_end_to_end(docker_host: str, tmp_path: Path) -
     for name, value in expected.items():
         assert means[name] == pytest.approx(value, abs=1e-4)
     assert all(row.endswith("\t3") for row in rows[1:])
+
+
+@pytest.mark.docker
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_the_demo_plan_matches_the_reference_backend(
+    docker_host: str, tmp_path: Path
+) -> None:
+    """The seed's portability check: same commands, same output bytes, same outcomes."""
+    from dataclasses import replace
+
+    from altar.conformance import compare_with_reference
+    from altar.execution.plan import load_plan as load_plan_file
+
+    plan = load_plan_file(DEMO / "plan.toml")
+
+    def rendered(backend: ExecutionBackend) -> Plan:
+        root = backend.path_resolver().resolve("")
+        tasks = [
+            replace(
+                task,
+                spec=replace(
+                    task.spec,
+                    command=[
+                        arg.replace("/mnt/volume", root, 1)
+                        if arg.startswith("/mnt/volume/")
+                        else arg
+                        for arg in task.spec.command
+                    ],
+                ),
+            )
+            for task in plan.tasks
+        ]
+        return replace(plan, tasks=tasks)
+
+    backend = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    report = await compare_with_reference(rendered, backend, workdir=tmp_path / "compare")
+    assert report.ok, report.format()

@@ -87,11 +87,15 @@ async def test_success_writes_to_the_data_root_as_its_owner(
 ) -> None:
     handle = await backend.submit(
         spec(
-            ["sh", "-c", 'echo "$(id -u):$(id -g)" > /mnt/volume/out/who.txt'],
+            [
+                "sh",
+                "-c",
+                'mkdir -p /mnt/volume/out && echo "$(id -u):$(id -g)" > /mnt/volume/out/who.txt',
+            ],
             outputs=[Transfer("out/who.txt", "out/who.txt")],
         )
     )
-    status = await settle(backend, handle)  # submit made the output's directory
+    status = await settle(backend, handle)
     assert status.state is TaskState.SUCCEEDED
     assert status.failure is None
     st = os.stat(backend.data_root)

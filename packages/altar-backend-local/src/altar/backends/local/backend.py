@@ -129,15 +129,13 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         return PathResolver(CONTAINER_MOUNT_ROOT)
 
     def _prepare_outputs(self, spec: ContainerTaskSpec) -> None:
-        """Make each output's directory, and remove a stale output file.
+        """Remove stale output files, so an earlier run's result is never taken for this one's.
 
-        An earlier run's result must never be taken for this run's; the directories let a task
-        write ``/mnt/volume/<logical path>`` without creating them itself.
+        Output directories are the task's to make, as on every other backend.
         """
         os.makedirs(self.data_root, exist_ok=True)
         for transfer in spec.outputs:
             path = host_path(self.data_root, transfer.logical_path)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             if os.path.islink(path) or os.path.isfile(path):
                 os.unlink(path)
 
