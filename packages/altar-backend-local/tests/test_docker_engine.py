@@ -350,3 +350,13 @@ async def test_staged_inputs_are_read_by_tasks_and_concurrent_staging_is_safe(
 
 def test_runtime_reports_the_engine_it_talks_to(docker_host: str) -> None:
     assert DockerSdkRuntime(docker_host).engine == docker_host
+
+
+@pytest.mark.asyncio
+async def test_capacity_counts_live_containers(tmp_path: Path, api: docker.APIClient) -> None:
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, slots=1000, watchdog=False)
+    handle = await backend.submit(spec(["sleep", "300"]))
+    try:
+        assert (await backend.capacity()).pools["cpu"] <= 999
+    finally:
+        await backend.cancel(handle)

@@ -20,7 +20,7 @@ from altar.backends.local.mapping import (
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
 from altar.backends.local.staging import StageAction, Stager
-from altar.backends.local.states import DEADLINE_SLACK_S, LIVE_STATES
+from altar.backends.local.states import DEADLINE_SLACK_S
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
@@ -148,7 +148,6 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             gpu_devices=self.gpu_devices,
         )
         await self._thread(lambda: self._prepare_outputs(spec))
-        submitted = time.time()
         try:
             container_id = await self._thread(lambda: self.runtime.run(request))
         except EngineRefusedError as error:
@@ -167,7 +166,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 ) from error
             raise
         if self._watchdog is not None and spec.timeout_s is not None:
-            self._watchdog.watch(container_id, submitted + spec.timeout_s + 2 * DEADLINE_SLACK_S)
+            # Counted from now, after the container was created (and any image pulled), and a
+            # little late: the watchdog must never kill before poll's deadline would.
+            self._watchdog.watch(container_id, time.time() + spec.timeout_s + 2 * DEADLINE_SLACK_S)
         return TaskHandle(
             backend=self.name,
             external_id=container_id,
@@ -190,9 +191,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
 
     async def capacity(self) -> Capacity:
         label = f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}"
-        containers = await self._thread(lambda: self.runtime.list_labelled(label))
-        active = sum(1 for c in containers if c.state in LIVE_STATES)
-        return Capacity(pools={"cpu": max(0, self.slots - active)})
+        live = await self._thread(lambda: self.runtime.list_live(label))
+        return Capacity(pools={"cpu": max(0, self.slots - len(live))})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         if not _CONTAINER_ID.fullmatch(handle.external_id):

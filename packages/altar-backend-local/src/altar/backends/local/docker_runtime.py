@@ -20,6 +20,7 @@ import docker
 import docker.errors
 import requests.exceptions
 from altar.backends.local.runtime import (
+    LIVE_CONTAINER_STATES,
     ContainerDetail,
     ContainerEvent,
     ContainerNotFoundError,
@@ -237,8 +238,9 @@ class DockerSdkRuntime:
             rows.extend(self._call(partial(_list_ids, ids=chunk)))
         return [self._summary(row) for row in rows]
 
-    def list_labelled(self, label: str) -> list[ContainerSummary]:
-        rows = self._call(lambda api: api.containers(all=True, filters={"label": [label]}))
+    def list_live(self, label: str) -> list[ContainerSummary]:
+        filters = {"label": [label], "status": list(LIVE_CONTAINER_STATES)}
+        rows = self._call(lambda api: api.containers(all=True, filters=filters))
         return [self._summary(row) for row in rows]
 
     def inspect(self, container_id: str) -> ContainerDetail:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from altar.backends.local.runtime import (
+    LIVE_CONTAINER_STATES,
     ContainerDetail,
     ContainerEvent,
     ContainerNotFoundError,
@@ -142,14 +143,16 @@ class FakeDockerRuntime:
                 if any(cid.startswith(i) for i in ids if i)
             ]
 
-    def list_labelled(self, label: str) -> list[ContainerSummary]:
+    def list_live(self, label: str) -> list[ContainerSummary]:
         key, _, value = label.partition("=")
         with self._lock:
             self._request("list")
             return [
                 self._summary(c)
                 for c in self.containers.values()
-                if key in c.request.labels and (not value or c.request.labels[key] == value)
+                if key in c.request.labels
+                and (not value or c.request.labels[key] == value)
+                and c.state in LIVE_CONTAINER_STATES
             ]
 
     @staticmethod

@@ -21,7 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+#: Container states that have not ended (the engine's ``status`` filter values).
+LIVE_CONTAINER_STATES = ("created", "running", "paused", "restarting", "removing")
+
 __all__ = [
+    "LIVE_CONTAINER_STATES",
     "ContainerDetail",
     "ContainerEvent",
     "ContainerNotFoundError",
@@ -110,8 +114,8 @@ class DockerRuntime(Protocol):
         """The containers among ``ids`` (full or unique-prefix ids) that exist, in any state."""
         ...
 
-    def list_labelled(self, label: str) -> list[ContainerSummary]:
-        """Every container carrying ``label`` (``key`` or ``key=value``), in any state."""
+    def list_live(self, label: str) -> list[ContainerSummary]:
+        """Containers carrying ``label`` (``key`` or ``key=value``) that have not ended."""
         ...
 
     def inspect(self, container_id: str) -> ContainerDetail:
