@@ -66,6 +66,19 @@ async def test_states_follow_the_container(
 
 
 @pytest.mark.asyncio
+async def test_a_container_created_but_never_started_is_not_pending_forever(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.set_state(handle.external_id, "created")  # as if the submitter died before start
+    assert (await backend.poll([handle]))[0].state is TaskState.PENDING
+    engine.containers[handle.external_id].created -= 600
+    status = (await backend.poll([handle]))[0]
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.deterministic) == ("job_failed", False)
+
+
+@pytest.mark.asyncio
 async def test_one_list_request_per_poll_however_many_handles(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:

@@ -360,3 +360,25 @@ async def test_capacity_counts_live_containers(tmp_path: Path, api: docker.APICl
         assert (await backend.capacity()).pools["cpu"] <= 999
     finally:
         await backend.cancel(handle)
+
+
+@pytest.mark.asyncio
+async def test_created_is_pending_and_paused_is_running(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    created = api.create_container(
+        IMAGE,
+        ["true"],
+        labels={"altar.test": SESSION, "altar.backend": "local"},
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    (status,) = await backend.poll([TaskHandle("local", created["Id"])])
+    assert status.state is TaskState.PENDING
+    handle = await backend.submit(spec(["sleep", "300"]))
+    api.pause(handle.external_id)
+    try:
+        (status,) = await backend.poll([handle])
+        assert status.state is TaskState.RUNNING
+    finally:
+        api.unpause(handle.external_id)
+        await backend.cancel(handle)

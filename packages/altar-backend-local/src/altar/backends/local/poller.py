@@ -36,6 +36,9 @@ __all__ = ["Observation", "Poller"]
 # Engine and host clocks are compared only near a deadline: a deadline this far ahead by our own
 # clock cannot have passed on any sanely synchronised engine, so no clock read is spent on it.
 _CLOCK_MARGIN_S = 300.0
+# The backend starts each container right after creating it; one still "created" this long after
+# will never start (its submitter stopped in between), so it is a failure, not a pending task.
+_START_GRACE_S = 120.0
 # A SIGKILLed container's "oom" event can reach the engine just after its "die"; an unflagged
 # 137 is therefore classified only once it is this old (engine seconds).
 _OOM_SETTLE_S = 1.0
@@ -120,6 +123,22 @@ class Poller:
                 self.runtime.kill(summary.id)
                 timeout_s = timeout_from_labels(summary.labels) or 0
                 observation = Observation(TaskState.FAILED, timeout_failure(summary.id, timeout_s))
+                self._remember_as(key, summary.id, observation)
+                return observation
+            if (
+                summary.state == "created"
+                and time.time() - summary.created > _START_GRACE_S
+                and self.engine_now() - summary.created > _START_GRACE_S
+            ):
+                observation = Observation(
+                    TaskState.FAILED,
+                    TaskFailure(
+                        "job_failed",
+                        f"container {summary.id} was created but never started (the process "
+                        "that submitted it stopped before starting it)",
+                        deterministic=False,
+                    ),
+                )
                 self._remember_as(key, summary.id, observation)
                 return observation
             return Observation(state)
