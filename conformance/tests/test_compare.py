@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from altar.conformance import InProcessExecutionBackend, compare_with_reference
 from altar.conformance.reference import run_command_locally
 from altar.execution import ContainerTaskSpec, ExecutionBackend, Transfer
+from subprocess_backend import SubprocessExecutionBackend
 
 FAST = {"poll_interval_s": 0.01, "max_poll_interval_s": 0.05}
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "subprocess_backend.py"
-
-
-def _example_backend_class() -> type[ExecutionBackend]:
-    spec = importlib.util.spec_from_file_location("subprocess_backend_for_compare", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.SubprocessExecutionBackend  # type: ignore[no-any-return]
 
 
 def folds(backend: ExecutionBackend) -> list[ContainerTaskSpec]:
@@ -64,7 +52,7 @@ class ShoutingBackend(InProcessExecutionBackend):
 
 @pytest.mark.asyncio
 async def test_the_example_backend_matches_the_reference(tmp_path: Path) -> None:
-    backend = _example_backend_class()(data_root=tmp_path / "volume")
+    backend = SubprocessExecutionBackend(data_root=tmp_path / "volume")
     report = await compare_with_reference(folds, backend, workdir=tmp_path / "compare", **FAST)
     assert report.ok, report.format()
     assert report.format().endswith("across 2 task(s)")

@@ -7,7 +7,6 @@ runtime. The tutorial (docs/extending/writing-a-backend.md) includes parts of th
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -15,24 +14,16 @@ from pathlib import Path
 
 import pytest
 from altar.conformance import ExecutionBackendContract, LaunchedTask
-from altar.execution import ContainerTaskSpec, ResourceRequest, TaskHandle, TaskState, TaskStatus
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "subprocess_backend.py"
-
-
-def _load_example():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("subprocess_backend", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load_example()
-SubprocessExecutionBackend = example.SubprocessExecutionBackend
-ProcessRecord = example.ProcessRecord
+from altar.execution import (
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    ExecutionBackend,
+    ResourceRequest,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+)
+from subprocess_backend import ProcessRecord, SubprocessExecutionBackend
 
 
 # --8<-- [start:fake]
@@ -54,13 +45,28 @@ class FakeProcesses:
 
     def __init__(self) -> None:
         self.processes: dict[str, FakeProcess] = {}
+        self.reachable = True  # False: every call fails, as when the state volume is gone
 
-    def start(self, task_id, argv, env, labels, cwd, timeout_s):  # type: ignore[no-untyped-def]
+    def _reachable(self) -> None:
+        if not self.reachable:
+            raise BackendUnavailableError("task state directory is not available")
+
+    def start(
+        self,
+        task_id: str,
+        argv: list[str],
+        env: dict[str, str],
+        labels: dict[str, str],
+        cwd: str,
+        timeout_s: int | None,
+    ) -> None:
+        self._reachable()
         if task_id in self.processes:
             raise FileExistsError(task_id)  # like mkdir of an existing task directory
         self.processes[task_id] = FakeProcess(list(argv), dict(env), dict(labels), timeout_s)
 
-    def inspect(self, task_id):  # type: ignore[no-untyped-def]
+    def inspect(self, task_id: str) -> ProcessRecord | None:
+        self._reachable()
         p = self.processes.get(task_id)
         if p is None:
             return None
@@ -70,15 +76,15 @@ class FakeProcesses:
             p.finished_at, p.ended_by,
         )  # fmt: skip
 
-    def stop(self, task_id, reason):  # type: ignore[no-untyped-def]
+    def stop(self, task_id: str, reason: str) -> None:
         p = self.processes.get(task_id)
         if p is not None and p.exit_code is None and p.ended_by is None:
             p.ended_by = reason
 
-    def remove(self, task_id):  # type: ignore[no-untyped-def]
+    def remove(self, task_id: str) -> None:
         self.processes.pop(task_id, None)
 
-    def log_tail(self, task_id, lines):  # type: ignore[no-untyped-def]
+    def log_tail(self, task_id: str, lines: int) -> list[str]:
         p = self.processes.get(task_id)
         return p.log[-lines:] if p else []
 
@@ -87,35 +93,51 @@ class FakeProcesses:
 
 
 # --8<-- [start:contract]
+def fake(backend: ExecutionBackend) -> FakeProcesses:
+    """The fake under a backend the fixture built (hooks receive the backend under test)."""
+    assert isinstance(backend, SubprocessExecutionBackend)
+    assert isinstance(backend.runtime, FakeProcesses)
+    return backend.runtime
+
+
 class TestSubprocessBackend(ExecutionBackendContract):
     @pytest.fixture
-    def backend(self, tmp_path):  # type: ignore[no-untyped-def]
+    def backend(self, tmp_path: Path) -> SubprocessExecutionBackend:
         return SubprocessExecutionBackend(data_root=tmp_path, runtime=FakeProcesses())
 
-    def finish_task(self, backend, handle, *, exit_code):  # type: ignore[no-untyped-def]
-        process = backend.runtime.processes[handle.external_id]
+    def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
+        process = fake(backend).processes[handle.external_id]
         process.exit_code, process.finished_at = exit_code, time.time()
 
-    def expire_task(self, backend, handle):  # type: ignore[no-untyped-def]
-        process = backend.runtime.processes[handle.external_id]
-        process.started_at -= process.timeout_s + 5
+    def expire_task(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
+        process = fake(backend).processes[handle.external_id]
+        assert process.timeout_s is not None, "the suite expires only tasks with a timeout"
+        process.started_at -= process.timeout_s + 5  # as if it started that long ago
 
-    def launched_timeout(self, backend, handle):  # type: ignore[no-untyped-def]
-        return backend.runtime.processes[handle.external_id].timeout_s
+    def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
+        return fake(backend).processes[handle.external_id].timeout_s
 
-    def write_task_log(self, backend, handle, lines):  # type: ignore[no-untyped-def]
-        backend.runtime.processes[handle.external_id].log.extend(lines)
+    def write_task_log(
+        self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]
+    ) -> bool:
+        fake(backend).processes[handle.external_id].log.extend(lines)
         return True
 
-    def launched_task(self, backend, handle):  # type: ignore[no-untyped-def]
-        process = backend.runtime.processes[handle.external_id]
+    def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask:
+        process = fake(backend).processes[handle.external_id]
         # The machine is the image, and nothing else can be requested (see submit).
+        assert isinstance(backend, SubprocessExecutionBackend)
         return LaunchedTask(backend.host_image, process.argv, process.env, process.labels)
 
-    def reopen(self, backend):  # type: ignore[no-untyped-def]
-        return SubprocessExecutionBackend(data_root=backend.data_root, runtime=backend.runtime)
+    def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
+        assert isinstance(backend, SubprocessExecutionBackend)
+        return SubprocessExecutionBackend(data_root=backend.data_root, runtime=fake(backend))
 
-    def unsupported_specs(self, spec):  # type: ignore[no-untyped-def]
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        fake(backend).reachable = False
+        return True
+
+    def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         return [
             replace(spec, image="python:3.12"),
             replace(spec, resources=ResourceRequest(gpu="gpu")),
@@ -130,7 +152,7 @@ class TestSubprocessBackend(ExecutionBackendContract):
 # --- the real runtime: real processes --------------------------------------------------
 
 
-async def _settle(backend, handle: TaskHandle) -> TaskStatus:  # type: ignore[no-untyped-def]
+async def _settle(backend: ExecutionBackend, handle: TaskHandle) -> TaskStatus:
     for _ in range(500):
         (status,) = await backend.poll([handle])
         if status.state.is_terminal:
@@ -139,10 +161,8 @@ async def _settle(backend, handle: TaskHandle) -> TaskStatus:  # type: ignore[no
     raise AssertionError(f"{handle.external_id} never finished")
 
 
-def _spec(command: list[str], **changes: object) -> ContainerTaskSpec:
-    return replace(
-        ContainerTaskSpec(kind="example", image="busybox:latest", command=command), **changes
-    )
+def _spec(command: list[str], env: dict[str, str] | None = None) -> ContainerTaskSpec:
+    return ContainerTaskSpec(kind="example", image="busybox:latest", command=command, env=env or {})
 
 
 @pytest.mark.asyncio
@@ -186,3 +206,13 @@ async def test_cancel_kills_a_real_process(tmp_path: Path) -> None:
     (gone,) = await backend.poll([handle])
     assert gone.failure is not None
     assert gone.failure.reason == "container_missing"
+
+
+@pytest.mark.asyncio
+async def test_a_vanished_state_directory_is_an_outage_not_missing_tasks(tmp_path: Path) -> None:
+    backend = SubprocessExecutionBackend(data_root=tmp_path / "volume")
+    handle = await backend.submit(_spec([sys.executable, "-c", "pass"]))
+    await _settle(backend, handle)
+    (tmp_path / "volume").rename(tmp_path / "unmounted")
+    with pytest.raises(BackendUnavailableError, match="is its volume mounted"):
+        await backend.poll([handle])

@@ -275,3 +275,54 @@ async def test_a_task_verifying_backend_fails_a_wrong_input_before_running(tmp_p
 
 def replace_digest(transfer: Transfer, data: bytes) -> Transfer:
     return Transfer(transfer.uri, transfer.logical_path, digest=_digest(data))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("command", "reason", "log"),
+    [
+        (["sh", "-c", 'printf "%s\\n" "$1"; exit 4', "sh", "$(id) 'q'"], "exit_4", "$(id) 'q'"),
+        ([], "exit_127", "the task has an empty command; there is nothing to run"),
+        (["/no/such/program"], "exit_127", "cannot run '/no/such/program'"),
+    ],
+)
+async def test_run_command_locally_runs_argv_and_keeps_its_output(
+    tmp_path: Path, command: list[str], reason: str, log: str
+) -> None:
+    from altar.conformance.reference import run_command_locally
+
+    backend = InProcessExecutionBackend(run_command_locally, data_root=tmp_path)
+    handle = await backend.submit(_spec(command=command))
+    status = await _settle(backend, handle)
+    assert status.failure is not None
+    assert status.failure.reason == reason
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    assert detail.startswith(log)
+
+
+@pytest.mark.asyncio
+async def test_a_plan_names_the_runtime_by_import_path(tmp_path: Path) -> None:
+    from altar.execution.registry import create_backend
+
+    backend = create_backend(
+        "in-process",
+        {"runtime": "altar.conformance.reference:run_command_locally", "data_root": str(tmp_path)},
+    )
+    handle = await backend.submit(_spec(command=["sh", "-c", "exit 5"]))
+    status = await _settle(backend, handle)  # type: ignore[arg-type]
+    assert status.failure is not None
+    assert status.failure.reason == "exit_5"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        ("run_command_locally", "as 'module:function'"),
+        ("altar.conformance.reference:no_such", "cannot be imported"),
+        ("altar.conformance.reference:LOG_TAIL_LINES", "is not callable"),
+    ],
+)
+def test_a_bad_runtime_name_is_one_clear_error(tmp_path: Path, runtime: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        InProcessExecutionBackend(runtime, data_root=tmp_path)

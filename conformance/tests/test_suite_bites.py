@@ -129,6 +129,17 @@ CASES = {
             }
         ),
     ),
+    "reports-an-unreachable-provider-as-a-missing-task": Broken(
+        """
+        async def poll(self, handles):
+            try:
+                return await super().poll(handles)
+            except ConnectionError:
+                failure = TaskFailure("container_missing", "not found")
+                return [TaskStatus(h, TaskState.FAILED, failure) for h in handles]
+        """,
+        frozenset({"test_an_unreachable_provider_is_not_a_missing_task"}),
+    ),
     "declares-no-verification-mode": Broken(
         """
         input_digest_verification = None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from altar.execution import (
+    BackendUnavailableError,
     ContainerTaskSpec,
     ExecutionBackend,
     PathResolver,
@@ -232,6 +233,15 @@ class LocalProcesses:
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+
+    def _reachable(self) -> None:
+        # A vanished state directory (an unmounted volume, say) is an outage, not proof that
+        # every task is gone: report it as transient instead of as missing tasks.
+        if not self.state_dir.is_dir():
+            raise BackendUnavailableError(
+                f"task state directory {self.state_dir} is not available; is its volume mounted?"
+            )
 
     def start(
         self,
@@ -242,8 +252,9 @@ class LocalProcesses:
         cwd: str,
         timeout_s: int | None,
     ) -> None:
+        self._reachable()
         task_dir = self.state_dir / task_id
-        task_dir.mkdir(parents=True)
+        task_dir.mkdir()
         Path(cwd).mkdir(parents=True, exist_ok=True)
         meta = {
             "argv": argv,
@@ -266,6 +277,7 @@ class LocalProcesses:
         shim.wait()  # returns at once: the shim forks the task and exits
 
     def inspect(self, task_id: str) -> ProcessRecord | None:
+        self._reachable()
         task_dir = self.state_dir / task_id
         try:
             meta = json.loads((task_dir / "task.json").read_text())

@@ -376,3 +376,53 @@ def test_the_status_line_clock_ticks_between_events():
     plain = ProgressPrinter(io.StringIO(), total=2, live=False)
     plain.tick()
     assert plain.stream.getvalue() == ""
+
+
+SLOW_BACKEND = """
+import asyncio, sys
+from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
+from altar.execution import cli, registry
+
+class Slow(ExecutionBackend):
+    name = "slow"
+    input_digest_verification = "staging"
+
+    async def submit(self, spec):
+        return TaskHandle(self.name, spec.kind, dict(spec.labels))
+
+    async def poll(self, handles):
+        print("polled", flush=True)
+        return [TaskStatus(h, TaskState.RUNNING) for h in handles]
+
+reg = registry.BackendRegistry("altar.test_cli_none")
+reg.register("slow", Slow)
+cli.default_registry = registry.default_registry = reg
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_stops_altar_run_with_a_resume_hint(tmp_path):
+    import signal
+
+    script = tmp_path / "slow_cli.py"
+    script.write_text(SLOW_BACKEND)
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[backend]\ntype = "slow"\n[[tasks]]\nkind = "k"\nimage = "i"\ncommand = []\n')
+    child = subprocess.Popen(
+        [sys.executable, script, "run", plan, "--run-dir", tmp_path / "r"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "polled\n"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert f"Resume with: altar run {plan} --run-dir {tmp_path / 'r'}" in err
+    assert "Traceback" not in err
+    from altar.execution.journal import Journal
+
+    record = Journal.load(tmp_path / "r").tasks["k-0"]
+    assert record.state in ("pending", "running")
+    assert record.attempts[0].handle.external_id == "k"

@@ -214,3 +214,39 @@ def test_outputs_can_be_redirected(tmp_path):
     )
     plan = with_outputs_under(plan_from_specs([spec]), tmp_path)
     assert plan.tasks[0].spec.outputs[0].uri == str(tmp_path / "k-0" / "jobs/x.txt")
+
+
+def test_plans_built_in_code_are_checked_too():
+    from altar.execution.plan import Plan, PlanTask
+
+    spec = ContainerTaskSpec(kind="k", image="i", command=[])
+    with pytest.raises(PlanError, match=r"tasks\[1\]\.id: 'a' is already the id of tasks\[0\]"):
+        Plan("fake", {}, [PlanTask("a", spec), PlanTask("a", spec)])
+    with pytest.raises(PlanError, match="no task has id 'b'"):
+        Plan("fake", {}, [PlanTask("a", spec, after=("b",))])
+
+
+def test_hostile_strings_pass_through_unchanged(tmp_path):
+    hostile = "a b 'c' \"d\" $(touch /tmp/pwned) `id`\nnext line; rm -rf ~"
+    data = {
+        "tasks": [
+            {
+                "kind": "k",
+                "image": "busybox",
+                "command": ["sh", "-c", hostile],
+                "labels": {"note": hostile},
+                "env": {"V": hostile},
+                "inputs": [{"uri": "dir with spaces/in put.txt", "logical_path": "in put.txt"}],
+            }
+        ]
+    }
+    folder = tmp_path / "a dir $(x)"
+    folder.mkdir()
+    path = folder / "plan.json"
+    path.write_text(json.dumps(data))
+    spec = load_plan(path).tasks[0].spec
+    assert spec.command == ["sh", "-c", hostile]
+    assert spec.labels == {"note": hostile}
+    assert spec.env == {"V": hostile}
+    assert spec.inputs[0].uri == str(folder / "dir with spaces/in put.txt")
+    assert not os.path.exists("/tmp/pwned")

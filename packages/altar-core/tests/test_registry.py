@@ -232,3 +232,22 @@ def test_create_backend_names_the_bad_option(plugins, group):
     )
     with pytest.raises(PlanError, match="rejected its options: slots must be at least 1, got 0"):
         create_backend("beta", {"slots": 0}, registry=registry)
+
+
+def test_create_backend_turns_other_constructor_errors_into_one_line():
+    from altar.execution import AltarError
+
+    class Exploding(InCode):
+        name = "exploding"
+
+        def __init__(self) -> None:
+            raise RuntimeError("cannot reach the daemon\nat /var/run/docker.sock")
+
+    registry = BackendRegistry("altar.test_no_entry_points")
+    registry.register("exploding", Exploding)
+    with pytest.raises(AltarError) as caught:
+        create_backend("exploding", {}, registry=registry)
+    assert str(caught.value) == (
+        "backend 'exploding' could not be created: RuntimeError: cannot reach the daemon "
+        "at /var/run/docker.sock"
+    )

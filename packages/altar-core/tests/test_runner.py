@@ -327,6 +327,7 @@ async def test_a_run_killed_inside_submit_submits_again(tmp_path, provider, fake
     assert [e.task_id for e in events if e.kind == "in_doubt"] == ["b"]
     assert provider.submits == {"a": 1, "b": 1}
     assert [t.attempts for t in result.tasks] == [1, 1]
+    assert [t.in_doubt for t in result.tasks] == [0, 1]
 
 
 @pytest.mark.asyncio
@@ -550,3 +551,110 @@ def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_pa
     assert (tmp_path / JOURNAL_NAME).read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME]
     assert Journal.load(tmp_path).tasks["a"].state == "queued"
+
+
+@pytest.mark.asyncio
+async def test_outputs_are_collected_even_when_the_provider_blinks(
+    tmp_path, provider, fake_backend_class
+):
+    from altar.execution import BackendUnavailableError
+
+    class Blinking(fake_backend_class):
+        failures = 2
+
+        async def collect_outputs(self, transfers):
+            if Blinking.failures:
+                Blinking.failures -= 1
+                raise BackendUnavailableError("storage timed out")
+            await super().collect_outputs(transfers)
+
+    plan = Plan(
+        "fake", {}, [PlanTask("a", spec("a", outputs=[Transfer(str(tmp_path / "o"), "jobs/o")]))]
+    )
+    result = await run_plan(plan, Blinking(provider=provider), run_dir=tmp_path / "r", **FAST)
+    assert result.ok
+    assert len(provider.collect_calls) == 1
+    assert Blinking.failures == 0
+
+
+@pytest.mark.asyncio
+async def test_a_collection_error_fails_the_task(tmp_path, provider, fake_backend_class):
+    class Broken(fake_backend_class):
+        async def collect_outputs(self, transfers):
+            raise FileNotFoundError("jobs/o: no such file")
+
+    plan = Plan(
+        "fake", {}, [PlanTask("a", spec("a", outputs=[Transfer(str(tmp_path / "o"), "jobs/o")]))]
+    )
+    result = await run_plan(plan, Broken(provider=provider), run_dir=tmp_path / "r", **FAST)
+    [task] = result.tasks
+    assert (task.status, task.reason) == ("failed", "output_collection_failed")
+    assert task.detail == "FileNotFoundError: jobs/o: no such file"
+
+
+@pytest.mark.asyncio
+async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
+    from altar.execution import ExecutionBackend, TaskFailure, TaskHandle, TaskState, TaskStatus
+
+    class SpecNamed(ExecutionBackend):
+        """Names each task by its spec, as the Kubernetes backend does: every attempt, one id."""
+
+        name = "spec-named"
+        input_digest_verification = "task"
+
+        def __init__(self):
+            self.submits = 0
+            self.cleaned = []
+
+        async def submit(self, spec):
+            self.submits += 1
+            return TaskHandle(self.name, spec.labels["task"], dict(spec.labels))
+
+        async def poll(self, handles):
+            if self.submits == 1:
+                failure = TaskFailure("job_failed", "evicted")
+                return [TaskStatus(h, TaskState.FAILED, failure) for h in handles]
+            return [TaskStatus(h, TaskState.SUCCEEDED) for h in handles]
+
+        async def cleanup(self, handles):
+            self.cleaned.append([h.external_id for h in handles])
+
+    backend = SpecNamed()
+    result = await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
+    assert result.tasks[0].attempts == 2
+    assert result.ok
+    assert backend.cleaned == [["a"]]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r").iterdir()}
+    assert modes == {"journal.json": 0o600, "journal.log": 0o600, "lock": 0o600}
+
+
+@pytest.mark.asyncio
+async def test_a_handle_returned_just_before_a_crash_is_kept(
+    tmp_path, provider, fake_backend_class
+):
+    runner: list[asyncio.Task] = []
+
+    class CrashAfterSubmit(fake_backend_class):
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            if spec.labels["task"] == "b":
+                runner[0].cancel()  # the run dies the moment this submit returns
+            return handle
+
+    plan = simple_plan("a", "b", "c")
+    runner.append(
+        asyncio.ensure_future(
+            run_plan(plan, CrashAfterSubmit(provider=provider), run_dir=tmp_path / "r", **FAST)
+        )
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await runner[0]
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].attempts[0].handle is not None
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1, "c": 1}
+    # c's submit had not returned when the run died: in doubt, submitted again, launched once
+    assert [t.in_doubt for t in result.tasks] == [0, 0, 1]

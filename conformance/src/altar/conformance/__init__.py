@@ -49,6 +49,12 @@ def _register_suite_for_assert_rewriting() -> None:
         pytest.register_assert_rewrite(*pending)
 
 
+if "pytest" in sys.modules:
+    # Inside a test session: register now, so importing a suite module directly
+    # (altar.conformance.contract) still gets readable assertion failures.
+    _register_suite_for_assert_rewriting()
+
+
 def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:

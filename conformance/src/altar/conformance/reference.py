@@ -20,6 +20,7 @@ that finishes after its deadline reads as ``timeout``.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import os
 import subprocess
@@ -33,6 +34,7 @@ from typing import ClassVar
 
 from altar.conformance.launched import GIB, LaunchedTask
 from altar.execution import (
+    BackendUnavailableError,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -86,6 +88,9 @@ def run_command_locally(spec: ContainerTaskSpec, workdir: Path) -> int:
     and is killed at ``timeout_s``. Suits commands the test machine can run too, such as BusyBox
     shell commands in a plan rendered with the backend's path resolver.
     """
+    if not spec.command:
+        task_log("the task has an empty command; there is nothing to run")
+        return COMMAND_NOT_FOUND_EXIT_CODE
     env = {"PATH": os.environ.get("PATH", os.defpath), **spec.env}
     try:
         completed = subprocess.run(
@@ -101,7 +106,7 @@ def run_command_locally(spec: ContainerTaskSpec, workdir: Path) -> int:
         task_log(f"killed after its timeout of {spec.timeout_s} s")
         return TIMEOUT_EXIT_CODE
     except (FileNotFoundError, PermissionError) as error:
-        task_log(f"cannot run {spec.command[0] if spec.command else '(empty command)'}: {error}")
+        task_log(f"cannot run {spec.command[0]!r}: {error}")
         return COMMAND_NOT_FOUND_EXIT_CODE
     output = (completed.stdout + completed.stderr).decode("utf-8", errors="replace")
     task_log(*output.splitlines())
@@ -144,6 +149,13 @@ class InProcessFabric:
         self._lock = threading.Lock()
         self._tasks: dict[str, _Task] = {}
         self._ids = itertools.count(1)
+        self.reachable = True  # False: every provider call fails, as in an outage
+
+    def _answer(self) -> None:
+        if not self.reachable:
+            raise BackendUnavailableError(
+                "the in-process fabric is unreachable (outage simulated); try again later"
+            )
 
     # -- provider API used by the backend
 
@@ -155,6 +167,7 @@ class InProcessFabric:
         runtime: Runtime | None,
         workdir: Path,
     ) -> str:
+        self._answer()
         with self._lock:
             external_id = f"in-process-{next(self._ids)}"
             self._tasks[external_id] = _Task(spec, launched, timeout_s, started=self._clock())
@@ -169,6 +182,7 @@ class InProcessFabric:
         return external_id
 
     def inspect(self, external_id: str) -> FabricTask | None:
+        self._answer()
         with self._lock:
             task = self._tasks.get(external_id)
             if task is None:
@@ -181,10 +195,12 @@ class InProcessFabric:
 
     def kill(self, external_id: str) -> None:
         """Stop a task (no-op for a finished or unknown one)."""
+        self._answer()
         self._end(external_id, exit_code=None, ended_by="cancelled")
 
     def remove(self, external_id: str) -> None:
         """Forget a task (no-op for an unknown one)."""
+        self._answer()
         with self._lock:
             self._tasks.pop(external_id, None)
 
@@ -298,6 +314,8 @@ class InProcessFabric:
 class InProcessExecutionBackend(ExecutionBackend):
     """Runs each task as a Python callable in this process: the reference backend.
 
+    ``runtime`` is the callable each task runs, or its ``'module:function'`` name (as a plan's
+    ``[backend] options`` give it); None runs tasks until the fabric is told how they end.
     Options: ``data_root`` (where staged inputs land and tasks read and write; default
     ``./.altar-in-process-data``), ``gpus`` (devices the host offers; a task asking for more
     is refused, never run on CPU), ``max_timeout_s`` (a lifetime cap: ``timeout_s=None``
@@ -310,7 +328,7 @@ class InProcessExecutionBackend(ExecutionBackend):
 
     def __init__(
         self,
-        runtime: Runtime | None = None,
+        runtime: Runtime | str | None = None,
         *,
         data_root: str | os.PathLike[str] | None = None,
         gpus: int = 0,
@@ -324,7 +342,7 @@ class InProcessExecutionBackend(ExecutionBackend):
             raise ValueError(
                 f"max_timeout_s must be a positive number of seconds, got {max_timeout_s}"
             )
-        self.runtime = runtime
+        self.runtime = _load_runtime(runtime) if isinstance(runtime, str) else runtime
         self.data_root = Path(data_root if data_root is not None else ".altar-in-process-data")
         self.data_root = self.data_root.absolute()
         self.gpus = gpus
@@ -494,6 +512,24 @@ class InProcessTaskVerifyingBackend(InProcessExecutionBackend):
     """
 
     input_digest_verification: ClassVar[DigestVerification | None] = "task"
+
+
+def _load_runtime(reference: str) -> Runtime:
+    """Import ``module:attribute`` (how a plan file names a runtime in its backend options)."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(
+            f"runtime must name a callable as 'module:function', got {reference!r} "
+            "(for example 'altar.conformance.reference:run_command_locally')"
+        )
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"runtime {reference!r} cannot be imported: {error}") from error
+    if not callable(value):
+        raise ValueError(f"runtime {reference!r} is not callable")
+    runtime: Runtime = value
+    return runtime
 
 
 def _checking_inputs_first(runtime: Runtime, resolver: PathResolver) -> Runtime:

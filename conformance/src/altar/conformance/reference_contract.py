@@ -74,6 +74,10 @@ class InProcessBackendContract(ExecutionBackendContract):
         _fabric_of(backend).oom_kill(handle.external_id)
         return True
 
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        _fabric_of(backend).reachable = False
+        return True
+
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         gpus = int(self.backend_options.get("gpus", 0))
         too_many = ResourceRequest(gpu="gpu", count=gpus + 1)

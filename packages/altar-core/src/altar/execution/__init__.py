@@ -13,6 +13,7 @@ from altar.execution.digest import (
     has_verification_record,
     sha256_file,
     verify_file_digest,
+    verify_files,
     verify_files_script,
     verify_transfer_digest,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "spec_from_dict",
     "spec_to_dict",
     "verify_file_digest",
+    "verify_files",
     "verify_files_script",
     "verify_transfer_digest",
 ]

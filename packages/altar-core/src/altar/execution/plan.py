@@ -100,6 +100,7 @@ class Plan:
     dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_unique(self.tasks, self.source)
         if not self.dependencies:
             object.__setattr__(self, "dependencies", _dependencies(self.tasks, self.source))
 
@@ -130,7 +131,6 @@ def plan_from_specs(
 ) -> Plan:
     """A plan over ready-made specs, ids derived as ``<kind>-<index>``."""
     tasks = [PlanTask(default_task_id(spec.kind, i), spec) for i, spec in enumerate(specs)]
-    _check_unique(tasks, "plan")
     return Plan(backend_type, dict(backend_options or {}), tasks, max_parallel, max_retries, "plan")
 
 
@@ -196,7 +196,6 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
     if not isinstance(raw_tasks, list) or not raw_tasks:
         raise fail("tasks", "a plan needs at least one [[tasks]] entry")
     tasks = [_parse_task(item, index, base_dir, fail) for index, item in enumerate(raw_tasks)]
-    _check_unique(tasks, source)
     return Plan(
         backend_type,
         dict(options),

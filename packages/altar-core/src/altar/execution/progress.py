@@ -5,6 +5,7 @@ Pure functions (plus one small printer class) so the output is tested without a 
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
@@ -161,10 +162,13 @@ class ProgressPrinter:
             self.stream.flush()
 
     def _draw(self, elapsed_s: float) -> None:
-        self._status = (
+        status = (
             f"{self.prefix}{format_duration(elapsed_s):>7}  "
             f"[{format_counts(self._counts)} of {self.total}]"
         )
+        # a line wider than the terminal wraps, and "\r" would then redraw only its tail
+        width = shutil.get_terminal_size((100, 24)).columns - 1
+        self._status = status if len(status) <= width else status[: max(0, width - 3)] + "..."
         self.stream.write(self._status)
 
     def _clear(self) -> None:

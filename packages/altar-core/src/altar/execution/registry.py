@@ -19,7 +19,9 @@ from typing import Any
 
 from altar.execution.backend import EXECUTION_BACKEND_GROUP, ExecutionBackend
 from altar.execution.errors import (
+    AltarError,
     BackendImportError,
+    BackendUnavailableError,
     BackendValidationError,
     DuplicateBackendError,
     PlanError,
@@ -305,4 +307,11 @@ def create_backend(
     except (TypeError, ValueError) as error:
         raise PlanError(
             f"{source}: backend {name!r} rejected its options: {_one_line(str(error))}"
+        ) from error
+    except BackendUnavailableError:
+        raise
+    except Exception as error:
+        raise AltarError(
+            f"backend {name!r} could not be created: {type(error).__name__}: "
+            f"{_one_line(str(error))}"
         ) from error

@@ -94,6 +94,7 @@ class TaskResult:
     exit_code: int | None = None
     duration_s: float | None = None
     external_id: str | None = None
+    in_doubt: int = 0  # submits interrupted before their handle was recorded, then redone
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,7 @@ class TaskResult:
             "exit_code": self.exit_code,
             "duration_s": self.duration_s,
             "external_id": self.external_id,
+            "in_doubt": self.in_doubt,
         }
 
 
@@ -162,12 +164,18 @@ def _result(record: TaskRecord) -> TaskResult:
         exit_code=exit_code,
         duration_s=last.duration_s if last else None,
         external_id=last.handle.external_id if last and last.handle else None,
+        in_doubt=record.in_doubt,
     )
 
 
 def _results(journal: Journal, elapsed_s: float = 0.0) -> RunResult:
     tasks = [_result(record) for record in journal.tasks.values()]
     return RunResult(journal.run_dir, journal.backend_type, tasks, elapsed_s)
+
+
+def _settled(record: TaskRecord) -> bool:
+    """Final, and for a success, its outputs collected."""
+    return record.final and (record.state != SUCCEEDED or record.outputs_collected)
 
 
 def _short(external_id: str) -> str:
@@ -204,6 +212,7 @@ class _Run:
         self.started = time.monotonic()
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.records = journal.tasks
+        self._commit: asyncio.Future[None] | None = None
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -231,6 +240,30 @@ class _Run:
     def flush(self) -> None:
         """Make every marked change durable (one append and fsync)."""
         self.journal.flush()
+
+    async def commit(self) -> None:
+        """Make marked changes durable; submits that return together share one fsync.
+
+        The flush runs at the end of the current event-loop turn, after every coroutine that is
+        already runnable has recorded its change (group commit). A run cancelled while waiting
+        here still writes the change: :meth:`run` flushes in its ``finally``.
+        """
+        if self._commit is None:
+            loop = asyncio.get_running_loop()
+            self._commit = loop.create_future()
+            self._commit.add_done_callback(lambda f: f.exception())  # retrieved even if unawaited
+            loop.call_soon(self._run_commit)
+        await asyncio.shield(self._commit)
+
+    def _run_commit(self) -> None:
+        future, self._commit = self._commit, None
+        assert future is not None
+        try:
+            self.flush()
+        except JournalError as error:
+            future.set_exception(error)
+        else:
+            future.set_result(None)
 
     def checkpoint(self) -> None:
         """Fold the log into a snapshot once it holds more lines than the plan has tasks."""
@@ -364,10 +397,11 @@ class _Run:
             return True
         # no await between submit returning and the journal write: a cancelled run keeps it
         attempt.handle = handle
+        attempt.submitted_at = time.time()  # accepted now; the intent was written before
         attempt.state = PENDING
         record.state = PENDING
         self.changed(record)
-        self.flush()
+        await self.commit()
         self.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
         return True
 
@@ -500,13 +534,15 @@ class _Run:
         self.flush()
 
     async def cleanup(self) -> None:
-        handles = [
-            attempt.handle
+        # a backend that names tasks by spec hands out one external_id for every attempt
+        unique = {
+            (attempt.handle.backend, attempt.handle.external_id): attempt.handle
             for record in self.records.values()
             if not record.cleaned
             for attempt in record.attempts
             if attempt.handle is not None
-        ]
+        }
+        handles = list(unique.values())
         if handles:
             try:
                 await self.backend.cleanup(handles)
@@ -540,10 +576,12 @@ class _Run:
                 progress = await self.collect() or progress
                 self.skip_blocked()
                 self.checkpoint()
-                if all(record.final for record in self.records.values()):
+                if all(_settled(record) for record in self.records.values()):
                     break
                 if progress:
                     interval = self.poll_interval_s
+                    if self.ready():
+                        continue  # a task just became ready: submit it without waiting
                 else:
                     interval = min(self.max_poll_interval_s, interval * 2)
                 await asyncio.sleep(interval)

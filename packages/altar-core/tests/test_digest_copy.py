@@ -1,0 +1,223 @@
+"""copy_and_verify: one pass, temp file + rename, never touches the source."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from altar.execution import TransferIntegrityError, copy_and_verify, digest
+
+MiB = 1 << 20
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def snapshot(path: Path) -> tuple[bytes, int, int, int, int]:
+    st = os.stat(path)
+    return path.read_bytes(), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
+
+
+@pytest.mark.parametrize("size", [0, 1, MiB - 1, MiB, 4 * MiB, 4 * MiB + 1, 9 * MiB + 7])
+def test_copies_and_hashes_in_one_pass(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+    source = tmp_path / "src"
+    source.write_bytes(data)
+    os.chmod(source, 0o640)
+    before = snapshot(source)
+    result = copy_and_verify(source, tmp_path / "dest", sha(data))
+    assert result.digest == sha(data)
+    assert (tmp_path / "dest").read_bytes() == data
+    assert result.stat.st_ino == os.stat(tmp_path / "dest").st_ino
+    assert result.stat.st_mode & 0o777 == 0o640
+    assert snapshot(source) == before
+    assert sorted(os.listdir(tmp_path)) == ["dest", "src"]
+    assert copy_and_verify(source, tmp_path / "dest2").digest == sha(data)  # no digest given
+
+
+@pytest.mark.parametrize("size", [10, 6 * MiB])
+def test_mismatch_removes_the_temp_and_keeps_source_and_old_destination(
+    tmp_path: Path, size: int
+) -> None:
+    data = os.urandom(size)
+    source = tmp_path / "src"
+    source.write_bytes(data)
+    dest = tmp_path / "dest"
+    dest.write_bytes(b"old copy")
+    before, old = snapshot(source), snapshot(dest)
+    wrong = sha(b"other")
+    with pytest.raises(TransferIntegrityError) as caught:
+        copy_and_verify(source, dest, wrong, label="input 'genome'")
+    assert (
+        str(caught.value)
+        == f"input 'genome' at {str(source)!r} has digest {sha(data)}; expected {wrong}"
+    )
+    assert snapshot(source) == before
+    assert snapshot(dest) == old
+    assert sorted(os.listdir(tmp_path)) == ["dest", "src"]
+
+
+def test_existing_destination_is_replaced_by_rename_not_rewritten(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(b"new bytes")
+    dest = tmp_path / "dest"
+    dest.write_bytes(b"old bytes, read by a running task")
+    with dest.open("rb") as reader:  # a task that opened the old file keeps its bytes
+        old_inode = os.fstat(reader.fileno()).st_ino
+        copy_and_verify(source, dest, sha(b"new bytes"))
+        assert reader.read() == b"old bytes, read by a running task"
+    assert dest.read_bytes() == b"new bytes"
+    assert os.stat(dest).st_ino != old_inode
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+def test_source_that_is_not_a_file(tmp_path: Path, kind: str) -> None:
+    source = tmp_path / "src"
+    if kind == "directory":
+        source.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(source)
+    with pytest.raises(TransferIntegrityError, match="regular file"):
+        copy_and_verify(source, tmp_path / "dest", sha(b"x"))
+    assert not (tmp_path / "dest").exists()
+    if kind == "missing":
+        with pytest.raises(FileNotFoundError):
+            copy_and_verify(source, tmp_path / "dest")
+    assert sorted(os.listdir(tmp_path)) == ([] if kind == "missing" else ["src"])
+
+
+def test_destination_that_is_the_source_is_never_rewritten(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(b"caller's file")
+    os.link(source, tmp_path / "hardlink")
+    before = snapshot(source)
+    result = copy_and_verify(source, tmp_path / "hardlink", sha(b"caller's file"))
+    assert result.digest == sha(b"caller's file")
+    with pytest.raises(TransferIntegrityError, match="has digest"):
+        copy_and_verify(source, source, sha(b"other"))
+    assert snapshot(source) == before  # not replaced, not removed
+    assert sorted(os.listdir(tmp_path)) == ["hardlink", "src"]
+
+
+@pytest.mark.parametrize("size", [3 * MiB, 12 * MiB])
+@pytest.mark.parametrize("fail_after", [0, 2 * MiB])
+def test_disk_full_at_the_write_seam_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, fail_after: int
+) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(size))
+    before = snapshot(source)
+    written = 0
+    real_write = os.write
+
+    def filling_write(fd: int, data) -> int:  # type: ignore[no-untyped-def]
+        nonlocal written
+        if written >= fail_after:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written += real_write(fd, data)
+        return len(data)
+
+    monkeypatch.setattr(digest.os, "write", filling_write)
+    with pytest.raises(OSError) as caught:
+        copy_and_verify(source, tmp_path / "dest", None, label="input 'genome'")
+    monkeypatch.undo()
+    assert caught.value.errno == errno.ENOSPC
+    assert "no space left while copying input 'genome'" in str(caught.value)
+    assert "the partial copy was removed" in str(caught.value)
+    assert snapshot(source) == before
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_disk_full_on_a_real_small_tmpfs(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    data = os.urandom(3 * MiB)
+    source.write_bytes(data)
+    mount = tmp_path / "small"
+    mount.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with pytest.raises(OSError) as caught:
+            copy_and_verify(source, mount / "dest", sha(data))
+        assert caught.value.errno == errno.ENOSPC
+        assert os.listdir(mount) == []
+        small = os.urandom(100_000)
+        (tmp_path / "small-src").write_bytes(small)
+        copy_and_verify(tmp_path / "small-src", mount / "dest", sha(small))  # space is back
+        assert os.listdir(mount) == ["dest"]
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert source.read_bytes() == data
+
+
+def test_interrupt_mid_copy_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(8 * MiB))
+    calls = 0
+    real_readv = os.readv
+
+    def interrupted_readv(fd: int, buffers) -> int:  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise KeyboardInterrupt
+        return real_readv(fd, buffers)
+
+    monkeypatch.setattr(digest.os, "readv", interrupted_readv)
+    with pytest.raises(KeyboardInterrupt):
+        copy_and_verify(source, tmp_path / "dest", None)
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_hashes_exactly_the_bytes_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source that changes mid-copy: the digest still describes the destination's bytes."""
+    source = tmp_path / "src"
+    source.write_bytes(b"a" * (8 * MiB))
+    real_readv = os.readv
+    calls = 0
+
+    def changing_readv(fd: int, buffers) -> int:  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 4:
+            with source.open("r+b") as handle:
+                handle.write(b"b" * (8 * MiB))
+        return real_readv(fd, buffers)
+
+    monkeypatch.setattr(digest.os, "readv", changing_readv)
+    result = copy_and_verify(source, tmp_path / "dest")
+    monkeypatch.undo()
+    copied = (tmp_path / "dest").read_bytes()
+    assert result.digest == sha(copied)
+    assert copied != source.read_bytes()
+
+
+def test_a_failing_hash_thread_fails_the_copy_instead_of_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(8 * MiB))
+
+    class BrokenSha:
+        def update(self, data: object) -> None:
+            raise MemoryError("simulated")
+
+    monkeypatch.setattr(digest.hashlib, "sha256", BrokenSha)
+    with pytest.raises(MemoryError, match="simulated"):
+        copy_and_verify(source, tmp_path / "dest")
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["src"]
