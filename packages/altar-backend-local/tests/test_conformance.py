@@ -63,6 +63,10 @@ class TestLocalBackendConformance(ExecutionBackendContract):
         _engine(backend).oom_kill(handle.external_id)
         return True
 
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        _engine(backend).available = False
+        return True
+
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         # The fake engine has two GPUs and two CPUs (our CI engine has no GPU at all).
         return [
