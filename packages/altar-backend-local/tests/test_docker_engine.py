@@ -7,17 +7,23 @@ at the end of the session.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import io
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import docker
 import pytest
-from altar.backends.local import DockerSdkRuntime, LocalDockerExecutionBackend
+from altar.backends.local import (
+    ContainerDetail,
+    ContainerEvent,
+    DockerSdkRuntime,
+    LocalDockerExecutionBackend,
+)
 from altar.execution import (
     BackendUnavailableError,
     ContainerTaskSpec,
@@ -51,6 +57,24 @@ def backend(tmp_path: Path, api: docker.APIClient) -> Iterator[LocalDockerExecut
     instance = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
     yield instance
     instance.close()
+
+
+class CountingRuntime(DockerSdkRuntime):
+    """The real runtime, counting the outcome requests the poller makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def inspect(self, container_id: str) -> ContainerDetail:
+        self.calls["inspect"] += 1
+        return super().inspect(container_id)
+
+    def exit_events(
+        self, container_ids: Sequence[str], since: float, until: float
+    ) -> list[ContainerEvent]:
+        self.calls["exit_events"] += 1
+        return super().exit_events(container_ids, since, until)
 
 
 def spec(command: list[str], **overrides: object) -> ContainerTaskSpec:
@@ -178,13 +202,19 @@ async def test_exit_code_and_log_tail(backend: LocalDockerExecutionBackend) -> N
 async def test_oom_kill_is_oom_killed(
     tmp_path: Path, api: docker.APIClient, use_events: bool, command: list[str], exit_code: int
 ) -> None:
-    backend = LocalDockerExecutionBackend(data_root=tmp_path, watchdog=False, use_events=use_events)
+    runtime = CountingRuntime()
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path, watchdog=False, use_events=use_events, runtime=runtime
+    )
     handle = await backend.submit(spec(command, resources=ResourceRequest(memory_gb=64 / 1024)))
     status = await settle(backend, handle)
     assert status.state is TaskState.FAILED
     assert status.failure is not None
     assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", exit_code)
     assert not status.failure.deterministic
+    # The path under test really was the one taken: the engine's events, or one inspect.
+    assert runtime.calls["inspect"] == (0 if use_events else 1)
+    assert (runtime.calls["exit_events"] > 0) is use_events
 
 
 @pytest.mark.asyncio

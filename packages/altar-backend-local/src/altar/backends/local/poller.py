@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from altar.backends.local.mapping import timeout_from_labels
@@ -39,6 +40,7 @@ _CLOCK_MARGIN_S = 300.0
 # The backend starts each container right after creating it; one still "created" this long after
 # will never start (its submitter stopped in between), so it is a failure, not a pending task.
 _START_GRACE_S = 120.0
+_INSPECT_WORKERS = 8
 # A SIGKILLed container's "oom" event can reach the engine just after its "die"; an unflagged
 # 137 is therefore classified only once it is this old (engine seconds).
 _OOM_SETTLE_S = 1.0
@@ -173,16 +175,21 @@ class Poller:
             since = min(s.created for s in ended) - 1
             events = self.runtime.exit_events([s.id for s in ended], since, self.engine_now())
             outcomes.update(_from_events(ended, events))
-        for summary in ended:
-            if summary.id in outcomes:
-                continue
-            try:
-                detail = self.runtime.inspect(summary.id)
-            except ContainerNotFoundError:
-                outcomes[summary.id] = None
-                continue
-            outcomes[summary.id] = Outcome(detail.exit_code, detail.oom_killed, detail.finished_at)
+        rest = [s.id for s in ended if s.id not in outcomes]
+        if len(rest) > 1:
+            # Many at once only for a fresh process meeting a finished run: a few at a time.
+            with ThreadPoolExecutor(_INSPECT_WORKERS) as pool:
+                outcomes.update(zip(rest, pool.map(self._inspect, rest), strict=True))
+        else:
+            outcomes.update((cid, self._inspect(cid)) for cid in rest)
         return outcomes
+
+    def _inspect(self, container_id: str) -> Outcome | None:
+        try:
+            detail = self.runtime.inspect(container_id)
+        except ContainerNotFoundError:
+            return None
+        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at)
 
 
 def _from_events(
