@@ -448,3 +448,15 @@ def test_registered_under_the_local_entry_point() -> None:
     (entry,) = [e for e in entry_points(group="altar.execution_backends") if e.name == "local"]
     assert entry.load() is LocalDockerExecutionBackend
     assert LocalDockerExecutionBackend.input_digest_verification == "staging"
+
+
+@pytest.mark.asyncio
+async def test_short_container_ids_are_found_too(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    short = TaskHandle("local", handle.external_id[:12])
+    assert (await backend.poll([short]))[0].state is TaskState.RUNNING
+    engine.finish(handle.external_id, 4)
+    statuses = await backend.poll([short, handle])
+    assert [s.failure.reason if s.failure else None for s in statuses] == ["exit_4", "exit_4"]

@@ -93,9 +93,11 @@ class Poller:
         if not wanted:
             return result
         summaries = self.runtime.list_containers(wanted)
+        full = {s.id: s for s in summaries}
         by_id: dict[str, ContainerSummary] = {}
         for wanted_id in wanted:
-            matches = [s for s in summaries if s.id.startswith(wanted_id)]
+            exact = full.get(wanted_id)
+            matches = [exact] if exact else [s for s in summaries if s.id.startswith(wanted_id)]
             if len(matches) == 1:
                 by_id[wanted_id] = matches[0]
             else:
