@@ -541,7 +541,9 @@ def copy_and_verify(
 ) -> CopyResult:
     """Copy ``source`` to ``destination`` while hashing it, in one pass.
 
-    The bytes go to a temporary file beside ``destination`` that is renamed into place only
+    Large files are copied in the kernel (as cp does) while a second thread hashes each copied
+    range from the page cache, so the digest is that of the destination's bytes. The bytes go
+    to a temporary file beside ``destination`` that is renamed into place only
     after the digest matched, so readers never see a partial or wrong file. On a mismatch or
     any error (a full disk included) the temporary file is removed; ``source`` is never
     modified or removed. A source that is not a regular file is refused like a mismatch. If
