@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from typing import ClassVar, Literal
 
 from altar.execution.types import (
@@ -14,7 +17,7 @@ from altar.execution.types import (
     Transfer,
 )
 
-__all__ = ["EXECUTION_BACKEND_GROUP", "DigestVerification", "ExecutionBackend"]
+__all__ = ["EXECUTION_BACKEND_GROUP", "DigestVerification", "ExecutionBackend", "poll_sequentially"]
 
 EXECUTION_BACKEND_GROUP = "altar.execution_backends"
 
@@ -55,20 +58,20 @@ class ExecutionBackend(ABC):
         """Free slots per pool; an empty report means autoscaling or unknown."""
         return Capacity()
 
-    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:  # noqa: B027 (optional hook)
         """Materialize inputs where tasks read them (``"staging"`` backends verify digests here)."""
 
-    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:  # noqa: B027 (optional hook)
         """Copy declared outputs from where tasks wrote them back to their ``uri``."""
 
     def path_resolver(self) -> PathResolver:
         """How logical paths appear inside a task."""
         return PathResolver()
 
-    async def cancel(self, handle: TaskHandle) -> None:
+    async def cancel(self, handle: TaskHandle) -> None:  # noqa: B027 (optional hook)
         """Stop a task. Idempotent; never raises for a task that no longer exists."""
 
-    async def cleanup(self, handles: list[TaskHandle]) -> None:
+    async def cleanup(self, handles: list[TaskHandle]) -> None:  # noqa: B027 (optional hook)
         """Release provider resources held by finished tasks (containers, Jobs, sandboxes).
 
         Idempotent; never raises for a task that no longer exists. The default does nothing.
@@ -77,3 +80,57 @@ class ExecutionBackend(ABC):
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         """The tail of a task's log, or None. Never raises for a missing task."""
         return None
+
+    async def await_completion(
+        self,
+        handles: list[TaskHandle],
+        *,
+        interval_s: float = 1.0,
+        max_interval_s: float = 10.0,
+        timeout_s: float | None = None,
+    ) -> list[TaskStatus]:
+        """Poll until every handle is terminal and return the final statuses, in order.
+
+        One :meth:`poll` call per round for the handles still open; the pause starts at
+        ``interval_s`` and doubles up to ``max_interval_s`` while nothing finishes. Raises
+        TimeoutError once ``timeout_s`` seconds have passed with handles still open. (altar
+        0.3.0 left this unimplemented; a backend with a native wait may override it.)
+        """
+        final: dict[int, TaskStatus] = {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pause = interval_s
+        while True:
+            open_indexes = [i for i in range(len(handles)) if i not in final]
+            if not open_indexes:
+                return [final[i] for i in range(len(handles))]
+            statuses = await self.poll([handles[i] for i in open_indexes])
+            finished = 0
+            for index, status in zip(open_indexes, statuses, strict=True):
+                if status.state.is_terminal:
+                    final[index] = status
+                    finished += 1
+            if len(final) == len(handles):
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{len(handles) - len(final)} of {len(handles)} task(s) still open "
+                    f"after {timeout_s} s"
+                )
+            pause = interval_s if finished else min(max_interval_s, pause * 2)
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - time.monotonic()))
+            await asyncio.sleep(pause)
+
+    async def recover(self, failures: list[TaskStatus], *, banned: set[str]) -> list[TaskHandle]:
+        """Restart transiently failed tasks (e.g. away from ``banned`` hosts); default: none.
+
+        Kept for altar 0.3.0 compatibility. The plan runner retries by resubmitting specs.
+        """
+        return []
+
+
+async def poll_sequentially(
+    handles: list[TaskHandle], poll_one: Callable[[TaskHandle], Awaitable[TaskStatus]]
+) -> list[TaskStatus]:
+    """``poll`` for a provider whose native probe is per task: one ``poll_one`` per handle."""
+    return [await poll_one(handle) for handle in handles]

@@ -2,7 +2,10 @@
 
 Field names, defaults and validation messages follow altar 0.3.0 so that code written for it
 works after changing imports. Additions: ``ResourceRequest.cpu``, ``ContainerTaskSpec.env`` and
-stricter validation (labels and env are ``str -> str``, memory and cpu positive).
+stricter validation: labels and env are ``str -> str`` (env names without ``=``), memory and
+cpu positive, ``gpu`` a non-empty pool name, ``kind``/``image``/``uri``/``logical_path``
+non-empty strings. A wrong type raises TypeError, a wrong value ValueError; 0.3.0's messages
+are kept word for word where it had one.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ def is_sha256_digest(value: object) -> bool:
     return isinstance(value, str) and _SHA256_RE.fullmatch(value) is not None
 
 
+def _check_text(value: object, field_name: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{field_name} must be a non-empty string, got {value!r}")
+
+
 def _check_str_map(value: object, field_name: str) -> None:
     if not isinstance(value, Mapping):
         raise TypeError(f"{field_name} must be a mapping of str to str, got {type(value).__name__}")
@@ -67,16 +75,22 @@ class ResourceRequest:
     cpu: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+        if isinstance(self.count, bool) or not isinstance(self.count, int):
+            raise TypeError(f"resource count must be an integer, got {self.count!r}")
+        if self.count < 1:
             raise ValueError(f"resource count must be at least 1, got {self.count}")
         if self.gpu is not None and (not isinstance(self.gpu, str) or not self.gpu):
-            raise ValueError(f"resources.gpu must be a non-empty pool name or None, got {self.gpu!r}")
+            raise ValueError(
+                f"resources.gpu must be a non-empty pool name or None, got {self.gpu!r}"
+            )
         for name in ("memory_gb", "cpu"):
             value = getattr(self, name)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"resources.{name} must be a positive number or None, got {value!r}")
+                raise ValueError(
+                    f"resources.{name} must be a positive number or None, got {value!r}"
+                )
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,10 @@ class Transfer:
     digest: str | None = None
 
     def __post_init__(self) -> None:
+        _check_text(self.uri, "uri")
+        _check_text(self.logical_path, "logical_path")
+        if self.locality_key is not None and not isinstance(self.locality_key, str):
+            raise TypeError(f"locality_key must be a string or None, got {self.locality_key!r}")
         if self.digest is not None and not is_sha256_digest(self.digest):
             raise ValueError("transfer digest must be sha256:<64 lowercase hex>")
 
@@ -136,14 +154,17 @@ class ContainerTaskSpec:
     env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.timeout_s is not None and (
-            isinstance(self.timeout_s, bool)
-            or not isinstance(self.timeout_s, int)
-            or self.timeout_s < 1
-        ):
-            raise ValueError(
-                f"timeout_s must be a positive number of seconds, got {self.timeout_s}"
-            )
+        if self.timeout_s is not None:
+            if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int):
+                raise TypeError(
+                    f"timeout_s must be a whole number of seconds, got {self.timeout_s!r}"
+                )
+            if self.timeout_s < 1:
+                raise ValueError(
+                    f"timeout_s must be a positive number of seconds, got {self.timeout_s}"
+                )
+        _check_text(self.kind, "kind")
+        _check_text(self.image, "image")
         if not isinstance(self.command, list) or not all(isinstance(a, str) for a in self.command):
             raise TypeError(f"command must be a list of str, got {self.command!r}")
         if not isinstance(self.avoid_hosts, tuple) or not all(
@@ -152,6 +173,11 @@ class ContainerTaskSpec:
             raise TypeError(f"avoid_hosts must be a tuple of str, got {self.avoid_hosts!r}")
         _check_str_map(self.labels, "labels")
         _check_str_map(self.env, "env")
+        for key, value in self.env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(
+                    f"env name {key!r} must be non-empty without '=' or NUL, and values without NUL"
+                )
         for name in ("inputs", "outputs"):
             for item in getattr(self, name):
                 if not isinstance(item, Transfer):

@@ -1,0 +1,84 @@
+"""The contract hooks for :class:`InProcessExecutionBackend`: a worked example of hooks.
+
+Each hook scripts the :class:`InProcessFabric` directly, never through the backend, the way
+a fake provider is scripted for any backend. ``test_reference_conformance.py`` subclasses it
+to prove the reference backend, and the broken-backend tests subclass it to prove the suite
+fails what it should.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import pytest
+from altar.conformance import ExecutionBackendContract
+from altar.conformance.launched import LaunchedTask
+from altar.conformance.reference import InProcessExecutionBackend, InProcessFabric
+from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
+
+__all__ = ["InProcessBackendContract"]
+
+
+def _fabric_of(backend: ExecutionBackend) -> InProcessFabric:
+    assert isinstance(backend, InProcessExecutionBackend)
+    return backend.fabric
+
+
+class InProcessBackendContract(ExecutionBackendContract):
+    """The suite's hooks for the in-process reference; subclass it as ``Test...`` to run it.
+
+    ``backend_class`` and ``backend_options`` choose what the ``backend`` fixture builds.
+    """
+
+    __test__ = False
+
+    backend_class: ClassVar[type[InProcessExecutionBackend]] = InProcessExecutionBackend
+    backend_options: ClassVar[dict[str, Any]] = {}
+
+    @pytest.fixture
+    def backend(self, tmp_path: Any) -> ExecutionBackend:
+        options = {"max_timeout_s": self.max_timeout_s, **self.backend_options}
+        return self.backend_class(data_root=tmp_path / "in-process-data", **options)
+
+    def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
+        _fabric_of(backend).finish(handle.external_id, exit_code)
+
+    def expire_task(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
+        _fabric_of(backend).expire(handle.external_id)
+
+    def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
+        task = _fabric_of(backend).inspect(handle.external_id)
+        assert task is not None, f"the fabric never launched {handle.external_id}"
+        return task.timeout_s
+
+    def fail_input_verification(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
+        _fabric_of(backend).fail_input_verification(handle.external_id)
+
+    def write_task_log(
+        self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]
+    ) -> bool:
+        _fabric_of(backend).write_log(handle.external_id, lines)
+        return True
+
+    def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask | None:
+        task = _fabric_of(backend).inspect(handle.external_id)
+        assert task is not None, f"the fabric never launched {handle.external_id}"
+        return task.launched
+
+    def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
+        assert isinstance(backend, InProcessExecutionBackend)
+        return backend.reopen()
+
+    def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
+        _fabric_of(backend).oom_kill(handle.external_id)
+        return True
+
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        _fabric_of(backend).reachable = False
+        return True
+
+    def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
+        gpus = int(self.backend_options.get("gpus", 0))
+        too_many = ResourceRequest(gpu="gpu", count=gpus + 1)
+        return [replace(spec, resources=too_many)]

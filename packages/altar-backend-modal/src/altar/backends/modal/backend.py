@@ -1,0 +1,250 @@
+"""``ModalExecutionBackend``: container tasks as Modal Sandboxes, inputs staged on a Volume."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import ClassVar, TypeVar
+
+from altar.backends.modal.mapping import (
+    DEFAULT_POOL_ACCELERATORS,
+    check_accelerators,
+    sandbox_request,
+    status_from_result,
+    volume_path,
+)
+from altar.backends.modal.runtime import ModalRuntime, SandboxNotFoundError
+from altar.backends.modal.staging import (
+    local_path,
+    record_matches,
+    staging_record_line,
+    staging_record_path,
+)
+from altar.execution import (
+    CONTAINER_MOUNT_ROOT,
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    PathResolver,
+    TaskFailure,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    TransferIntegrityError,
+    verify_transfer_digest,
+)
+from altar.execution.backend import DigestVerification, ExecutionBackend
+from altar.execution.digest import require_digest_file
+
+__all__ = ["DEFAULT_APP_NAME", "DEFAULT_VOLUME_NAME", "ModalExecutionBackend"]
+
+log = logging.getLogger(__name__)
+
+MODAL_APP_ENV = "ALTAR_MODAL_APP"
+MODAL_VOLUME_ENV = "ALTAR_MODAL_VOLUME"
+DEFAULT_APP_NAME = "altar-exec"
+DEFAULT_VOLUME_NAME = "altar-data"
+LOG_TAIL_LINES = 20
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ModalExecutionBackend(ExecutionBackend):
+    """Runs each task as one Modal Sandbox; inputs and outputs live on one Modal Volume.
+
+    Options (keyword-only):
+
+    - ``app_name``: the Modal App sandboxes belong to (``$ALTAR_MODAL_APP``, else
+      ``"altar-exec"``); created if missing.
+    - ``volume_name``: the Volume mounted at ``/mnt/volume`` in every sandbox
+      (``$ALTAR_MODAL_VOLUME``, else ``"altar-data"``); created if missing.
+    - ``pool_accelerators``: Altar GPU pool → Modal GPU type (default ``{"gpu": "A10G"}``).
+      A spec naming a pool that is not mapped is refused, never run on another device.
+    - ``trust_verification_records``: skip re-uploading an input whose ``.sha256-staged``
+      record matches its digest and current version (default True).
+    - ``max_concurrency``: Modal calls in flight at once for poll, cancel and cleanup.
+    - ``runtime``: a :class:`~altar.backends.modal.runtime.ModalRuntime`; default: the modal SDK.
+    """
+
+    name: ClassVar[str] = "modal"
+    input_digest_verification: ClassVar[DigestVerification | None] = "staging"
+
+    def __init__(
+        self,
+        *,
+        app_name: str | None = None,
+        volume_name: str | None = None,
+        pool_accelerators: Mapping[str, str] | None = None,
+        trust_verification_records: bool = True,
+        max_concurrency: int = 32,
+        runtime: ModalRuntime | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        accelerators = dict(
+            DEFAULT_POOL_ACCELERATORS if pool_accelerators is None else pool_accelerators
+        )
+        check_accelerators(accelerators)
+        self.app_name = app_name or os.environ.get(MODAL_APP_ENV) or DEFAULT_APP_NAME
+        self.volume_name = volume_name or os.environ.get(MODAL_VOLUME_ENV) or DEFAULT_VOLUME_NAME
+        self.pool_accelerators = accelerators
+        self.trust_verification_records = trust_verification_records
+        self.max_concurrency = max_concurrency
+        if runtime is None:
+            from altar.backends.modal.sdk import ModalSdkRuntime
+
+            runtime = ModalSdkRuntime()
+        self.runtime = runtime
+
+    def path_resolver(self) -> PathResolver:
+        return PathResolver(CONTAINER_MOUNT_ROOT)
+
+    async def _bounded(self, items: Iterable[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
+        """``call`` on every item with at most ``max_concurrency`` in flight; results in order.
+
+        Every call runs to completion; the first error (in item order) is then raised.
+        """
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(item: T) -> R:
+            async with semaphore:
+                return await call(item)
+
+        outcomes = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
+        results: list[R] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        request = sandbox_request(
+            spec,
+            app_name=self.app_name,
+            volume_name=self.volume_name,
+            accelerators=self.pool_accelerators,
+        )
+        outputs = [volume_path(t.logical_path) for t in spec.outputs]
+        # A stale output from an earlier run must not be collected as this run's.
+        await self._bounded(outputs, lambda path: self.runtime.remove(self.volume_name, path))
+        # Tags go in with the create call, so no later step can fail and orphan the sandbox.
+        sandbox_id = await self.runtime.create_sandbox(request)
+        return TaskHandle(
+            backend=self.name,
+            external_id=sandbox_id,
+            labels=dict(spec.labels),
+            plugin_identity=spec.plugin_identity,
+        )
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        return await self._bounded(handles, self._poll_one)
+
+    async def _poll_one(self, handle: TaskHandle) -> TaskStatus:
+        try:
+            result = await self.runtime.sandbox_result(handle.external_id)
+        except SandboxNotFoundError as error:
+            failure = TaskFailure(
+                "container_missing", f"modal sandbox {handle.external_id} not found: {error}"
+            )
+            return TaskStatus(handle, TaskState.FAILED, failure)
+        return status_from_result(handle, result)
+
+    async def cancel(self, handle: TaskHandle) -> None:
+        await self._terminate_quietly(handle.external_id)
+
+    async def cleanup(self, handles: list[TaskHandle]) -> None:
+        """Terminate every sandbox still running for these handles (a running one costs money)."""
+        await self._bounded(handles, lambda handle: self._terminate_quietly(handle.external_id))
+
+    async def _terminate_quietly(self, sandbox_id: str) -> None:
+        with contextlib.suppress(SandboxNotFoundError):
+            await self.runtime.terminate_sandbox(sandbox_id)
+
+    async def failure_detail(self, handle: TaskHandle) -> str | None:
+        try:
+            lines = await self.runtime.output_tail(handle.external_id, LOG_TAIL_LINES)
+        except SandboxNotFoundError:
+            return None
+        except BackendUnavailableError as error:
+            log.warning("cannot read the output of modal sandbox %s: %s", handle.external_id, error)
+            return None
+        return "\n".join(lines) if lines else None
+
+    # -- staging ---------------------------------------------------------------------------
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        """Upload inputs to the volume, hashing each digest-bearing one on this host first.
+
+        Raises TransferIntegrityError before anything of that input is uploaded when its bytes
+        do not match. Inputs are staged one after another so a failure stops the rest.
+        """
+        for transfer in transfers:
+            await self._stage_one(transfer)
+
+    async def _stage_one(self, transfer: Transfer) -> None:
+        remote = volume_path(transfer.logical_path)
+        digest = transfer.digest
+        if (
+            digest is not None
+            and self.trust_verification_records
+            and await self._is_staged(remote, digest)
+        ):
+            return
+        source = local_path(transfer.uri)
+        if digest is not None:
+            require_digest_file(transfer, source)
+            before = await asyncio.to_thread(os.stat, source)
+            await asyncio.to_thread(verify_transfer_digest, transfer, source)
+        elif not source.exists():
+            raise FileNotFoundError(
+                f"input {transfer.uri!r} ({transfer.logical_path!r}) does not exist on this machine"
+            )
+        await self.runtime.upload(self.volume_name, remote, source)
+        if digest is None:
+            return
+        after = await asyncio.to_thread(os.stat, source)
+        if (before.st_size, before.st_mtime_ns, before.st_ino) != (
+            after.st_size,
+            after.st_mtime_ns,
+            after.st_ino,
+        ):
+            await self.runtime.remove(self.volume_name, remote)
+            raise TransferIntegrityError(
+                f"staged input {transfer.uri!r} ({transfer.logical_path!r}) changed while it was "
+                "uploaded; the uploaded copy was removed, stage it again once it is stable"
+            )
+        version = await self.runtime.file_version(self.volume_name, remote)
+        if version is not None:
+            record = staging_record_line(digest, version) + "\n"
+            await self.runtime.upload(
+                self.volume_name, staging_record_path(remote), record.encode("ascii")
+            )
+
+    async def _is_staged(self, remote: str, digest: str) -> bool:
+        version = await self.runtime.file_version(self.volume_name, remote)
+        if version is None:
+            return False
+        raw = await self.runtime.read_file(self.volume_name, staging_record_path(remote))
+        return record_matches(raw, digest, version)
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        """Download each output beside its destination, then rename it into place."""
+        for transfer in transfers:
+            destination = local_path(transfer.uri)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            tmp = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.partial")
+            try:
+                await self.runtime.download(
+                    self.volume_name, volume_path(transfer.logical_path), tmp
+                )
+                os.replace(tmp, destination)
+            finally:
+                tmp.unlink(missing_ok=True)

@@ -1,0 +1,214 @@
+"""An in-memory Modal for tests and benchmarks: a faithful :class:`ModalRuntime`.
+
+It behaves the way the modal SDK and Modal's control plane do, as far as the backend can see:
+sandbox ids are ``sb-`` + 22 alphanumerics; an unknown id is ``NOT_FOUND``; a sandbox runs until
+it exits, overruns its timeout (status TIMEOUT), is OOM-killed or evicted, or is terminated
+(status TERMINATED; terminating a finished sandbox changes nothing); a request is refused where
+``Sandbox.create`` or Modal's server would refuse it (a limit below its request, a timeout over
+24 hours, a malformed ``TYPE:COUNT``). Volume files carry a version built from size and whole-second
+mtime, as the SDK runtime reports it.
+
+Tests script outcomes with :meth:`FakeModalRuntime.finish`, :meth:`expire`, :meth:`oom_kill`,
+:meth:`evict` and :meth:`write_output`; ``unreachable = True`` makes every call fail as a dead
+network would, and ``latency_s`` delays every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from altar.backends.modal.runtime import (
+    ResultStatus,
+    SandboxNotFoundError,
+    SandboxRequest,
+    SandboxResult,
+)
+from altar.execution import BackendUnavailableError
+
+__all__ = ["FakeModalRuntime", "FakeSandbox", "new_sandbox_id"]
+
+_ALPHANUMERIC = string.ascii_letters + string.digits
+_MAX_TIMEOUT_S = 86400
+
+
+def new_sandbox_id() -> str:
+    """A V1 sandbox id as Modal mints them: ``sb-`` followed by 22 alphanumerics."""
+    return "sb-" + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(22))
+
+
+class FakeInvalidError(ValueError):
+    """What ``modal.exception.InvalidError`` would be for a request Modal refuses."""
+
+
+@dataclass
+class FakeSandbox:
+    request: SandboxRequest
+    created_at: float
+    result: SandboxResult = field(default_factory=lambda: SandboxResult(ResultStatus.RUNNING))
+    output: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _VolumeFile:
+    data: bytes
+    mtime: int
+
+
+class FakeModalRuntime:
+    """Sandboxes and volumes held in memory, scripted by tests."""
+
+    def __init__(self, *, latency_s: float = 0.0, clock: Callable[[], float] = time.time) -> None:
+        self.latency_s = latency_s
+        self.clock = clock
+        self.unreachable = False
+        self.sandboxes: dict[str, FakeSandbox] = {}
+        self.volumes: dict[str, dict[str, _VolumeFile]] = {}
+        self.uploads: list[str] = []
+        self.calls: list[str] = []
+
+    async def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if self.unreachable:
+            raise BackendUnavailableError(
+                "cannot reach Modal at api.modal.com:443 (connection refused); retry later"
+            )
+
+    def _sandbox(self, sandbox_id: str) -> FakeSandbox:
+        try:
+            return self.sandboxes[sandbox_id]
+        except KeyError:
+            raise SandboxNotFoundError(f"Sandbox {sandbox_id} not found") from None
+
+    # -- sandboxes -------------------------------------------------------------------------
+
+    async def create_sandbox(self, request: SandboxRequest) -> str:
+        await self._call("create_sandbox")
+        _validate(request)
+        sandbox_id = new_sandbox_id()
+        self.sandboxes[sandbox_id] = FakeSandbox(request=request, created_at=self.clock())
+        return sandbox_id
+
+    async def sandbox_result(self, sandbox_id: str) -> SandboxResult:
+        await self._call("sandbox_result")
+        sandbox = self._sandbox(sandbox_id)
+        if not sandbox.result.finished and self.clock() - sandbox.created_at >= (
+            sandbox.request.timeout_s
+        ):
+            sandbox.result = SandboxResult(ResultStatus.TIMEOUT, exit_code=0)
+        return sandbox.result
+
+    async def terminate_sandbox(self, sandbox_id: str) -> None:
+        await self._call("terminate_sandbox")
+        sandbox = self._sandbox(sandbox_id)
+        if not sandbox.result.finished:
+            sandbox.result = SandboxResult(ResultStatus.TERMINATED, exit_code=0)
+
+    async def output_tail(self, sandbox_id: str, lines: int) -> list[str]:
+        await self._call("output_tail")
+        return list(self._sandbox(sandbox_id).output[-lines:]) if lines > 0 else []
+
+    # -- scripting -------------------------------------------------------------------------
+
+    def _end(self, sandbox_id: str, result: SandboxResult) -> None:
+        sandbox = self._sandbox(sandbox_id)
+        if sandbox.result.finished:
+            raise RuntimeError(f"sandbox {sandbox_id} already finished: {sandbox.result}")
+        sandbox.result = result
+
+    def finish(self, sandbox_id: str, exit_code: int) -> None:
+        """The command exits: SUCCESS for 0, FAILURE otherwise."""
+        status = ResultStatus.SUCCESS if exit_code == 0 else ResultStatus.FAILURE
+        self._end(sandbox_id, SandboxResult(status, exit_code=exit_code))
+
+    def expire(self, sandbox_id: str) -> None:
+        """Modal stops the sandbox at its deadline."""
+        self._end(sandbox_id, SandboxResult(ResultStatus.TIMEOUT, exit_code=0))
+
+    def oom_kill(self, sandbox_id: str) -> None:
+        """The kernel kills the command for exceeding its memory limit."""
+        self._end(
+            sandbox_id,
+            SandboxResult(ResultStatus.KERNEL_OOM_KILL, exit_code=137, message="Out of memory"),
+        )
+
+    def evict(self, sandbox_id: str) -> None:
+        """Modal's memory manager evicts the sandbox under host memory pressure."""
+        self._end(sandbox_id, SandboxResult(ResultStatus.MEMORY_MANAGER_EVICTION, exit_code=0))
+
+    def write_output(self, sandbox_id: str, lines: list[str]) -> None:
+        self._sandbox(sandbox_id).output.extend(lines)
+
+    def running(self) -> list[str]:
+        return [i for i, s in self.sandboxes.items() if not s.result.finished]
+
+    # -- volumes ---------------------------------------------------------------------------
+
+    def _volume(self, name: str) -> dict[str, _VolumeFile]:
+        return self.volumes.setdefault(name, {})
+
+    async def upload(self, volume_name: str, remote_path: str, source: Path | bytes) -> None:
+        await self._call("upload")
+        volume = self._volume(volume_name)
+        if isinstance(source, bytes):
+            files = {remote_path: source}
+        else:
+            files = await asyncio.to_thread(_read_tree, source, remote_path)
+        for path, data in files.items():
+            volume[path] = _VolumeFile(data, int(self.clock()))
+            self.uploads.append(path)
+
+    async def download(self, volume_name: str, remote_path: str, destination: Path) -> None:
+        await self._call("download")
+        entry = self._volume(volume_name).get(remote_path)
+        if entry is None:
+            raise FileNotFoundError(f"{remote_path!r} is not on volume {volume_name!r}")
+        await asyncio.to_thread(destination.write_bytes, entry.data)
+
+    async def file_version(self, volume_name: str, remote_path: str) -> str | None:
+        await self._call("file_version")
+        entry = self._volume(volume_name).get(remote_path)
+        return None if entry is None else f"size={len(entry.data)} mtime={entry.mtime}"
+
+    async def read_file(self, volume_name: str, remote_path: str) -> bytes | None:
+        await self._call("read_file")
+        entry = self._volume(volume_name).get(remote_path)
+        return None if entry is None else entry.data
+
+    async def remove(self, volume_name: str, remote_path: str) -> None:
+        await self._call("remove")
+        self._volume(volume_name).pop(remote_path, None)
+
+    def put(self, volume_name: str, remote_path: str, data: bytes) -> None:
+        """What a task writing a file to the mounted volume leaves behind."""
+        self._volume(volume_name)[remote_path] = _VolumeFile(data, int(self.clock()))
+
+
+def _read_tree(source: Path, remote_path: str) -> dict[str, bytes]:
+    if not source.is_dir():
+        return {remote_path: source.read_bytes()}
+    return {
+        f"{remote_path}/{path.relative_to(source).as_posix()}": path.read_bytes()
+        for path in sorted(source.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _validate(request: SandboxRequest) -> None:
+    if not 1 <= request.timeout_s <= _MAX_TIMEOUT_S:
+        raise FakeInvalidError(f"timeout must be between 1 and {_MAX_TIMEOUT_S} seconds")
+    if request.cpu is not None and request.cpu[1] < request.cpu[0]:
+        raise FakeInvalidError("Cannot specify a CPU limit lower than request")
+    if request.memory_mib is not None and request.memory_mib[1] < request.memory_mib[0]:
+        raise FakeInvalidError("Cannot specify a memory limit lower than request")
+    if request.gpu is not None:
+        gpu_type, _, count = request.gpu.partition(":")
+        if not gpu_type or (count and (not count.isdigit() or int(count) < 1)):
+            raise FakeInvalidError(f"Invalid GPU config: {request.gpu!r}")

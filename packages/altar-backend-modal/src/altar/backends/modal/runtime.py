@@ -1,0 +1,134 @@
+"""The runtime seam between the backend and Modal: plain values in, plain values out.
+
+:class:`ModalRuntime` is what :class:`~altar.backends.modal.ModalExecutionBackend` needs from
+Modal. :class:`~altar.backends.modal.sdk.ModalSdkRuntime` implements it with the modal SDK;
+:class:`~altar.backends.modal.fake.FakeModalRuntime` implements it in memory for tests. No
+Modal type crosses this seam, so the backend never imports the SDK.
+
+Errors a runtime raises:
+
+- :class:`SandboxNotFoundError` (a ``LookupError``) for a sandbox id Modal does not know;
+- :class:`~altar.execution.BackendUnavailableError` when Modal could not be asked (network,
+  authentication, server errors). It is transient and never means "missing".
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "ModalRuntime",
+    "ResultStatus",
+    "SandboxNotFoundError",
+    "SandboxRequest",
+    "SandboxResult",
+]
+
+
+class SandboxNotFoundError(LookupError):
+    """Modal does not know this sandbox id (gRPC ``NOT_FOUND``)."""
+
+
+class ResultStatus(enum.Enum):
+    """Where a sandbox is, after Modal's ``GenericResult.GenericStatus`` (plus two live states).
+
+    ``PENDING`` is reported only by runtimes that can see a sandbox before it is scheduled;
+    the SDK's ``Sandbox.create`` returns once it is, so the SDK runtime never reports it.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    TERMINATED = "terminated"
+    TIMEOUT = "timeout"
+    INIT_FAILURE = "init_failure"
+    INTERNAL_FAILURE = "internal_failure"
+    IDLE_TIMEOUT = "idle_timeout"
+    MEMORY_MANAGER_EVICTION = "memory_manager_eviction"
+    MEMORY_THRASHING_EVICTION = "memory_thrashing_eviction"
+    KERNEL_OOM_KILL = "kernel_oom_kill"
+    UNKNOWN = "unknown"  # a status this version of the backend does not know
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """A sandbox's state: its status, exit code once it has one, and Modal's message."""
+
+    status: ResultStatus
+    exit_code: int | None = None
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in (ResultStatus.PENDING, ResultStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """Everything one ``Sandbox.create`` call needs, already mapped to Modal's units.
+
+    ``cpu`` is a ``(request, limit)`` pair of cores and ``memory_mib`` a ``(request, limit)``
+    pair of MiB; ``gpu`` is ``"TYPE:COUNT"``; ``timeout_s`` is always set (Modal has no
+    unlimited lifetime). ``tags`` are set atomically with the sandbox. ``volume_name`` is
+    mounted at ``mount_root`` when set.
+    """
+
+    app_name: str
+    image: str
+    command: tuple[str, ...]
+    timeout_s: int
+    env: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    cpu: tuple[float, float] | None = None
+    memory_mib: tuple[int, int] | None = None
+    gpu: str | None = None
+    volume_name: str | None = None
+    mount_root: str = "/mnt/volume"
+
+
+@runtime_checkable
+class ModalRuntime(Protocol):
+    """What the Modal backend needs from Modal. Every method is a coroutine.
+
+    Volume paths are relative to the volume root (no leading ``/``).
+    """
+
+    async def create_sandbox(self, request: SandboxRequest) -> str:
+        """Create a sandbox and return its id. A failure must not leave it running."""
+        ...
+
+    async def sandbox_result(self, sandbox_id: str) -> SandboxResult:
+        """The sandbox's current state, without waiting for it to finish."""
+        ...
+
+    async def terminate_sandbox(self, sandbox_id: str) -> None:
+        """Stop a sandbox; a no-op for a finished one. Raises SandboxNotFoundError if unknown."""
+        ...
+
+    async def output_tail(self, sandbox_id: str, lines: int) -> list[str]:
+        """The last ``lines`` lines the sandbox's command printed (stdout and stderr)."""
+        ...
+
+    async def upload(self, volume_name: str, remote_path: str, source: Path | bytes) -> None:
+        """Write a local file, a local directory (recursively) or bytes to the volume."""
+        ...
+
+    async def download(self, volume_name: str, remote_path: str, destination: Path) -> None:
+        """Write a volume file's bytes to ``destination`` (which the caller then renames)."""
+        ...
+
+    async def file_version(self, volume_name: str, remote_path: str) -> str | None:
+        """A string that changes whenever the file is rewritten; None if missing or unknown."""
+        ...
+
+    async def read_file(self, volume_name: str, remote_path: str) -> bytes | None:
+        """A small volume file's bytes, or None if it does not exist."""
+        ...
+
+    async def remove(self, volume_name: str, remote_path: str) -> None:
+        """Delete a volume file; a missing file is fine."""
+        ...

@@ -1,0 +1,291 @@
+"""The real runtime and the UNMODIFIED modal client against a fake control plane on 127.0.0.1.
+
+This is the one test that catches drift in the SDK: the wire messages it sends for cpu,
+memory, gpu, timeout and tags, and the private result layout the runtime reads. It is valid
+only for the SDK line it was written against, and skips for any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import modal
+import pytest
+from altar.backends.modal import ModalExecutionBackend
+from altar.backends.modal.sdk import ModalSdkRuntime
+from altar.execution import (
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    ResourceRequest,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    TransferIntegrityError,
+)
+from modal_proto import api_pb2
+
+from .modal_control_plane import ControlPlane
+
+pytestmark = pytest.mark.skipif(
+    not modal.__version__.startswith("1.6."),
+    reason=f"the fake control plane speaks modal 1.6's wire protocol; modal {modal.__version__} "
+    "is installed",
+)
+
+TOKEN_ID = "ak-altarfaketoken0000000"
+TOKEN_SECRET = "as-altarfakesecret000000"
+
+
+@pytest.fixture
+def control_plane(monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlane]:
+    with ControlPlane() as plane:
+        monkeypatch.setenv("MODAL_SERVER_URL", plane.url)
+        monkeypatch.setenv("MODAL_TOKEN_ID", TOKEN_ID)
+        monkeypatch.setenv("MODAL_TOKEN_SECRET", TOKEN_SECRET)
+        monkeypatch.setenv("MODAL_SANDBOX_V2", "0")
+        yield plane
+
+
+async def _until_terminal(
+    backend: ModalExecutionBackend, handle: TaskHandle, deadline_s: float = 15
+) -> TaskStatus:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        (status,) = await backend.poll([handle])
+        if status.state.is_terminal or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.1)
+
+
+async def _eventually(condition: Callable[[], bool], within_s: float = 10) -> None:
+    for _ in range(int(within_s / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+
+
+def _spec(command: list[str], **changes: object) -> ContainerTaskSpec:
+    fields: dict[str, object] = {
+        "kind": "wire",
+        "image": "busybox:1.36",
+        "command": command,
+        "labels": {"job_id": "J", "fold": "0"},
+    }
+    fields.update(changes)
+    return ContainerTaskSpec(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_sdk_runtime_against_a_fake_control_plane(control_plane: ControlPlane) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client),
+            app_name="altar-wire",
+            volume_name="altar-wire-data",
+            pool_accelerators={"a100": "A100"},
+        )
+        servicer = control_plane.servicer
+
+        # create: cpu, memory (request and limit), gpu with its exact count, timeout, tags
+        spec = _spec(
+            ["sh", "-c", "exit 7"],
+            resources=ResourceRequest(gpu="a100", count=2, memory_gb=0.5, cpu=1.5),
+            timeout_s=30,
+            env={"ALTAR_WIRE": "yes"},
+        )
+        failing = await backend.submit(spec)
+        created = [r for name, r in servicer.requests if name == "SandboxCreate"][-1]
+        definition = created.definition
+        assert failing.external_id == servicer.sandboxes[failing.external_id].sandbox_id
+        assert list(definition.entrypoint_args) == ["sh", "-c", "exit 7"]
+        resources = definition.resources
+        assert (resources.milli_cpu, resources.milli_cpu_max) == (1500, 1500)
+        assert (resources.memory_mb, resources.memory_mb_max) == (512, 512)
+        assert (resources.gpu_config.gpu_type, resources.gpu_config.count) == ("A100", 2)
+        assert definition.timeout_secs == 30
+        assert {t.tag_name: t.tag_value for t in created.tags} == {"job_id": "J", "fold": "0"}
+        assert [m.mount_path for m in definition.volume_mounts] == ["/mnt/volume"]
+        secrets = [r for name, r in servicer.requests if name == "SecretGetOrCreate"]
+        assert any(dict(r.env_dict) == {"ALTAR_WIRE": "yes"} for r in secrets)
+        images = [r for name, r in servicer.requests if name == "ImageGetOrCreate"]
+        assert any("FROM busybox:1.36" in str(r) for r in images)
+
+        # the output tail of a failed task
+        chatty = await backend.submit(
+            _spec(["sh", "-c", 'for i in $(seq 0 99); do echo "log line $i"; done; exit 3'])
+        )
+        status = await _until_terminal(backend, chatty)
+        assert status.failure is not None
+        assert status.failure.reason == "exit_3"
+        detail = await backend.failure_detail(chatty)
+        assert detail is not None
+        assert detail.splitlines()[-1] == "log line 99"
+        assert "log line 0\n" not in detail + "\n"
+        assert len(detail.splitlines()) == 20
+
+        # poll (through from_id, on a fresh runtime: the id alone is enough) → exit_7
+        reopened = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client), app_name="altar-wire"
+        )
+        status = await _until_terminal(reopened, failing)
+        assert status.failure is not None
+        assert (status.failure.reason, status.failure.exit_code) == ("exit_7", 7)
+
+        # success, and no limit → Modal's 24 h maximum on the wire
+        succeeding = await backend.submit(_spec(["true"]))
+        assert servicer.sandboxes[succeeding.external_id].definition.timeout_secs == 86400
+        assert (await _until_terminal(backend, succeeding)).state is TaskState.SUCCEEDED
+
+        # running, then terminate (twice: idempotent) → cancelled, not exit_137
+        sleeping = await backend.submit(_spec(["sleep", "30"]))
+        assert [s.state for s in await backend.poll([sleeping])] == [TaskState.RUNNING]
+        await backend.cancel(sleeping)
+        await backend.cancel(sleeping)
+        status = await _until_terminal(backend, sleeping)
+        assert status.failure is not None
+        assert status.failure.reason == "cancelled"
+        terminates = [r for name, r in servicer.requests if name == "SandboxTerminate"]
+        assert [r.sandbox_id for r in terminates] == [sleeping.external_id] * 2
+
+        # the timeout result → timeout (the SDK's returncode would say 124)
+        expiring = await backend.submit(_spec(["sleep", "30"], timeout_s=1))
+        status = await _until_terminal(backend, expiring)
+        assert status.failure is not None
+        assert status.failure.reason == "timeout"
+
+        # a kernel OOM kill → oom_killed (the SDK's returncode would say a plain 137)
+        hungry = await backend.submit(
+            _spec(["sleep", "30"], resources=ResourceRequest(memory_gb=1))
+        )
+        control_plane.oom_kill(hungry.external_id)
+        status = await _until_terminal(backend, hungry)
+        assert status.failure is not None
+        assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", 137)
+
+        # an id Modal does not know → container_missing
+        missing = TaskHandle("modal", "sb-" + "x" * 22)
+        (status,) = await backend.poll([missing])
+        assert status.failure is not None
+        assert status.failure.reason == "container_missing"
+        await backend.cancel(missing)
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_volume_staging_and_collection_through_the_sdk(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    servicer = control_plane.servicer
+
+    def puts() -> int:
+        return sum(1 for name, _ in servicer.requests if name == "VolumePutFiles2")
+
+    try:
+        backend = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client), volume_name="altar-wire-data"
+        )
+        data = bytes(range(256)) * 64 + b"weights\n"
+        weights = tmp_path / "weights v1 'quoted'.bin"
+        weights.write_bytes(data)
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        transfer = Transfer(str(weights), "models/m/weights.bin", digest=digest)
+
+        await backend.stage_inputs([transfer])
+        assert servicer.volume_file("altar-wire-data", "models/m/weights.bin") == data
+        record = servicer.volume_file("altar-wire-data", "models/m/weights.bin.sha256-staged")
+        assert record is not None
+        assert record.decode().startswith(f"staged-file/1 {digest} size={len(data)} mtime=")
+
+        # the record vouches for the bytes: a second staging uploads nothing
+        before = puts()
+        await backend.stage_inputs([transfer])
+        assert puts() == before
+
+        # a mismatch uploads nothing either
+        bad = Transfer(str(weights), "models/m/other.bin", digest="sha256:" + "0" * 64)
+        with pytest.raises(TransferIntegrityError):
+            await backend.stage_inputs([bad])
+        assert puts() == before
+        assert servicer.volume_file("altar-wire-data", "models/m/other.bin") is None
+
+        # a directory without a digest is uploaded file by file
+        (tmp_path / "dir" / "sub").mkdir(parents=True)
+        (tmp_path / "dir" / "sub" / "a.txt").write_bytes(b"a\n")
+        await backend.stage_inputs([Transfer(str(tmp_path / "dir"), "inputs/dir")])
+        assert servicer.volume_file("altar-wire-data", "inputs/dir/sub/a.txt") == b"a\n"
+
+        # submit removes a stale output; collect_outputs brings the new one back
+        servicer.put_volume_file("altar-wire-data", "jobs/J/out.tsv", b"stale\n")
+        destination = tmp_path / "results" / "out.tsv"
+        output = Transfer(str(destination), "jobs/J/out.tsv")
+        handle = await backend.submit(_spec(["true"], outputs=[output]))
+        assert servicer.volume_file("altar-wire-data", "jobs/J/out.tsv") is None
+        servicer.put_volume_file("altar-wire-data", "jobs/J/out.tsv", b"score\t1.0\n")
+        assert (await _until_terminal(backend, handle)).state is TaskState.SUCCEEDED
+        await backend.collect_outputs([output])
+        assert destination.read_bytes() == b"score\t1.0\n"
+        with pytest.raises(FileNotFoundError):
+            await backend.collect_outputs([Transfer(str(tmp_path / "x"), "jobs/J/none.tsv")])
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_a_submit_cancelled_while_waiting_for_scheduling_leaves_nothing_running(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client))
+        servicer = control_plane.servicer
+        servicer.schedule_delay_s = 30
+        submit = asyncio.ensure_future(backend.submit(_spec(["sleep", "30"])))
+        await _eventually(lambda: bool(servicer.sandboxes))
+        (sandbox_id,) = servicer.sandboxes
+        submit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await submit
+        await _eventually(lambda: servicer.sandboxes[sandbox_id].result is not None)
+        result = servicer.sandboxes[sandbox_id].result
+        assert result is not None
+        assert result.status == api_pb2.GenericResult.GENERIC_STATUS_TERMINATED
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_the_default_backend_uses_the_environments_credentials(
+    control_plane: ControlPlane,
+) -> None:
+    backend = ModalExecutionBackend(app_name="altar-wire-env")  # as `altar run` builds it
+    try:
+        handle = await backend.submit(_spec(["sh", "-c", "exit 4"]))
+        status = await _until_terminal(backend, handle)
+        assert status.failure is not None
+        assert status.failure.exit_code == 4
+        assert "altar-wire-env" in control_plane.servicer.apps
+    finally:
+        client = await modal.Client.from_env.aio()
+        await client.close.aio()  # also forgets the process-wide client
+
+
+@pytest.mark.asyncio
+async def test_an_unavailable_control_plane_is_backend_unavailable(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client))
+        control_plane.servicer.unavailable = True
+        with pytest.raises(BackendUnavailableError, match="server error"):
+            await backend.poll([TaskHandle("modal", "sb-" + "u" * 22)])
+    finally:
+        await client.close.aio()

@@ -1,0 +1,418 @@
+"""The ``altar`` command: run plans, inspect and cancel runs, verify digests, compare backends.
+
+Exit status: 0 success, 1 a task failed (or a verification/comparison found a difference),
+2 a usage or configuration error. A user error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from altar.execution.__about__ import __version__
+from altar.execution.backend import ExecutionBackend
+from altar.execution.compare import compare_backends
+from altar.execution.digest import verify_file_digest, verify_files_script
+from altar.execution.errors import (
+    AltarError,
+    BackendUnavailableError,
+    DigestMismatchError,
+    PlanError,
+)
+from altar.execution.journal import Journal, lock_is_held
+from altar.execution.plan import Plan, load_plan
+from altar.execution.progress import (
+    ProgressPrinter,
+    format_failures,
+    format_summary,
+    format_table,
+)
+from altar.execution.registry import create_backend, default_registry
+from altar.execution.runner import RunEvent, StagingError, cancel_run, run_plan, run_status
+from altar.execution.types import is_sha256_digest
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: First poll interval; it doubles while nothing changes, up to MAX_POLL_INTERVAL_S.
+POLL_INTERVAL_S = 0.2
+MAX_POLL_INTERVAL_S = 5.0
+
+
+class UsageError(Exception):
+    """A command-line mistake: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """``key=value``; the value is read as a TOML value if it is one (2, true, "x"), else text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed: Any = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="altar",
+        description="Run portable container task plans on any Altar execution backend.",
+    )
+    parser.add_argument("--version", action="version", version=f"altar {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    p = commands.add_parser("backends", help="list installed backends, healthy or why not")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.add_parser("run", help="run a plan (resume it with the same --run-dir)")
+    p.add_argument("plan", metavar="PLAN", help="plan file (.toml or .json)")
+    p.add_argument("--backend", metavar="TYPE", help="backend to use instead of the plan's")
+    p.add_argument(
+        "--option",
+        metavar="KEY=VALUE",
+        type=_option,
+        action="append",
+        default=[],
+        help="backend option (repeatable); overrides the plan's [backend] options",
+    )
+    p.add_argument("--max-parallel", metavar="N", type=_positive, help="tasks in flight at most")
+    p.add_argument("--max-retries", metavar="N", type=_non_negative, help="retries per task")
+    p.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new one)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+
+    p = commands.add_parser("verify", help="check files against a sha256 digest")
+    p.add_argument("files", metavar="FILE", nargs="+")
+    p.add_argument(
+        "--digest",
+        metavar="sha256:HEX",
+        action="append",
+        required=True,
+        help="expected digest: once for all files, or once per file in order",
+    )
+    p.add_argument(
+        "--no-trust-records",
+        action="store_true",
+        help="hash every file even if a current verification record vouches for it",
+    )
+
+    p = commands.add_parser("verify-script", help="print the POSIX sh digest verifier")
+    p.add_argument("--no-trust-records", action="store_true", help="the script hashes every file")
+
+    p = commands.add_parser("compare", help="run a plan on two backends and diff the results")
+    p.add_argument("plan", metavar="PLAN")
+    p.add_argument("--backend", metavar="TYPE", required=True, help="backend under test")
+    p.add_argument("--reference", metavar="TYPE", required=True, help="reference backend")
+    p.add_argument("--option", metavar="KEY=VALUE", type=_option, action="append", default=[])
+    p.add_argument(
+        "--reference-option", metavar="KEY=VALUE", type=_option, action="append", default=[]
+    )
+    p.add_argument("--workdir", metavar="DIR", help="where both runs go (default: a new one)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _new_dir(kind: str, plan_path: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(".altar") / kind / f"{Path(plan_path).stem}-{stamp}-{secrets.token_hex(2)}"
+
+
+def _backend_for(
+    plan: Plan, backend_type: str | None, overrides: Sequence[tuple[str, Any]]
+) -> tuple[ExecutionBackend, dict[str, Any]]:
+    name = backend_type or plan.backend_type
+    if not name:
+        raise PlanError(
+            f"{plan.source}: backend.type: the plan names no backend; add [backend] with "
+            'type = "local" or pass --backend'
+        )
+    options = dict(plan.backend_options) if name == plan.backend_type else {}
+    options.update(dict(overrides))
+    return create_backend(name, options, source=f"{plan.source}: backend.options"), options
+
+
+def _print_json(data: Any, out: TextIO) -> None:
+    out.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
+    report = default_registry.discover()
+    rows: list[dict[str, Any]] = []
+    for entry in default_registry.entries():
+        error = report.failures.get(entry.name)
+        rows.append(
+            {
+                "name": entry.name,
+                "distribution": entry.distribution,
+                "version": entry.version,
+                "entry_point": entry.value,
+                "healthy": error is None,
+                "error": str(error) if error else None,
+            }
+        )
+    if args.json:
+        _print_json(rows, out)
+        return EXIT_OK
+    if not rows:
+        out.write("no execution backends are installed; pip install altar-backend-local\n")
+        return EXIT_OK
+    width = max(len(row["name"]) for row in rows)
+    dist_width = max(len(f"{row['distribution'] or '-'} {row['version'] or ''}") for row in rows)
+    for row in rows:
+        dist = f"{row['distribution'] or '-'} {row['version'] or ''}".strip()
+        state = "ok" if row["healthy"] else f"unavailable: {row['error']}"
+        out.write(f"{row['name']:<{width}}  {dist:<{dist_width}}  {state}\n")
+    return EXIT_OK
+
+
+async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    plan = load_plan(args.plan)
+    backend, options = _backend_for(plan, args.backend, args.option)
+    run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
+    resuming = Journal.exists(run_dir)
+    live = err.isatty()
+    printer = ProgressPrinter(err, total=len(plan.tasks), live=live)
+    verb = "resuming" if resuming else "running"
+    err.write(
+        f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
+        f"run directory {run_dir}\n"
+    )
+    show = printer if (live or not args.json) else None
+    ticker = asyncio.create_task(_tick(printer)) if live else None
+    try:
+        result = await run_plan(
+            plan,
+            backend,
+            run_dir=run_dir,
+            max_parallel=args.max_parallel,
+            max_retries=args.max_retries,
+            on_event=show,
+            backend_options=options,
+            poll_interval_s=POLL_INTERVAL_S,
+            max_poll_interval_s=MAX_POLL_INTERVAL_S,
+        )
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        printer.close()
+        err.write(
+            f"altar: interrupted; submitted tasks keep running. Resume with: "
+            f"altar run {args.plan} --run-dir {run_dir}\n"
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+        printer.close()
+    if args.json:
+        _print_json(result.to_dict(), out)
+    else:
+        out.write(format_table(result.tasks) + "\n")
+        failures = format_failures(result.tasks)
+        if failures:
+            out.write("\n" + failures + "\n")
+        out.write("\n" + format_summary(result) + "\n")
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+async def _tick(printer: ProgressPrinter) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        printer.tick()
+
+
+def _journal_backend(run_dir: Path) -> ExecutionBackend:
+    journal = Journal.load(run_dir)
+    return create_backend(
+        journal.backend_type, journal.backend_options, source=f"{run_dir}: backend.options"
+    )
+
+
+async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    run_dir = Path(args.run_dir)
+    Journal.load(run_dir)  # a clear error for a directory that is not a run
+    backend: ExecutionBackend | None
+    try:
+        backend = _journal_backend(run_dir)
+    except AltarError as error:
+        err.write(f"altar: cannot build the backend, showing the journal only: {error}\n")
+        backend = None
+    try:
+        result = await run_status(run_dir, backend)
+    except BackendUnavailableError as error:
+        err.write(f"altar: the backend did not answer, showing the journal only: {error}\n")
+        result = await run_status(run_dir)
+    if args.json:
+        _print_json(result.to_dict(), out)
+    else:
+        out.write(format_table(result.tasks) + "\n")
+    return EXIT_OK
+
+
+async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    run_dir = Path(args.run_dir)
+    Journal.load(run_dir)  # a clear error for a directory that is not a run
+    backend = None if lock_is_held(run_dir) else _journal_backend(run_dir)
+    outcome = await cancel_run(run_dir, backend)
+    if outcome == "requested":
+        out.write(f"asked the altar process driving {run_dir} to cancel its tasks\n")
+    else:
+        result = await run_status(run_dir)
+        cancelled = sum(1 for task in result.tasks if task.status == "cancelled")
+        out.write(f"cancelled {cancelled} task(s) of {run_dir}\n")
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    digests: list[str] = args.digest
+    if len(digests) not in (1, len(args.files)):
+        raise UsageError(
+            f"give one --digest for all files or one per file; got {len(digests)} digest(s) "
+            f"for {len(args.files)} file(s)"
+        )
+    for digest in digests:
+        if not is_sha256_digest(digest):
+            raise UsageError(f"--digest must be sha256:<64 lowercase hex>, got {digest!r}")
+    if len(digests) == 1:
+        digests = digests * len(args.files)
+    status = EXIT_OK
+    for path, digest in zip(args.files, digests, strict=True):
+        try:
+            hashed = verify_file_digest(path, digest, trust_record=not args.no_trust_records)
+        except DigestMismatchError as error:
+            out.write(f"{path}: FAILED ({error})\n")
+            status = EXIT_FAILED
+            continue
+        out.write(f"{path}: OK\n" if hashed else f"{path}: OK (verification record)\n")
+    return status
+
+
+async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    plan = load_plan(args.plan)
+    backend, _ = _backend_for(plan, args.backend, args.option)
+    reference, _ = _backend_for(plan, args.reference, args.reference_option)
+    workdir = Path(args.workdir) if args.workdir else _new_dir("compare", args.plan)
+    err.write(f"altar: comparing {backend.name} with {reference.name}; work directory {workdir}\n")
+    printers = {
+        side: ProgressPrinter(err, total=len(plan.tasks), live=False, prefix=f"[{side}] ")
+        for side in ("backend", "reference")
+    }
+
+    def on_event(side: str, event: RunEvent) -> None:
+        if not args.json:
+            printers[side](event)
+
+    report = await compare_backends(
+        plan,
+        backend,
+        reference,
+        workdir=workdir,
+        on_event=on_event,
+        poll_interval_s=POLL_INTERVAL_S,
+        max_poll_interval_s=MAX_POLL_INTERVAL_S,
+    )
+    if args.json:
+        _print_json(
+            {
+                "backend": report.backend,
+                "reference": report.reference,
+                "ok": report.ok,
+                "differences": [
+                    {"task_id": d.task_id, "aspect": d.aspect, "detail": d.detail}
+                    for d in report.differences
+                ],
+            },
+            out,
+        )
+    else:
+        out.write(report.format() + "\n")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+# -- entry point ------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``altar`` command line; returns the exit status."""
+    out, err = sys.stdout, sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "backends":
+            return _cmd_backends(args, out)
+        if args.command == "verify":
+            return _cmd_verify(args, out)
+        if args.command == "verify-script":
+            out.write(verify_files_script(trust_records=not args.no_trust_records))
+            return EXIT_OK
+        handlers = {
+            "run": _cmd_run,
+            "status": _cmd_status,
+            "cancel": _cmd_cancel,
+            "compare": _cmd_compare,
+        }
+        return asyncio.run(handlers[args.command](args, out, err))
+    except UsageError as error:
+        err.write(f"altar: error: {error}\n")
+        return EXIT_USAGE
+    except (StagingError, BackendUnavailableError) as error:
+        err.write(f"altar: {' '.join(str(error).split())}\n")
+        return EXIT_FAILED
+    except AltarError as error:
+        err.write(f"altar: error: {' '.join(str(error).split())}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.write("altar: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `altar ... | head`: stop quietly, and keep Python from complaining at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED

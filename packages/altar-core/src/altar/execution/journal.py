@@ -1,0 +1,435 @@
+"""The run journal: what a run submitted, durably, so a restarted run resumes instead of re-running.
+
+The journal holds, per task, the hash of its spec, every attempt with its durable handle
+(backend, external_id, labels), the last observed state and failure. It is two files:
+
+- ``journal.json``, a snapshot with a ``format`` and ``version``, replaced whole through a
+  temporary file, ``fsync`` and ``rename``;
+- ``journal.log``, the changes since that snapshot, one JSON line per changed task with a
+  sequence number, appended and ``fsync``-ed before the runner goes on. A failed append is cut
+  back off, so a full disk never leaves a partial line; a line torn by a crash can only be the
+  last one and is ignored. The runner folds the log into a new snapshot every few ticks.
+
+Appending one line per change keeps the cost of a change independent of the plan's size (a
+snapshot per change would make a run of n tasks cost O(n^2)).
+
+Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle)
+before ``submit`` is called, and the handle is appended and fsync-ed as soon as ``submit``
+returns (submits that return in the same event-loop turn share one fsync; a run that is
+cancelled meanwhile writes it on its way out). A run that finds an attempt still ``submitting``
+cannot know whether the
+provider accepted it (the process died inside ``submit``), so it submits the same spec again:
+the contract requires ``submit`` to accept a resubmission, and a backend that names tasks by
+spec (Kubernetes) adopts the task that is still running instead of starting a second one. A
+backend that mints fresh ids (Docker, Modal) may then leave the first, unrecorded task
+running; the run reports such an attempt as ``in_doubt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from altar.execution.errors import JournalError
+from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
+
+__all__ = [
+    "JOURNAL_FORMAT",
+    "JOURNAL_NAME",
+    "JOURNAL_VERSION",
+    "Attempt",
+    "Journal",
+    "TaskRecord",
+    "append_durably",
+    "atomic_write",
+    "run_lock",
+    "spec_digest",
+]
+
+JOURNAL_FORMAT = "altar-run-journal"
+JOURNAL_VERSION = 1
+JOURNAL_NAME = "journal.json"
+LOG_NAME = "journal.log"
+LOCK_NAME = "lock"
+
+#: Task states of a run (the backend's states plus the runner's own).
+QUEUED, SUBMITTING, PENDING, RUNNING = "queued", "submitting", "pending", "running"
+SUCCEEDED, FAILED, SKIPPED, CANCELLED = "succeeded", "failed", "skipped", "cancelled"
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, SKIPPED, CANCELLED})
+
+
+def spec_digest(spec: ContainerTaskSpec) -> str:
+    """``sha256:<hex>`` of the spec's canonical JSON (what a journal entry was made from)."""
+    canonical = json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
+    identity = handle.plugin_identity
+    to_dict = getattr(identity, "to_dict", None)
+    return {
+        "backend": handle.backend,
+        "external_id": handle.external_id,
+        "labels": dict(handle.labels),
+        "plugin_identity": to_dict() if callable(to_dict) else identity,
+    }
+
+
+def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
+    if failure is None:
+        return None
+    return {
+        "reason": failure.reason,
+        "detail": failure.detail,
+        "deterministic": failure.deterministic,
+        "exit_code": failure.exit_code,
+    }
+
+
+@dataclass
+class Attempt:
+    """One submission of a task. ``handle`` is None while the submit is in doubt."""
+
+    number: int
+    state: str = SUBMITTING
+    handle: TaskHandle | None = None
+    failure: TaskFailure | None = None
+    submitted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        start = self.started_at or self.submitted_at
+        if start is None or self.finished_at is None:
+            return None
+        return max(0.0, self.finished_at - start)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "state": self.state,
+            "handle": _handle_to_dict(self.handle) if self.handle else None,
+            "failure": _failure_to_dict(self.failure),
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        handle = data.get("handle")
+        failure = data.get("failure")
+        return cls(
+            number=data["number"],
+            state=data["state"],
+            handle=TaskHandle(**handle) if handle else None,
+            failure=TaskFailure(**failure) if failure else None,
+            submitted_at=data.get("submitted_at"),
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+        )
+
+
+@dataclass
+class TaskRecord:
+    """Everything the journal knows about one task of the plan."""
+
+    id: str
+    kind: str
+    spec_sha256: str
+    state: str = QUEUED
+    attempts: list[Attempt] = field(default_factory=list)
+    detail: str | None = None
+    outputs_collected: bool = False
+    cleaned: bool = False
+    in_doubt: int = 0
+
+    @property
+    def last(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "spec_sha256": self.spec_sha256,
+            "state": self.state,
+            "attempts": [a.to_dict() for a in self.attempts],
+            "detail": self.detail,
+            "outputs_collected": self.outputs_collected,
+            "cleaned": self.cleaned,
+            "in_doubt": self.in_doubt,
+        }
+
+    @classmethod
+    def from_dict(cls, task_id: str, data: dict[str, Any]) -> TaskRecord:
+        return cls(
+            id=task_id,
+            kind=data["kind"],
+            spec_sha256=data["spec_sha256"],
+            state=data["state"],
+            attempts=[Attempt.from_dict(a) for a in data.get("attempts", [])],
+            detail=data.get("detail"),
+            outputs_collected=bool(data.get("outputs_collected")),
+            cleaned=bool(data.get("cleaned")),
+            in_doubt=int(data.get("in_doubt", 0)),
+        )
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data``: temp file beside it, fsync, rename, fsync the directory.
+
+    On any error the temporary file is removed and ``path`` keeps its previous content.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def append_durably(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` and fsync; on error cut the file back to its old length."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Journal:
+    """The journal of one run directory."""
+
+    run_dir: Path
+    backend_type: str
+    backend_options: dict[str, Any]
+    plan_source: str
+    tasks: dict[str, TaskRecord]
+    staged: bool = False
+    finished: bool = False
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    seq: int = 0
+    log_lines: int = 0
+    _changed: dict[str, None] = field(default_factory=dict, repr=False)
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / JOURNAL_NAME
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / LOG_NAME
+
+    def mark(self, record: TaskRecord) -> None:
+        """Note that ``record`` changed; :meth:`flush` makes the change durable."""
+        self._changed[record.id] = None
+
+    def flush(self) -> None:
+        """Append every marked task to the log and fsync it (JournalError if that fails)."""
+        if not self._changed:
+            return
+        lines = []
+        seq = self.seq
+        for task_id in self._changed:
+            seq += 1
+            entry = {"seq": seq, "task": task_id, "record": self.tasks[task_id].to_dict()}
+            lines.append(json.dumps(entry, separators=(",", ":"), default=str))
+        try:
+            append_durably(self.log_path, ("\n".join(lines) + "\n").encode())
+        except OSError as error:
+            raise self._write_error(error) from error
+        self.seq = seq
+        self.log_lines += len(lines)
+        self._changed.clear()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": JOURNAL_FORMAT,
+            "version": JOURNAL_VERSION,
+            "seq": self.seq,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "plan": self.plan_source,
+            "backend": {"type": self.backend_type, "options": self.backend_options},
+            "staged": self.staged,
+            "finished": self.finished,
+            "tasks": {task_id: record.to_dict() for task_id, record in self.tasks.items()},
+        }
+
+    def _write_error(self, error: OSError) -> JournalError:
+        reason = error.strerror or str(error)
+        return JournalError(
+            f"cannot write the run journal in {self.run_dir}: {reason}; "
+            "the previous journal is intact, free space and resume the run"
+        )
+
+    def save(self) -> None:
+        """Write a snapshot of everything and empty the log (JournalError if that fails)."""
+        self.updated_at = time.time()
+        try:
+            data = json.dumps(self.to_dict(), separators=(",", ":"), default=str).encode()
+            atomic_write(self.path, data)
+        except OSError as error:
+            raise self._write_error(error) from error
+        # the log's lines are all in the snapshot now (their seq is not above its seq)
+        with contextlib.suppress(OSError):
+            os.truncate(self.log_path, 0)
+        self.log_lines = 0
+        self._changed.clear()
+
+    @classmethod
+    def exists(cls, run_dir: Path) -> bool:
+        return (Path(run_dir) / JOURNAL_NAME).is_file()
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Journal:
+        """Read ``run_dir``'s journal; JournalError if missing, corrupt or of another version."""
+        path = Path(run_dir) / JOURNAL_NAME
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise JournalError(f"{run_dir} has no run journal ({JOURNAL_NAME})") from None
+        except OSError as error:
+            raise JournalError(f"cannot read {path}: {error.strerror or error}") from error
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise JournalError(
+                f"{path} is not valid JSON ({error}); it was not written by altar"
+            ) from None
+        if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT:
+            raise JournalError(f"{path} is not an altar run journal (no format {JOURNAL_FORMAT!r})")
+        version = data.get("version")
+        if version != JOURNAL_VERSION:
+            raise JournalError(
+                f"{path} is journal version {version!r}, but this altar reads version "
+                f"{JOURNAL_VERSION}; finish that run with the altar that started it, "
+                "or use a new run directory"
+            )
+        try:
+            backend = data["backend"]
+            journal = cls(
+                run_dir=Path(run_dir),
+                backend_type=backend["type"],
+                backend_options=dict(backend.get("options") or {}),
+                plan_source=data.get("plan", ""),
+                tasks={k: TaskRecord.from_dict(k, v) for k, v in data["tasks"].items()},
+                staged=bool(data.get("staged")),
+                finished=bool(data.get("finished")),
+                created_at=data.get("created_at", 0.0),
+                updated_at=data.get("updated_at", 0.0),
+                seq=int(data.get("seq", 0)),
+            )
+            journal._replay()
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise JournalError(f"{path} is damaged: {type(error).__name__}: {error}") from None
+        return journal
+
+    def _replay(self) -> None:
+        try:
+            raw = self.log_path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                seq, task_id = int(entry["seq"]), entry["task"]
+                record = TaskRecord.from_dict(task_id, entry["record"])
+            except (ValueError, KeyError, TypeError):
+                break  # a line torn by a crash: only ever the last one
+            if seq <= self.seq:
+                continue  # already in the snapshot
+            if task_id not in self.tasks:
+                raise JournalError(f"{self.log_path} names task {task_id!r}, unknown to the run")
+            self.tasks[task_id] = record
+            self.seq = seq
+            self.log_lines += 1
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s lock: one altar process drives a run at a time."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise JournalError(
+                f"{run_dir} is in use by another altar process (pid {holder}); "
+                "wait for it, or run `altar cancel` on this run directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def lock_is_held(run_dir: Path) -> bool:
+    """True if another process holds ``run_dir``'s lock right now."""
+    path = run_dir / LOCK_NAME
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

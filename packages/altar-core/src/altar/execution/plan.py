@@ -1,0 +1,395 @@
+"""Plan files: a list of container tasks and the backend to run them on.
+
+A plan is TOML (``.toml``) or JSON (any other suffix)::
+
+    max_parallel = 2          # optional: at most this many tasks in flight
+    max_retries = 2           # optional: attempts after a non-deterministic failure
+
+    [backend]
+    type = "local"
+    options = { slots = 2 }
+
+    [[tasks]]
+    id = "fold-0"             # optional; default "<kind>-<index>"
+    kind = "fold"
+    image = "busybox:latest"
+    command = ["sh", "-c", "echo 0 > /mnt/volume/jobs/demo/fold-0.txt"]
+    outputs = [{ uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" }]
+
+Tasks use the :func:`~altar.execution.spec_to_dict` form plus ``id`` and ``after`` (ids of
+tasks that must succeed first). A task that reads a logical path another task writes runs
+after that task too, and such inputs are not staged: the producer puts them on the volume.
+Relative ``uri`` paths resolve against the plan file's directory. Every problem is one
+:class:`~altar.execution.PlanError` line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from altar.execution.errors import PlanError
+from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
+
+__all__ = [
+    "Plan",
+    "PlanTask",
+    "default_task_id",
+    "load_plan",
+    "parse_plan",
+    "plan_from_specs",
+    "with_outputs_under",
+]
+
+_TOP_KEYS = ("backend", "description", "max_parallel", "max_retries", "tasks")
+_BACKEND_KEYS = ("max_parallel", "max_retries", "options", "type")
+_TASK_KEYS = (
+    "after",
+    "avoid_hosts",
+    "command",
+    "env",
+    "id",
+    "image",
+    "inputs",
+    "kind",
+    "labels",
+    "outputs",
+    "plugin_identity",
+    "resources",
+    "timeout_s",
+)
+_TRANSFER_KEYS = ("digest", "locality_key", "logical_path", "uri")
+_RESOURCE_KEYS = ("count", "cpu", "gpu", "memory_gb")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def default_task_id(kind: str, index: int) -> str:
+    """``<kind>-<index>`` with the kind reduced to letters, digits, ``.``, ``_`` and ``-``."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", kind).strip("-._") or "task"
+    return f"{slug}-{index}"
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One task of a plan: a unique ``id``, its spec, and ids it must run after."""
+
+    id: str
+    spec: ContainerTaskSpec
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run and where. ``backend_type`` may be None when the caller supplies one."""
+
+    backend_type: str | None
+    backend_options: dict[str, Any]
+    tasks: list[PlanTask]
+    max_parallel: int | None = None
+    max_retries: int | None = None
+    source: str = "plan"
+    description: str | None = None
+    dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_unique(self.tasks, self.source)
+        if not self.dependencies:
+            object.__setattr__(self, "dependencies", _dependencies(self.tasks, self.source))
+
+    def task(self, task_id: str) -> PlanTask:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+    def staged_inputs(self) -> list[Transfer]:
+        """Inputs to stage once, de-duplicated, without those another task produces."""
+        produced = {t.logical_path for task in self.tasks for t in task.spec.outputs}
+        seen: dict[str, Transfer] = {}
+        for task in self.tasks:
+            for transfer in task.spec.inputs:
+                if transfer.logical_path not in produced:
+                    seen.setdefault(transfer.logical_path, transfer)
+        return list(seen.values())
+
+
+def plan_from_specs(
+    specs: Sequence[ContainerTaskSpec],
+    *,
+    backend_type: str | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+    max_parallel: int | None = None,
+    max_retries: int | None = None,
+) -> Plan:
+    """A plan over ready-made specs, ids derived as ``<kind>-<index>``."""
+    tasks = [PlanTask(default_task_id(spec.kind, i), spec) for i, spec in enumerate(specs)]
+    return Plan(backend_type, dict(backend_options or {}), tasks, max_parallel, max_retries, "plan")
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read and validate a plan file (TOML for ``.toml``, JSON otherwise)."""
+    path = Path(path)
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise PlanError(f"{name}: cannot read the plan: {error.strerror or error}") from error
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PlanError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise PlanError(f"{name}: invalid TOML: {error}") from None
+    except json.JSONDecodeError as error:
+        raise PlanError(
+            f"{name}: invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+        ) from None
+    return parse_plan(data, source=name, base_dir=path.resolve().parent)
+
+
+def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None) -> Plan:
+    """Validate plan data already parsed from TOML or JSON."""
+
+    def fail(where: str, message: str) -> PlanError:
+        return PlanError(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+
+    if not isinstance(data, Mapping):
+        raise fail("", f"a plan must be a table/object, got {_kind(data)}")
+    _check_keys(data, _TOP_KEYS, "", fail)
+    backend = data.get("backend", {})
+    if not isinstance(backend, Mapping):
+        raise fail("backend", f"must be a table, got {_kind(backend)}")
+    _check_keys(backend, _BACKEND_KEYS, "backend", fail)
+    backend_type = backend.get("type")
+    if backend_type is not None and (not isinstance(backend_type, str) or not backend_type):
+        raise fail("backend.type", f"must be a backend name, got {backend_type!r}")
+    options = backend.get("options", {})
+    if not isinstance(options, Mapping):
+        raise fail("backend.options", f"must be a table, got {_kind(options)}")
+    limits: dict[str, int | None] = {}
+    for key, minimum in (("max_parallel", 1), ("max_retries", 0)):
+        if key in data and key in backend:
+            raise fail(f"backend.{key}", f"also set at the top level; set {key} once")
+        where, value = (key, data[key]) if key in data else (f"backend.{key}", backend.get(key))
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < minimum
+        ):
+            raise fail(where, f"must be an integer of at least {minimum}, got {value!r}")
+        limits[key] = value
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):
+        raise fail("description", f"must be a string, got {_kind(description)}")
+    raw_tasks = data.get("tasks")
+    if not isinstance(raw_tasks, list) or not raw_tasks:
+        raise fail("tasks", "a plan needs at least one [[tasks]] entry")
+    tasks = [_parse_task(item, index, base_dir, fail) for index, item in enumerate(raw_tasks)]
+    return Plan(
+        backend_type,
+        dict(options),
+        tasks,
+        limits["max_parallel"],
+        limits["max_retries"],
+        source,
+        description,
+    )
+
+
+Fail = Callable[[str, str], PlanError]
+
+
+def _kind(value: object) -> str:
+    names = {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}
+    for cls, label in names.items():
+        if isinstance(value, cls):
+            return label
+    return type(value).__name__
+
+
+def _check_keys(data: Mapping[str, Any], allowed: Sequence[str], where: str, fail: Fail) -> None:
+    for key in data:
+        if key not in allowed:
+            path = f"{where}.{key}" if where else str(key)
+            raise fail(path, f"unknown field (expected one of: {', '.join(allowed)})")
+
+
+def _message(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def _construct(where: str, fail: Fail, cls: Callable[..., Any], **kwargs: Any) -> Any:
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise fail(where, _message(error)) from None
+
+
+def _resolve_uri(uri: str, base_dir: Path | None) -> str:
+    if base_dir is None or _SCHEME.match(uri) or os.path.isabs(uri):
+        return uri
+    return os.path.normpath(os.path.join(base_dir, uri))
+
+
+def _parse_transfer(raw: Any, where: str, base_dir: Path | None, fail: Fail) -> Transfer:
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table with uri and logical_path, got {_kind(raw)}")
+    _check_keys(raw, _TRANSFER_KEYS, where, fail)
+    for key in ("uri", "logical_path"):
+        if key not in raw:
+            raise fail(f"{where}.{key}", "required")
+    for key in _TRANSFER_KEYS:
+        if key in raw:
+            probe: dict[str, Any] = {"uri": "u", "logical_path": "p", key: raw[key]}
+            _construct(f"{where}.{key}", fail, Transfer, **probe)
+    logical = raw["logical_path"]
+    if ".." in PurePosixPath(logical).parts or _CONTROL.search(logical):
+        raise fail(f"{where}.logical_path", f"must stay below the mount root, got {logical!r}")
+    return Transfer(
+        uri=_resolve_uri(raw["uri"], base_dir),
+        logical_path=logical,
+        locality_key=raw.get("locality_key"),
+        digest=raw.get("digest"),
+    )
+
+
+def _parse_resources(raw: Any, where: str, fail: Fail) -> ResourceRequest:
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table, got {_kind(raw)}")
+    _check_keys(raw, _RESOURCE_KEYS, where, fail)
+    for key, value in raw.items():
+        _construct(
+            f"{where}.{key}", fail, lambda key=key, value=value: ResourceRequest(**{key: value})
+        )
+    return ResourceRequest(**raw)
+
+
+def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> PlanTask:
+    where = f"tasks[{index}]"
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table, got {_kind(raw)}")
+    _check_keys(raw, _TASK_KEYS, where, fail)
+    for key in ("kind", "image", "command"):
+        if key not in raw:
+            raise fail(f"{where}.{key}", "required")
+    values: dict[str, Any] = {}
+    for key in ("kind", "image", "command", "labels", "env", "timeout_s", "avoid_hosts"):
+        if key not in raw:
+            continue
+        value = tuple(raw[key]) if key == "avoid_hosts" and isinstance(raw[key], list) else raw[key]
+        probe: dict[str, Any] = {"kind": "k", "image": "i", "command": [], key: value}
+        _construct(f"{where}.{key}", fail, ContainerTaskSpec, **probe)
+        values[key] = value
+    for key in ("inputs", "outputs"):
+        items = raw.get(key, [])
+        if not isinstance(items, list):
+            raise fail(f"{where}.{key}", f"must be a list of tables, got {_kind(items)}")
+        values[key] = [
+            _parse_transfer(item, f"{where}.{key}[{i}]", base_dir, fail)
+            for i, item in enumerate(items)
+        ]
+    if "resources" in raw:
+        values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
+    if "plugin_identity" in raw:
+        values["plugin_identity"] = raw["plugin_identity"]
+    spec = _construct(where, fail, ContainerTaskSpec, **values)
+    task_id = raw.get("id", default_task_id(spec.kind, index))
+    if not isinstance(task_id, str) or not _TASK_ID.fullmatch(task_id):
+        raise fail(
+            f"{where}.id",
+            f"must start with a letter or digit and use only letters, digits, '.', '_' and '-'; "
+            f"got {task_id!r}",
+        )
+    after = raw.get("after", [])
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
+    return PlanTask(task_id, spec, tuple(after))
+
+
+def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:
+    first: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        if task.id in first:
+            raise PlanError(
+                f"{source}: tasks[{index}].id: {task.id!r} is already the id of "
+                f"tasks[{first[task.id]}]; task ids must be unique"
+            )
+        first[task.id] = index
+    writers: dict[str, tuple[int, str]] = {}
+    for index, task in enumerate(tasks):
+        for i, transfer in enumerate(task.spec.outputs):
+            other = writers.get(transfer.logical_path)
+            if other is not None and other[0] != index:
+                raise PlanError(
+                    f"{source}: tasks[{index}].outputs[{i}].logical_path: "
+                    f"{transfer.logical_path!r} is also written by {other[1]!r}; "
+                    "two tasks cannot write one path"
+                )
+            writers[transfer.logical_path] = (index, task.id)
+    sources: dict[str, Transfer] = {}
+    for index, task in enumerate(tasks):
+        for i, transfer in enumerate(task.spec.inputs):
+            if transfer.logical_path in writers:
+                continue
+            known = sources.setdefault(transfer.logical_path, transfer)
+            if (known.uri, known.digest) != (transfer.uri, transfer.digest):
+                raise PlanError(
+                    f"{source}: tasks[{index}].inputs[{i}]: logical path "
+                    f"{transfer.logical_path!r} is staged from two sources "
+                    f"({known.uri!r}, {transfer.uri!r}) or with two digests"
+                )
+
+
+def _dependencies(tasks: Sequence[PlanTask], source: str) -> dict[str, tuple[str, ...]]:
+    """Task id -> ids it must run after: its ``after`` list plus producers of its inputs."""
+    ids = {task.id: index for index, task in enumerate(tasks)}
+    writer = {t.logical_path: task.id for task in tasks for t in task.spec.outputs}
+    deps: dict[str, tuple[str, ...]] = {}
+    for index, task in enumerate(tasks):
+        needed: list[str] = []
+        for j, name in enumerate(task.after):
+            if name not in ids:
+                raise PlanError(f"{source}: tasks[{index}].after[{j}]: no task has id {name!r}")
+            needed.append(name)
+        for transfer in task.spec.inputs:
+            producer = writer.get(transfer.logical_path)
+            if producer is not None and producer != task.id:
+                needed.append(producer)
+        if task.id in needed:
+            raise PlanError(f"{source}: tasks[{index}].after: a task cannot run after itself")
+        deps[task.id] = tuple(dict.fromkeys(needed))
+    # reject cycles: repeatedly peel tasks whose dependencies are all peeled
+    done: set[str] = set()
+    remaining = dict(deps)
+    while remaining:
+        ready = [tid for tid, needs in remaining.items() if set(needs) <= done]
+        if not ready:
+            cycle = ", ".join(sorted(remaining))
+            raise PlanError(f"{source}: tasks: dependency cycle among {cycle}")
+        for tid in ready:
+            done.add(tid)
+            del remaining[tid]
+    return deps
+
+
+def with_outputs_under(plan: Plan, root: Path) -> Plan:
+    """A copy of ``plan`` whose output uris point below ``root/<task id>/<logical path>``."""
+    tasks = []
+    for task in plan.tasks:
+        outputs = [
+            replace(t, uri=str(root / task.id / t.logical_path.lstrip("/")))
+            for t in task.spec.outputs
+        ]
+        tasks.append(replace(task, spec=replace(task.spec, outputs=outputs)))
+    return replace(plan, tasks=tasks, dependencies=dict(plan.dependencies))

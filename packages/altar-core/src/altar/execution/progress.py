@@ -1,0 +1,182 @@
+"""Text rendering for the ``altar`` CLI: event lines, the live status line, result tables.
+
+Pure functions (plus one small printer class) so the output is tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+from altar.execution.runner import TASK_STATES, RunEvent, RunResult, TaskResult
+
+__all__ = [
+    "ProgressPrinter",
+    "format_counts",
+    "format_duration",
+    "format_event",
+    "format_failures",
+    "format_summary",
+    "format_table",
+]
+
+#: Events worth a line of their own; ``state`` changes only in plain (non-TTY) output.
+NOTABLE = frozenset(
+    {
+        "staging",
+        "staged",
+        "resumed",
+        "submitted",
+        "in_doubt",
+        "retry",
+        "succeeded",
+        "failed",
+        "skipped",
+        "cancelled",
+        "backend_unavailable",
+        "cleanup_failed",
+    }
+)
+_DETAIL_WIDTH = 60
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def format_counts(counts: Mapping[str, int]) -> str:
+    """``2 running, 1 succeeded`` in the order tasks move through states."""
+    parts = [f"{counts[state]} {state}" for state in TASK_STATES if counts.get(state)]
+    return ", ".join(parts) or "nothing yet"
+
+
+def format_event(event: RunEvent, *, plain: bool) -> str | None:
+    """The line for ``event``, or None if it only updates the status line."""
+    if event.kind in NOTABLE or (plain and event.kind == "state"):
+        return f"{format_duration(event.elapsed_s):>7}  {event.message}"
+    return None
+
+
+def _last_line(text: str | None) -> str:
+    if not text:
+        return ""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= _DETAIL_WIDTH else line[: _DETAIL_WIDTH - 3] + "..."
+
+
+def _detail(task: TaskResult) -> str:
+    if task.status == "succeeded":
+        return ""
+    if task.status == "skipped":
+        return task.detail or ""
+    reason = task.reason or ""
+    last = _last_line(task.detail)
+    return f"{reason}: {last}" if last and reason else reason or last
+
+
+def format_table(tasks: Sequence[TaskResult]) -> str:
+    """One row per task: id, kind, status, attempts, time of the last attempt, why it failed."""
+    header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
+    rows = [
+        (
+            task.id,
+            task.kind,
+            task.status,
+            str(task.attempts),
+            format_duration(task.duration_s),
+            _detail(task),
+        )
+        for task in tasks
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def format_failures(tasks: Sequence[TaskResult]) -> str:
+    """The full failure detail (log tail) of every failed task, indented under its id."""
+    blocks = []
+    for task in tasks:
+        if task.status != "failed" or not task.detail:
+            continue
+        body = "\n".join(f"    {line}" for line in task.detail.rstrip().splitlines())
+        blocks.append(f"{task.id} ({task.reason}):\n{body}")
+    return "\n".join(blocks)
+
+
+def format_summary(result: RunResult) -> str:
+    total = len(result.tasks)
+    return (
+        f"{total} task{'s' if total != 1 else ''}: {format_counts(result.counts())} "
+        f"in {format_duration(result.elapsed_s)}; run directory {result.run_dir}"
+    )
+
+
+class ProgressPrinter:
+    """Prints run events: on a terminal a live status line under the event lines, else lines."""
+
+    def __init__(self, stream: TextIO, *, total: int, live: bool, prefix: str = "") -> None:
+        self.stream = stream
+        self.total = total
+        self.live = live
+        self.prefix = prefix
+        self._status = ""
+        self._counts: Mapping[str, int] = {}
+        self._offset = 0.0  # monotonic time at elapsed 0, to redraw the clock between events
+
+    def __call__(self, event: RunEvent) -> None:
+        line = format_event(event, plain=not self.live)
+        if self.live:
+            self._clear()
+            if line is not None:
+                self.stream.write(f"{self.prefix}{line}\n")
+            self._counts = event.counts
+            self._offset = time.monotonic() - event.elapsed_s
+            if event.kind != "done":
+                self._draw(event.elapsed_s)
+            else:
+                self._status = ""
+        elif line is not None:
+            self.stream.write(f"{self.prefix}{line}\n")
+        self.stream.flush()
+
+    def tick(self) -> None:
+        """Redraw the status line with the current elapsed time (a terminal only)."""
+        if self.live and self._status:
+            self._clear()
+            self._draw(time.monotonic() - self._offset)
+            self.stream.flush()
+
+    def _draw(self, elapsed_s: float) -> None:
+        status = (
+            f"{self.prefix}{format_duration(elapsed_s):>7}  "
+            f"[{format_counts(self._counts)} of {self.total}]"
+        )
+        # a line wider than the terminal wraps, and "\r" would then redraw only its tail
+        width = shutil.get_terminal_size((100, 24)).columns - 1
+        self._status = status if len(status) <= width else status[: max(0, width - 3)] + "..."
+        self.stream.write(self._status)
+
+    def _clear(self) -> None:
+        if self._status:
+            self.stream.write("\r\x1b[K")
+
+    def close(self) -> None:
+        if self.live and self._status:
+            self._clear()
+            self._status = ""
+            self.stream.flush()

@@ -1,0 +1,738 @@
+"""Run a plan on a backend: stage once, submit within limits, poll with backoff, collect, clean up.
+
+The run keeps a journal (:mod:`altar.execution.journal`) in its run directory. Start the same
+plan again with the same run directory and the run resumes: it polls the tasks it already
+submitted and never has one task running twice at once (see the journal module for the one
+crash window a backend that mints fresh ids leaves open).
+
+Failures: a non-deterministic one (``timeout``, ``oom_killed``, ``container_missing``,
+``job_failed``, ...) is retried up to ``max_retries`` times; a deterministic one (``exit_<n>``,
+``input_digest_mismatch``) stops that task, and its ``failure_detail`` (the log tail) is kept.
+A task whose dependency did not succeed is ``skipped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from altar.execution.backend import ExecutionBackend
+from altar.execution.errors import AltarError, BackendUnavailableError, JournalError
+from altar.execution.journal import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUBMITTING,
+    SUCCEEDED,
+    Attempt,
+    Journal,
+    TaskRecord,
+    lock_is_held,
+    run_lock,
+    spec_digest,
+)
+from altar.execution.plan import Plan, PlanTask
+from altar.execution.types import TaskFailure, TaskHandle, TaskState, TaskStatus
+
+__all__ = [
+    "CANCEL_REQUEST",
+    "RunEvent",
+    "RunResult",
+    "StagingError",
+    "TaskResult",
+    "cancel_run",
+    "run_plan",
+    "run_plan_sync",
+    "run_status",
+]
+
+CANCEL_REQUEST = "cancel-requested"
+DEFAULT_MAX_RETRIES = 2
+TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
+
+
+class StagingError(AltarError):
+    """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Something that happened during a run, for progress displays.
+
+    ``kind`` is one of ``staging``, ``staged``, ``resumed``, ``submitted``, ``in_doubt``,
+    ``state`` (a task changed state), ``retry``, ``succeeded``, ``failed``, ``skipped``,
+    ``cancelled``, ``backend_unavailable``, ``cleanup_failed``, ``done``.
+    """
+
+    kind: str
+    message: str
+    task_id: str | None = None
+    attempt: int | None = None
+    state: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The outcome of one task (or its current state, from :func:`run_status`)."""
+
+    id: str
+    kind: str
+    status: str
+    attempts: int
+    reason: str | None = None
+    detail: str | None = None
+    exit_code: int | None = None
+    duration_s: float | None = None
+    external_id: str | None = None
+    in_doubt: int = 0  # submits interrupted before their handle was recorded, then redone
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "attempts": self.attempts,
+            "reason": self.reason,
+            "detail": self.detail,
+            "exit_code": self.exit_code,
+            "duration_s": self.duration_s,
+            "external_id": self.external_id,
+            "in_doubt": self.in_doubt,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Per-task outcomes of a run."""
+
+    run_dir: Path
+    backend: str
+    tasks: list[TaskResult]
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(task.status == SUCCEEDED for task in self.tasks)
+
+    def counts(self) -> dict[str, int]:
+        counts = {state: 0 for state in TASK_STATES}
+        for task in self.tasks:
+            counts[task.status] = counts.get(task.status, 0) + 1
+        return {state: n for state, n in counts.items() if n}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "backend": self.backend,
+            "ok": self.ok,
+            "elapsed_s": self.elapsed_s,
+            "counts": self.counts(),
+            "tasks": [task.to_dict() for task in self.tasks],
+        }
+
+
+def _result(record: TaskRecord) -> TaskResult:
+    last = record.last
+    failure = last.failure if last else None
+    if record.state == SKIPPED or (record.state == CANCELLED and failure is None):
+        reason, detail, exit_code = record.state, record.detail, None
+    elif failure is not None:
+        reason, detail, exit_code = (
+            failure.reason,
+            record.detail or failure.detail,
+            failure.exit_code,
+        )
+    else:
+        reason, detail, exit_code = None, None, None
+    return TaskResult(
+        id=record.id,
+        kind=record.kind,
+        status=record.state,
+        attempts=len(record.attempts),
+        reason=reason,
+        detail=detail,
+        exit_code=exit_code,
+        duration_s=last.duration_s if last else None,
+        external_id=last.handle.external_id if last and last.handle else None,
+        in_doubt=record.in_doubt,
+    )
+
+
+def _results(journal: Journal, elapsed_s: float = 0.0) -> RunResult:
+    tasks = [_result(record) for record in journal.tasks.values()]
+    return RunResult(journal.run_dir, journal.backend_type, tasks, elapsed_s)
+
+
+def _settled(record: TaskRecord) -> bool:
+    """Final, and for a success, its outputs collected."""
+    return record.final and (record.state != SUCCEEDED or record.outputs_collected)
+
+
+def _short(external_id: str) -> str:
+    """Docker-style 64-hex ids shortened to 12 characters for display."""
+    return external_id[:12] if len(external_id) > 24 else external_id
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _Run:
+    def __init__(
+        self,
+        plan: Plan,
+        backend: ExecutionBackend,
+        journal: Journal,
+        *,
+        max_parallel: int | None,
+        max_retries: int,
+        poll_interval_s: float,
+        max_poll_interval_s: float,
+        on_event: Callable[[RunEvent], None] | None,
+    ) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.journal = journal
+        self.max_parallel = max_parallel
+        self.max_retries = max_retries
+        self.poll_interval_s = poll_interval_s
+        self.max_poll_interval_s = max_poll_interval_s
+        self.on_event = on_event
+        self.started = time.monotonic()
+        self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
+        self.records = journal.tasks
+        self._commit: asyncio.Future[None] | None = None
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def emit(self, kind: str, message: str, record: TaskRecord | None = None) -> None:
+        if self.on_event is None:
+            return
+        counts: dict[str, int] = {}
+        for rec in self.records.values():
+            counts[rec.state] = counts.get(rec.state, 0) + 1
+        self.on_event(
+            RunEvent(
+                kind=kind,
+                message=message,
+                task_id=record.id if record else None,
+                attempt=record.last.number if record and record.last else None,
+                state=record.state if record else None,
+                counts=counts,
+                elapsed_s=time.monotonic() - self.started,
+            )
+        )
+
+    def changed(self, record: TaskRecord) -> None:
+        self.journal.mark(record)
+
+    def flush(self) -> None:
+        """Make every marked change durable (one append and fsync)."""
+        self.journal.flush()
+
+    async def commit(self) -> None:
+        """Make marked changes durable; submits that return together share one fsync.
+
+        The flush runs at the end of the current event-loop turn, after every coroutine that is
+        already runnable has recorded its change (group commit). A run cancelled while waiting
+        here still writes the change: :meth:`run` flushes in its ``finally``.
+        """
+        if self._commit is None:
+            loop = asyncio.get_running_loop()
+            self._commit = loop.create_future()
+            self._commit.add_done_callback(lambda f: f.exception())  # retrieved even if unawaited
+            loop.call_soon(self._run_commit)
+        await asyncio.shield(self._commit)
+
+    def _run_commit(self) -> None:
+        future, self._commit = self._commit, None
+        assert future is not None
+        try:
+            self.flush()
+        except JournalError as error:
+            future.set_exception(error)
+        else:
+            future.set_result(None)
+
+    def checkpoint(self) -> None:
+        """Fold the log into a snapshot once it holds more lines than the plan has tasks."""
+        self.journal.flush()
+        if self.journal.log_lines > max(256, len(self.records)):
+            self.journal.save()
+
+    def in_flight(self) -> list[TaskRecord]:
+        return [r for r in self.records.values() if r.state in (SUBMITTING, PENDING, RUNNING)]
+
+    # -- phases -------------------------------------------------------------------------
+
+    async def stage(self) -> None:
+        if self.journal.staged:
+            return
+        transfers = self.plan.staged_inputs()
+        if transfers:
+            self.emit("staging", f"staging {len(transfers)} input(s)")
+            try:
+                await self.backend.stage_inputs(transfers)
+            except (BackendUnavailableError, asyncio.CancelledError):
+                raise
+            except Exception as error:
+                raise StagingError(f"staging inputs failed: {_one_line(error)}") from error
+            self.emit("staged", f"staged {len(transfers)} input(s)")
+        self.journal.staged = True
+        self.journal.save()
+
+    def resume(self) -> None:
+        open_tasks = 0
+        for record in self.records.values():
+            last = record.last
+            if record.state == SUBMITTING and last is not None and last.handle is None:
+                # the process stopped inside submit: submit again (see the journal module)
+                record.state = QUEUED
+                record.in_doubt += 1
+                record.attempts.pop()
+                self.changed(record)
+                self.emit(
+                    "in_doubt",
+                    f"{record.id}: an earlier submit was interrupted before its handle was "
+                    "recorded; submitting again",
+                    record,
+                )
+            elif record.state in (PENDING, RUNNING, SUBMITTING):
+                open_tasks += 1
+        if open_tasks:
+            self.emit("resumed", f"resuming: {open_tasks} task(s) already submitted")
+
+    def skip_blocked(self) -> None:
+        for record in self.records.values():
+            if record.state != QUEUED:
+                continue
+            for dep in self.plan.dependencies.get(record.id, ()):
+                dep_state = self.records[dep].state
+                if dep_state in (FAILED, SKIPPED, CANCELLED):
+                    record.state = SKIPPED
+                    record.detail = f"dependency {dep} {dep_state}"
+                    self.changed(record)
+                    self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
+                    break
+
+    def ready(self) -> list[TaskRecord]:
+        ready = []
+        for record in self.records.values():
+            if record.state != QUEUED:
+                continue
+            deps = self.plan.dependencies.get(record.id, ())
+            if all(
+                self.records[d].state == SUCCEEDED and self.records[d].outputs_collected
+                for d in deps
+            ):
+                ready.append(record)
+        return ready
+
+    async def choose(self, ready: list[TaskRecord]) -> list[TaskRecord]:
+        if self.max_parallel is not None:
+            ready = ready[: max(0, self.max_parallel - len(self.in_flight()))]
+        if not ready:
+            return []
+        try:
+            capacity = await self.backend.capacity()
+        except BackendUnavailableError as error:
+            self.emit("backend_unavailable", f"capacity: {_one_line(error)}")
+            return []
+        if not capacity.pools:
+            return ready  # autoscaling or no report: submit everything allowed
+        free = dict(capacity.pools)
+        chosen = []
+        for record in ready:
+            pool = self.tasks[record.id].spec.resources.gpu or "cpu"
+            if pool not in free:
+                chosen.append(record)  # unreported pool: the backend decides at submit
+            elif free[pool] > 0:
+                free[pool] -= 1
+                chosen.append(record)
+        return chosen
+
+    async def submit(self, batch: list[TaskRecord]) -> bool:
+        now = time.time()
+        for record in batch:
+            number = len(record.attempts) + 1
+            record.attempts.append(Attempt(number=number, submitted_at=now))
+            record.state = SUBMITTING
+            self.changed(record)
+        self.flush()  # the intent is durable before any submit is called
+        outcomes = await asyncio.gather(*(self._submit_one(record) for record in batch))
+        return any(outcomes)
+
+    async def _submit_one(self, record: TaskRecord) -> bool:
+        attempt = record.attempts[-1]
+        spec = self.tasks[record.id].spec
+        try:
+            handle = await self.backend.submit(spec)
+        except BackendUnavailableError as error:
+            record.attempts.pop()
+            record.state = QUEUED
+            self.changed(record)
+            self.flush()
+            self.emit("backend_unavailable", f"{record.id}: submit: {_one_line(error)}", record)
+            return False
+        except ValueError as error:
+            failure = TaskFailure("submit_rejected", _one_line(error), deterministic=True)
+            self._fail_attempt(record, attempt, failure)
+            self.flush()
+            return True
+        except Exception as error:
+            failure = TaskFailure("submit_failed", _one_line(error), deterministic=False)
+            self._fail_attempt(record, attempt, failure)
+            self.flush()
+            return True
+        # no await between submit returning and the journal write: a cancelled run keeps it
+        attempt.handle = handle
+        attempt.submitted_at = time.time()  # accepted now; the intent was written before
+        attempt.state = PENDING
+        record.state = PENDING
+        self.changed(record)
+        await self.commit()
+        self.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
+        return True
+
+    def _fail_attempt(self, record: TaskRecord, attempt: Attempt, failure: TaskFailure) -> None:
+        attempt.state = FAILED
+        attempt.failure = failure
+        attempt.finished_at = attempt.finished_at or time.time()
+        if not failure.deterministic and len(record.attempts) <= self.max_retries:
+            record.state = QUEUED
+            self.emit(
+                "retry",
+                f"{record.id} attempt {attempt.number} failed ({failure.reason}); retrying",
+                record,
+            )
+        else:
+            record.state = FAILED
+            self.emit("failed", f"{record.id} failed: {failure.reason}", record)
+        self.changed(record)
+
+    async def poll(self) -> bool:
+        open_records = [
+            r for r in self.records.values() if r.state in (PENDING, RUNNING) and r.last
+        ]
+        if not open_records:
+            return False
+        handles: list[TaskHandle] = [r.attempts[-1].handle for r in open_records]  # type: ignore[misc]
+        try:
+            statuses = await self.backend.poll(handles)
+        except BackendUnavailableError as error:
+            self.emit("backend_unavailable", f"poll: {_one_line(error)}")
+            return False
+        if len(statuses) != len(handles):
+            raise RuntimeError(
+                f"backend {self.backend.name!r} returned {len(statuses)} statuses for "
+                f"{len(handles)} handles; poll must return one status per handle"
+            )
+        progress = False
+        finished: list[tuple[TaskRecord, TaskStatus]] = []
+        now = time.time()
+        for record, status in zip(open_records, statuses, strict=True):
+            attempt = record.attempts[-1]
+            new = status.state.value
+            if new == attempt.state:
+                continue
+            progress = True
+            self.changed(record)
+            if status.state is TaskState.RUNNING:
+                attempt.started_at = attempt.started_at or now
+            if status.state.is_terminal:
+                attempt.finished_at = now
+                finished.append((record, status))
+            attempt.state = new
+            record.state = new if not status.state.is_terminal else record.state
+            if not status.state.is_terminal:
+                self.emit("state", f"{record.id} {new}", record)
+        details = await asyncio.gather(
+            *(self._detail(record, status) for record, status in finished)
+        )
+        for (record, status), detail in zip(finished, details, strict=True):
+            attempt = record.attempts[-1]
+            if status.state is TaskState.SUCCEEDED:
+                record.state = SUCCEEDED
+                attempt.failure = None
+                continue
+            failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
+            record.detail = detail or failure.detail
+            self._fail_attempt(record, attempt, failure)
+        self.flush()
+        return progress
+
+    async def _detail(self, record: TaskRecord, status: TaskStatus) -> str | None:
+        if status.state is not TaskState.FAILED:
+            return None
+        try:
+            return await self.backend.failure_detail(status.handle)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return None
+
+    async def collect(self) -> bool:
+        pending = [
+            r for r in self.records.values() if r.state == SUCCEEDED and not r.outputs_collected
+        ]
+        if not pending:
+            return False
+        await asyncio.gather(*(self._collect_one(record) for record in pending))
+        self.flush()
+        return True
+
+    async def _collect_one(self, record: TaskRecord) -> None:
+        outputs = self.tasks[record.id].spec.outputs
+        try:
+            if outputs:
+                await self.backend.collect_outputs(list(outputs))
+        except BackendUnavailableError as error:
+            self.emit("backend_unavailable", f"{record.id}: collect: {_one_line(error)}", record)
+            return
+        except Exception as error:
+            record.state = FAILED
+            record.detail = _one_line(error)
+            if record.last is not None:
+                record.last.failure = TaskFailure(
+                    "output_collection_failed", record.detail, deterministic=True
+                )
+            self.changed(record)
+            self.emit("failed", f"{record.id} failed: its outputs could not be collected", record)
+            return
+        record.outputs_collected = True
+        self.changed(record)
+        duration = record.last.duration_s if record.last else None
+        took = f" in {duration:.1f}s" if duration is not None else ""
+        self.emit("succeeded", f"{record.id} succeeded{took}", record)
+
+    async def cancel_all(self, reason: str) -> None:
+        for record in self.records.values():
+            if record.final:
+                continue
+            last = record.last
+            if last is not None and last.handle is not None and record.state in (PENDING, RUNNING):
+                with contextlib.suppress(Exception):
+                    await self.backend.cancel(last.handle)
+                last.state = FAILED
+                last.failure = TaskFailure("cancelled", reason)
+                last.finished_at = time.time()
+            record.state = CANCELLED
+            record.detail = reason
+            self.changed(record)
+            self.emit("cancelled", f"{record.id} cancelled", record)
+        self.flush()
+
+    async def cleanup(self) -> None:
+        # a backend that names tasks by spec hands out one external_id for every attempt
+        unique = {
+            (attempt.handle.backend, attempt.handle.external_id): attempt.handle
+            for record in self.records.values()
+            if not record.cleaned
+            for attempt in record.attempts
+            if attempt.handle is not None
+        }
+        handles = list(unique.values())
+        if handles:
+            try:
+                await self.backend.cleanup(handles)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.emit("cleanup_failed", f"cleanup: {_one_line(error)}")
+                return
+        for record in self.records.values():
+            record.cleaned = True
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        try:
+            self.resume()
+            await self.stage()
+            interval = self.poll_interval_s
+            cancel_file = self.journal.run_dir / CANCEL_REQUEST
+            while True:
+                if cancel_file.exists():
+                    await self.cancel_all("cancelled by `altar cancel`")
+                    cancel_file.unlink(missing_ok=True)
+                    break
+                self.skip_blocked()
+                progress = await self.collect()
+                batch = await self.choose(self.ready())
+                if batch:
+                    progress = await self.submit(batch) or progress
+                progress = await self.poll() or progress
+                progress = await self.collect() or progress
+                self.skip_blocked()
+                self.checkpoint()
+                if all(_settled(record) for record in self.records.values()):
+                    break
+                if progress:
+                    interval = self.poll_interval_s
+                    if self.ready():
+                        continue  # a task just became ready: submit it without waiting
+                else:
+                    interval = min(self.max_poll_interval_s, interval * 2)
+                await asyncio.sleep(interval)
+            await self.cleanup()
+            self.journal.finished = True
+            self.journal.save()
+            result = _results(self.journal, time.monotonic() - self.started)
+            summary = ", ".join(f"{n} {state}" for state, n in result.counts().items())
+            self.emit("done", f"{len(result.tasks)} task(s): {summary}")
+            return result
+        finally:
+            # a cancelled or crashed run keeps what it learned (no await here)
+            with contextlib.suppress(JournalError):
+                self.flush()
+
+
+def _open_journal(
+    plan: Plan, backend: ExecutionBackend, run_dir: Path, options: dict[str, Any]
+) -> Journal:
+    digests = {task.id: spec_digest(task.spec) for task in plan.tasks}
+    if Journal.exists(run_dir):
+        journal = Journal.load(run_dir)
+        if journal.backend_type != backend.name:
+            raise JournalError(
+                f"{run_dir} is a run on backend {journal.backend_type!r}, not {backend.name!r}; "
+                "use a new run directory"
+            )
+        if list(journal.tasks) != list(digests):
+            raise JournalError(
+                f"{run_dir} holds a run of other tasks ({', '.join(journal.tasks)}); "
+                "use a new run directory for this plan"
+            )
+        for task_id, digest in digests.items():
+            if journal.tasks[task_id].spec_sha256 != digest:
+                raise JournalError(
+                    f"{run_dir}: task {task_id!r} changed since this run started; "
+                    "use a new run directory for the changed plan"
+                )
+        return journal
+    journal = Journal(
+        run_dir=run_dir,
+        backend_type=backend.name,
+        backend_options=options,
+        plan_source=plan.source,
+        tasks={
+            task.id: TaskRecord(task.id, task.spec.kind, digests[task.id]) for task in plan.tasks
+        },
+    )
+    journal.save()
+    return journal
+
+
+async def run_plan(
+    plan: Plan,
+    backend: ExecutionBackend,
+    *,
+    run_dir: str | Path,
+    max_parallel: int | None = None,
+    max_retries: int | None = None,
+    poll_interval_s: float = 0.2,
+    max_poll_interval_s: float = 5.0,
+    on_event: Callable[[RunEvent], None] | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
+
+    ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2).
+    ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
+    recorded so ``altar status`` and ``altar cancel`` can build the backend again.
+    Polling starts every ``poll_interval_s`` and doubles up to ``max_poll_interval_s`` while
+    nothing changes; each tick makes one ``poll`` call for every open task.
+    """
+    run_dir = Path(run_dir)
+    if max_parallel is None:
+        max_parallel = plan.max_parallel
+    if max_retries is None:
+        max_retries = plan.max_retries if plan.max_retries is not None else DEFAULT_MAX_RETRIES
+    if max_parallel is not None and max_parallel < 1:
+        raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be zero or more, got {max_retries}")
+    with run_lock(run_dir):
+        if backend_options is None and plan.backend_type == backend.name:
+            backend_options = plan.backend_options
+        journal = _open_journal(plan, backend, run_dir, dict(backend_options or {}))
+        run = _Run(
+            plan,
+            backend,
+            journal,
+            max_parallel=max_parallel,
+            max_retries=max_retries,
+            poll_interval_s=poll_interval_s,
+            max_poll_interval_s=max_poll_interval_s,
+            on_event=on_event,
+        )
+        return await run.run()
+
+
+def run_plan_sync(plan: Plan, backend: ExecutionBackend, **kwargs: Any) -> RunResult:
+    """:func:`run_plan` for synchronous callers (starts its own event loop)."""
+    return asyncio.run(run_plan(plan, backend, **kwargs))
+
+
+async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = None) -> RunResult:
+    """The journal's view of a run, with open tasks polled once on ``backend`` if given.
+
+    Read-only: the journal is not changed (the run that owns it records what it sees).
+    """
+    journal = Journal.load(Path(run_dir))
+    if backend is not None:
+        open_records = [
+            r
+            for r in journal.tasks.values()
+            if r.state in (PENDING, RUNNING) and r.last is not None and r.last.handle is not None
+        ]
+        if open_records:
+            handles = [r.attempts[-1].handle for r in open_records]
+            statuses = await backend.poll(handles)  # type: ignore[arg-type]
+            for record, status in zip(open_records, statuses, strict=True):
+                record.state = status.state.value
+                record.last.state = status.state.value  # type: ignore[union-attr]
+                record.last.failure = status.failure  # type: ignore[union-attr]
+    return _results(journal)
+
+
+async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:
+    """Cancel a run: directly if no process drives it, else ask the driving process to.
+
+    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case.
+    """
+    run_dir = Path(run_dir)
+    journal = Journal.load(run_dir)
+    if lock_is_held(run_dir):
+        (run_dir / CANCEL_REQUEST).write_text("cancel\n")
+        return "requested"
+    if backend is None:
+        raise ValueError("cancelling a run that no process drives needs its backend")
+    with run_lock(run_dir):
+        journal = Journal.load(run_dir)
+        plan_free = _Run(
+            Plan(journal.backend_type, {}, [], source=journal.plan_source),
+            backend,
+            journal,
+            max_parallel=None,
+            max_retries=0,
+            poll_interval_s=0.0,
+            max_poll_interval_s=0.0,
+            on_event=None,
+        )
+        await plan_free.cancel_all("cancelled by `altar cancel`")
+        await plan_free.cleanup()
+        journal.finished = True
+        journal.save()
+    return "cancelled"

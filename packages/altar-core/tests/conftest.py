@@ -1,0 +1,216 @@
+"""A scripted fake provider and backend for runner, compare and CLI tests.
+
+The provider keeps its tasks across backend instances (a "restarted" runner builds a new
+backend on the same provider, as a real one would reconnect). Each poll advances every task
+one step: pending -> running -> the scripted outcome. It checks what a real provider cannot
+tell but our tests care about: a spec never has two live tasks at once, and every poll asks
+about every live task this run knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from altar.execution import (
+    BackendUnavailableError,
+    Capacity,
+    ContainerTaskSpec,
+    ExecutionBackend,
+    PathResolver,
+    TaskFailure,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    UnsupportedCapabilityError,
+)
+
+
+@dataclass
+class FakeTask:
+    id: str
+    key: str
+    spec: ContainerTaskSpec
+    outcome: str
+    steps: int = 0
+    cancelled: bool = False
+    removed: bool = False
+
+    def state(self, duration: int) -> TaskState:
+        if self.cancelled:
+            return TaskState.FAILED
+        if self.steps == 0:
+            return TaskState.PENDING
+        if self.steps < duration:
+            return TaskState.RUNNING
+        return TaskState.SUCCEEDED if self.outcome == "ok" else TaskState.FAILED
+
+
+@dataclass
+class FakeProvider:
+    """Outcomes per task key (the spec's ``task`` label, else its kind), one per attempt."""
+
+    script: dict[str, list[str]] = field(default_factory=dict)
+    duration: int = 2
+    slots: int | None = None
+    root: Path | None = None
+    mount_root: str = "/mnt/volume"
+    tasks: dict[str, FakeTask] = field(default_factory=dict)
+    submits: dict[str, int] = field(default_factory=dict)
+    poll_calls: list[list[str]] = field(default_factory=list)
+    stage_calls: list[list[Transfer]] = field(default_factory=list)
+    collect_calls: list[list[Transfer]] = field(default_factory=list)
+    cleanup_calls: list[list[str]] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    launched: dict[str, list[str]] = field(default_factory=dict)
+    max_live: int = 0
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    unavailable_polls: int = 0
+    hang_submits: set[str] = field(default_factory=set)
+    output_bytes: dict[str, bytes] = field(default_factory=dict)
+
+    def live(self) -> list[FakeTask]:
+        return [
+            t
+            for t in self.tasks.values()
+            if not t.state(self.duration).is_terminal and not t.removed
+        ]
+
+    def key(self, spec: ContainerTaskSpec) -> str:
+        return spec.labels.get("task", spec.kind)
+
+
+class FakeBackend(ExecutionBackend):
+    name = "fake"
+    input_digest_verification = "staging"
+
+    def __init__(self, *, provider: FakeProvider | None = None, slots: int | None = None) -> None:
+        self.provider = provider or FakeProvider(slots=slots)
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        p = self.provider
+        key = p.key(spec)
+        if key in p.hang_submits:
+            p.hang_submits.discard(key)
+            await asyncio.Event().wait()  # never returns; the provider never saw it
+        attempt = p.submits.get(key, 0)
+        script = p.script.get(key, ["ok"])
+        outcome = script[min(attempt, len(script) - 1)]
+        if outcome == "unavailable":
+            p.submits[key] = attempt + 1
+            raise BackendUnavailableError("fake provider is down")
+        if outcome == "reject":
+            raise UnsupportedCapabilityError(f"fake cannot run a {spec.resources.gpu} GPU")
+        if outcome == "submit_error":
+            p.submits[key] = attempt + 1
+            raise RuntimeError("fake submit exploded")
+        assert all(t.key != key for t in p.live()), f"{key} would run twice at once"
+        p.submits[key] = attempt + 1
+        task = FakeTask(f"fake-{next(p.ids)}", key, spec, outcome)
+        p.tasks[task.id] = task
+        p.launched[task.id] = list(spec.command)
+        p.max_live = max(p.max_live, len(p.live()))
+        return TaskHandle(self.name, task.id, dict(spec.labels), spec.plugin_identity)
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        p = self.provider
+        p.poll_calls.append([h.external_id for h in handles])
+        if p.unavailable_polls:
+            p.unavailable_polls -= 1
+            raise BackendUnavailableError("fake provider timed out")
+        live = {t.id for t in p.live()}
+        asked = {h.external_id for h in handles}
+        assert live <= asked, f"poll skipped live tasks {sorted(live - asked)}"
+        result = []
+        for handle in handles:
+            task = p.tasks.get(handle.external_id)
+            if task is None or task.removed:
+                failure = TaskFailure("container_missing", f"{handle.external_id} not found")
+                result.append(TaskStatus(handle, TaskState.FAILED, failure))
+                continue
+            if not task.state(p.duration).is_terminal:
+                task.steps += 1
+            state = task.state(p.duration)
+            failure = None
+            if state is TaskState.SUCCEEDED:
+                self._write_outputs(task)
+            if state is TaskState.FAILED:
+                failure = self._failure(task)
+            result.append(TaskStatus(handle, state, failure))
+        return result
+
+    def _failure(self, task: FakeTask) -> TaskFailure:
+        if task.cancelled:
+            return TaskFailure("cancelled", "cancelled")
+        if task.outcome.startswith("exit_"):
+            code = int(task.outcome.removeprefix("exit_"))
+            return TaskFailure(task.outcome, f"exited with {code}", True, code)
+        if task.outcome == "oom":
+            return TaskFailure("oom_killed", "killed for memory", False, 137)
+        return TaskFailure(task.outcome, f"{task.outcome} happened", False)
+
+    def _write_outputs(self, task: FakeTask) -> None:
+        root = self.provider.root
+        if root is None:
+            return
+        for transfer in task.spec.outputs:
+            path = root / transfer.logical_path.lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            content = self.provider.output_bytes.get(task.key, f"{task.key}\n".encode())
+            path.write_bytes(content)
+
+    async def capacity(self) -> Capacity:
+        if self.provider.slots is None:
+            return Capacity()
+        return Capacity({"cpu": max(0, self.provider.slots - len(self.provider.live()))})
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        self.provider.stage_calls.append(list(transfers))
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        self.provider.collect_calls.append(list(transfers))
+        root = self.provider.root
+        if root is None:
+            return
+        for transfer in transfers:
+            _copy(root / transfer.logical_path.lstrip("/"), Path(transfer.uri))
+
+    def path_resolver(self) -> PathResolver:
+        return PathResolver(self.provider.mount_root)
+
+    async def cancel(self, handle: TaskHandle) -> None:
+        self.provider.cancelled.append(handle.external_id)
+        task = self.provider.tasks.get(handle.external_id)
+        if task is not None:
+            task.cancelled = True
+
+    async def cleanup(self, handles: list[TaskHandle]) -> None:
+        self.provider.cleanup_calls.append([h.external_id for h in handles])
+        for handle in handles:
+            task = self.provider.tasks.get(handle.external_id)
+            if task is not None and task.state(self.provider.duration).is_terminal:
+                task.removed = True
+
+    async def failure_detail(self, handle: TaskHandle) -> str | None:
+        task = self.provider.tasks.get(handle.external_id)
+        return f"log tail of {task.key}: it went wrong" if task else None
+
+
+def _copy(source: Path, destination: Path) -> None:
+    os.makedirs(destination.parent, exist_ok=True)
+    destination.write_bytes(source.read_bytes())
+
+
+@pytest.fixture
+def provider() -> FakeProvider:
+    return FakeProvider()
+
+
+@pytest.fixture
+def fake_backend_class() -> type[FakeBackend]:
+    return FakeBackend

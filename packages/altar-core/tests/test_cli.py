@@ -1,0 +1,428 @@
+"""The altar CLI, driven through main(argv) and through the installed console script."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from altar.execution import cli
+from altar.execution import registry as registry_module
+from altar.execution.digest import sha256_file, verify_files_script
+from altar.execution.journal import JOURNAL_NAME, run_lock
+from altar.execution.progress import ProgressPrinter, format_duration, format_table
+from altar.execution.registry import BackendRegistry
+from altar.execution.runner import RunEvent, TaskResult
+
+PLAN = """\
+[backend]
+type = "fake"
+options = { slots = 2 }
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 0 > /mnt/volume/jobs/demo/fold-0.txt"]
+labels = { task = "fold-0" }
+outputs = [{ uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" }]
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 1 > /mnt/volume/jobs/demo/fold-1.txt"]
+labels = { task = "fold-1" }
+outputs = [{ uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" }]
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 2 > /mnt/volume/jobs/demo/fold-2.txt"]
+labels = { task = "fold-2" }
+outputs = [{ uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" }]
+
+[[tasks]]
+kind = "summarize"
+image = "busybox:latest"
+command = ["sh", "-c", "cat /mnt/volume/jobs/demo/fold-*.txt > /mnt/volume/jobs/demo/summary.txt"]
+labels = { task = "summary" }
+inputs = [
+  { uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" },
+  { uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" },
+  { uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" },
+]
+outputs = [{ uri = "out/summary.txt", logical_path = "jobs/demo/summary.txt" }]
+"""
+
+
+@pytest.fixture
+def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
+    """Register a ``fake`` backend whose instances share one provider (like a real one)."""
+    provider.root = tmp_path / "volume"
+    provider.duration = 2
+
+    class Fake(fake_backend_class):
+        def __init__(self, *, slots: int | None = None, poll_s: float = 0.0) -> None:
+            super().__init__(provider=provider)
+            provider.slots = slots
+
+    registry = BackendRegistry("altar.test_cli_no_entry_points")  # only what we register
+    registry.register("fake", Fake)
+    monkeypatch.setattr(registry_module, "default_registry", registry)
+    monkeypatch.setattr(cli, "default_registry", registry)
+    monkeypatch.setattr(cli, "POLL_INTERVAL_S", 0.0)
+    monkeypatch.setattr(cli, "MAX_POLL_INTERVAL_S", 0.0)
+    return provider
+
+
+def run_cli(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN)
+    return path
+
+
+def test_run_prints_progress_and_a_table(fake_registry, plan_file, tmp_path, capsys):
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "run"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL"]
+    assert [line.split()[:4] for line in lines[1:5]] == [
+        ["fold-0", "fold", "succeeded", "1"],
+        ["fold-1", "fold", "succeeded", "1"],
+        ["fold-2", "fold", "succeeded", "1"],
+        ["summarize-3", "summarize", "succeeded", "1"],
+    ]
+    assert lines[-1].startswith("4 tasks: 4 succeeded in ")
+    assert lines[-1].endswith(f"run directory {tmp_path / 'run'}")
+    assert "fold-0 submitted" in err
+    assert "summarize-3 succeeded" in err
+    assert "\x1b[K" not in err  # not a terminal: plain lines only
+    assert (tmp_path / "out/summary.txt").read_bytes() == b"summary\n"
+
+
+def test_run_json_and_task_failures_exit_1(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r", "--json"], capsys)
+    assert code == 1
+    data = json.loads(out)
+    assert data["ok"] is False
+    assert data["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
+    failed = data["tasks"][1]
+    assert (failed["id"], failed["reason"], failed["exit_code"]) == ("fold-1", "exit_3", 3)
+    assert failed["detail"] == "log tail of fold-1: it went wrong"
+    assert "altar: running 4 task(s)" in err
+
+
+def test_run_failure_table_shows_the_log_tail(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    code, out, _ = run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)
+    assert code == 1
+    assert "exit_3: log tail of fold-1: it went wrong" in out
+    assert "fold-1 (exit_3):\n    log tail of fold-1: it went wrong" in out
+    assert "dependency fold-1 failed" in out
+
+
+def test_option_overrides_and_bad_options(fake_registry, plan_file, tmp_path, capsys):
+    code, _, err = run_cli(
+        ["run", plan_file, "--run-dir", tmp_path / "r", "--option", "slots=1"], capsys
+    )
+    assert code == 0, err
+    assert fake_registry.max_live == 1
+    code, _, err = run_cli(["run", plan_file, "--option", "slot=1"], capsys)
+    assert code == 2
+    assert err == (
+        f"altar: error: {plan_file}: backend.options.slot: backend 'fake' has no option "
+        "'slot' (its options: slots, poll_s)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "PLAN", "--backend", "nope"], "no execution backend named 'nope' is installed"),
+        (["run", "PLAN", "--backend", "kubernetes"], "to add it: pip install altar-backend-k8s"),
+        (["run", "PLAN", "--max-parallel", "0"], "argument --max-parallel: must be at least 1"),
+        (["run", "PLAN", "--option", "novalue"], "expected KEY=VALUE, got 'novalue'"),
+        (["run", "missing.toml"], "missing.toml: cannot read the plan"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["verify", "f", "--digest", "sha256:XYZ"], "--digest must be sha256:<64 lowercase hex>"),
+        (["status", "nowhere"], "nowhere has no run journal"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(fake_registry, plan_file, capsys, argv, message):
+    argv = [str(plan_file) if a == "PLAN" else a for a in argv]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_plan_error_names_file_and_field(fake_registry, tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text(PLAN.replace('labels = { task = "fold-1" }', "resources = { count = 0 }"))
+    code, _, err = run_cli(["run", path], capsys)
+    assert code == 2
+    assert err == (
+        f"altar: error: {path}: tasks[1].resources.count: resource count must be at least 1, "
+        "got 0\n"
+    )
+
+
+def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
+    import asyncio
+
+    from altar.execution.plan import load_plan
+    from altar.execution.runner import run_plan
+
+    fake_registry.duration = 100
+    backend = registry_module.get_backend_class("fake")(slots=2)
+    seen = []
+
+    async def partial():
+        task = asyncio.ensure_future(
+            run_plan(
+                load_plan(plan_file),
+                backend,
+                run_dir=tmp_path / "r",
+                poll_interval_s=0.0,
+                on_event=lambda e: seen.append(e) or (len(seen) == 4 and task.cancel()),
+            )
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(partial())
+    code, out, _ = run_cli(["status", tmp_path / "r"], capsys)
+    assert code == 0
+    assert [line.split()[2] for line in out.splitlines()[1:]] == [
+        "running",
+        "running",
+        "queued",
+        "queued",
+    ]
+    code, out, _ = run_cli(["status", tmp_path / "r", "--json"], capsys)
+    assert json.loads(out)["counts"] == {"queued": 2, "running": 2}
+    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)
+    assert code == 0
+    assert out == f"cancelled 4 task(s) of {tmp_path / 'r'}\n"
+    assert len(fake_registry.cancelled) == 2
+    # a run another process drives is asked to cancel instead
+    with run_lock(tmp_path / "r2"):
+        (tmp_path / "r2" / JOURNAL_NAME).write_bytes((tmp_path / "r" / JOURNAL_NAME).read_bytes())
+        code, out, _ = run_cli(["cancel", tmp_path / "r2"], capsys)
+    assert code == 0
+    assert "asked the altar process driving" in out
+    assert (tmp_path / "r2" / "cancel-requested").exists()
+
+
+def test_verify(tmp_path, capsys):
+    good = tmp_path / "good file.bin"
+    good.write_bytes(b"weights")
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"other")
+    digest = sha256_file(good)
+    code, out, _ = run_cli(["verify", good, "--digest", digest, "--no-trust-records"], capsys)
+    assert (code, out) == (0, f"{good}: OK\n")
+    code, out, _ = run_cli(["verify", good, other, "--digest", digest], capsys)
+    assert code == 1
+    assert out.splitlines()[0] == f"{good}: OK"
+    assert out.splitlines()[1].startswith(f"{other}: FAILED (file at '{other}' has digest sha256:")
+    code, out, _ = run_cli(
+        ["verify", good, other, "--digest", digest, "--digest", sha256_file(other)], capsys
+    )
+    assert code == 0
+    code, _, err = run_cli(
+        ["verify", good, other, good, "--digest", digest, "--digest", digest], capsys
+    )
+    assert code == 2
+    assert "one --digest for all files or one per file" in err
+    code, out, _ = run_cli(["verify", tmp_path, "--digest", digest], capsys)
+    assert code == 1
+    assert "is not a regular file" in out
+
+
+def test_verify_accepts_a_current_record(tmp_path, capsys):
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"weights")
+    digest = sha256_file(path)
+    time.sleep(1.1)  # a record is only written once the file's ctime second is over
+    run_cli(["verify", path, "--digest", digest], capsys)
+    code, out, _ = run_cli(["verify", path, "--digest", digest], capsys)
+    assert (code, out) == (0, f"{path}: OK (verification record)\n")
+    code, out, _ = run_cli(["verify", path, "--digest", digest, "--no-trust-records"], capsys)
+    assert (code, out) == (0, f"{path}: OK\n")
+
+
+def test_verify_script(capsys):
+    assert run_cli(["verify-script"], capsys)[1] == verify_files_script()
+    assert run_cli(["verify-script", "--no-trust-records"], capsys)[1] == verify_files_script(
+        trust_records=False
+    )
+
+
+def test_backends(fake_registry, capsys):
+    code, out, _ = run_cli(["backends"], capsys)
+    assert code == 0
+    assert out.split()[:2] == ["fake", "-"]
+    assert out.rstrip().endswith("ok")
+    code, out, _ = run_cli(["backends", "--json"], capsys)
+    assert json.loads(out)[0]["healthy"] is True
+
+
+def test_compare(fake_registry, plan_file, tmp_path, capsys):
+    code, out, err = run_cli(
+        [
+            "compare",
+            plan_file,
+            "--backend",
+            "fake",
+            "--reference",
+            "fake",
+            "--workdir",
+            tmp_path / "w",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert out == (
+        "fake vs reference fake: no differences in commands, outputs or outcomes across 4 task(s)\n"
+    )
+    assert "[reference]" in err
+    fake_registry.script = {"fold-2": ["ok", "exit_1"]}  # the second run (reference) fails
+    fake_registry.submits.clear()
+    code, out, _ = run_cli(
+        [
+            "compare",
+            plan_file,
+            "--backend",
+            "fake",
+            "--reference",
+            "fake",
+            "--workdir",
+            tmp_path / "w2",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 1
+    aspects = {(d["task_id"], d["aspect"]) for d in json.loads(out)["differences"]}
+    assert ("fold-2", "outcome") in aspects
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def test_progress_on_a_terminal_redraws_one_status_line():
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=4, live=True)
+    printer(RunEvent("state", "a running", "a", counts={"running": 1, "queued": 3}, elapsed_s=1))
+    printer(RunEvent("succeeded", "a succeeded in 1.0s", "a", counts={"succeeded": 1}, elapsed_s=2))
+    printer.close()
+    text = stream.getvalue()
+    assert text.startswith("   1.0s  [3 queued, 1 running of 4]")
+    assert "\r\x1b[K   2.0s  a succeeded in 1.0s\n   2.0s  [1 succeeded of 4]" in text
+    assert text.endswith("\r\x1b[K")
+
+
+def test_table_and_durations():
+    tasks = [
+        TaskResult("fold-0", "fold", "succeeded", 1, duration_s=3.21),
+        TaskResult(
+            "fold-1", "fold", "failed", 2, "exit_3", "line 1\nTraceback...\nValueError: bad", 3, 75
+        ),
+        TaskResult("summary", "summarize", "skipped", 0, "skipped", "dependency fold-1 failed"),
+    ]
+    assert format_table(tasks).splitlines() == [
+        "TASK     KIND       STATUS     ATTEMPTS  TIME   DETAIL",
+        "fold-0   fold       succeeded  1         3.2s",
+        "fold-1   fold       failed     2         1m15s  exit_3: ValueError: bad",
+        "summary  summarize  skipped    0         -      dependency fold-1 failed",
+    ]
+    assert format_duration(7300) == "2h01m"
+
+
+def test_the_console_script(tmp_path):
+    script = Path(sys.executable).parent / "altar"
+    assert script.exists()
+    result = subprocess.run([script, "verify-script"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0
+    assert result.stdout == verify_files_script()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[tasks]]\nkind = 'k'\n")
+    result = subprocess.run([script, "run", bad], capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr == f"altar: error: {bad}: tasks[0].image: required\n"
+
+
+def test_the_status_line_clock_ticks_between_events():
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=2, live=True)
+    printer(RunEvent("state", "a running", "a", counts={"running": 1, "queued": 1}, elapsed_s=0))
+    printer._offset -= 65  # as if 65 s passed without an event
+    printer.tick()
+    assert stream.getvalue().endswith("\r\x1b[K  1m05s  [1 queued, 1 running of 2]")
+    plain = ProgressPrinter(io.StringIO(), total=2, live=False)
+    plain.tick()
+    assert plain.stream.getvalue() == ""
+
+
+SLOW_BACKEND = """
+import asyncio, sys
+from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
+from altar.execution import cli, registry
+
+class Slow(ExecutionBackend):
+    name = "slow"
+    input_digest_verification = "staging"
+
+    async def submit(self, spec):
+        return TaskHandle(self.name, spec.kind, dict(spec.labels))
+
+    async def poll(self, handles):
+        print("polled", flush=True)
+        return [TaskStatus(h, TaskState.RUNNING) for h in handles]
+
+reg = registry.BackendRegistry("altar.test_cli_none")
+reg.register("slow", Slow)
+cli.default_registry = registry.default_registry = reg
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_stops_altar_run_with_a_resume_hint(tmp_path):
+    import signal
+
+    script = tmp_path / "slow_cli.py"
+    script.write_text(SLOW_BACKEND)
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[backend]\ntype = "slow"\n[[tasks]]\nkind = "k"\nimage = "i"\ncommand = []\n')
+    child = subprocess.Popen(
+        [sys.executable, script, "run", plan, "--run-dir", tmp_path / "r"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "polled\n"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert f"Resume with: altar run {plan} --run-dir {tmp_path / 'r'}" in err
+    assert "Traceback" not in err
+    from altar.execution.journal import Journal
+
+    record = Journal.load(tmp_path / "r").tasks["k-0"]
+    assert record.state in ("pending", "running")
+    assert record.attempts[0].handle.external_id == "k"

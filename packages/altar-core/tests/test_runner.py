@@ -1,0 +1,660 @@
+"""The plan runner against the scripted fake provider (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+
+import pytest
+from altar.execution import ContainerTaskSpec, JournalError, ResourceRequest, Transfer
+from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal
+from altar.execution.plan import Plan, PlanTask
+from altar.execution.runner import (
+    CANCEL_REQUEST,
+    StagingError,
+    cancel_run,
+    run_plan,
+    run_status,
+)
+
+DIGEST = "sha256:" + "ef" * 32
+FAST = {"poll_interval_s": 0.0, "max_poll_interval_s": 0.0}
+
+
+def spec(task_id: str, kind: str = "fold", **changes) -> ContainerTaskSpec:
+    values = {
+        "kind": kind,
+        "image": "busybox:latest",
+        "command": ["sh", "-c", f"echo {task_id}"],
+        "labels": {"task": task_id, "job_id": "J"},
+    }
+    values.update(changes)
+    return ContainerTaskSpec(**values)
+
+
+def demo_plan(tmp_path, folds: int = 3) -> Plan:
+    weights = Transfer(str(tmp_path / "w.bin"), "models/w.bin", digest=DIGEST)
+    tasks = [
+        PlanTask(
+            f"fold-{i}",
+            spec(
+                f"fold-{i}",
+                inputs=[weights],
+                outputs=[Transfer(str(tmp_path / f"out/fold-{i}.txt"), f"jobs/J/fold-{i}.txt")],
+            ),
+        )
+        for i in range(folds)
+    ]
+    tasks.append(
+        PlanTask(
+            "summary",
+            spec(
+                "summary",
+                kind="summarize",
+                inputs=[weights]
+                + [
+                    Transfer(str(tmp_path / f"out/fold-{i}.txt"), f"jobs/J/fold-{i}.txt")
+                    for i in range(folds)
+                ],
+                outputs=[Transfer(str(tmp_path / "out/summary.txt"), "jobs/J/summary.txt")],
+            ),
+        )
+    )
+    return Plan("fake", {}, tasks)
+
+
+def journal_bytes(run_dir) -> tuple[bytes, bytes]:
+    return (run_dir / JOURNAL_NAME).read_bytes(), (run_dir / LOG_NAME).read_bytes()
+
+
+def simple_plan(*keys: str) -> Plan:
+    return Plan("fake", {}, [PlanTask(k, spec(k)) for k in keys])
+
+
+@pytest.mark.asyncio
+async def test_a_plan_runs_to_completion(tmp_path, provider, fake_backend_class):
+    backend = fake_backend_class(provider=provider)
+    events = []
+    result = await run_plan(
+        demo_plan(tmp_path), backend, run_dir=tmp_path / "run", on_event=events.append, **FAST
+    )
+    assert result.ok
+    assert [(t.id, t.status, t.attempts) for t in result.tasks] == [
+        ("fold-0", "succeeded", 1),
+        ("fold-1", "succeeded", 1),
+        ("fold-2", "succeeded", 1),
+        ("summary", "succeeded", 1),
+    ]
+    # one staging call, weights once, fold outputs (produced in the plan) never staged
+    assert provider.stage_calls == [
+        [Transfer(str(tmp_path / "w.bin"), "models/w.bin", digest=DIGEST)]
+    ]
+    # the summary was submitted only after every fold had succeeded
+    summary_id = next(t.id for t in provider.tasks.values() if t.key == "summary")
+    first_poll_with_summary = next(i for i, c in enumerate(provider.poll_calls) if summary_id in c)
+    before = provider.poll_calls[first_poll_with_summary - 1]
+    assert not before or all(provider.tasks[i].outcome == "ok" for i in before)
+    assert len(provider.collect_calls) == 4
+    assert sorted(h for call in provider.cleanup_calls for h in call) == sorted(provider.tasks)
+    assert all(t.duration_s is not None for t in result.tasks)
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "staging"
+    assert kinds[-1] == "done"
+    assert kinds.count("succeeded") == 4
+    assert events[-1].counts == {"succeeded": 4}
+
+
+@pytest.mark.asyncio
+async def test_one_poll_call_per_tick_covers_every_open_task(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 4
+    backend = fake_backend_class(provider=provider)
+    plan = simple_plan(*(f"t{i}" for i in range(20)))
+    await run_plan(plan, backend, run_dir=tmp_path / "run", **FAST)
+    # every task was submitted in the first tick, so the first poll asked about all 20 at once
+    assert len(provider.poll_calls[0]) == 20
+    assert len(provider.poll_calls) == provider.duration
+
+
+@pytest.mark.asyncio
+async def test_non_deterministic_failures_are_retried(tmp_path, provider, fake_backend_class):
+    provider.script = {"flaky": ["timeout", "oom", "ok"], "doomed": ["job_failed"] * 5}
+    backend = fake_backend_class(provider=provider)
+    events = []
+    result = await run_plan(
+        simple_plan("flaky", "doomed"),
+        backend,
+        run_dir=tmp_path / "run",
+        max_retries=2,
+        on_event=events.append,
+        **FAST,
+    )
+    flaky, doomed = result.tasks
+    assert (flaky.status, flaky.attempts) == ("succeeded", 3)
+    assert (doomed.status, doomed.attempts, doomed.reason) == ("failed", 3, "job_failed")
+    assert provider.submits == {"flaky": 3, "doomed": 3}
+    assert [e.task_id for e in events if e.kind == "retry"].count("doomed") == 2
+    assert not result.ok
+
+
+@pytest.mark.asyncio
+async def test_deterministic_failure_stops_the_task_and_skips_dependents(
+    tmp_path, provider, fake_backend_class
+):
+    provider.script = {"fold-1": ["exit_3"]}
+    backend = fake_backend_class(provider=provider)
+    result = await run_plan(demo_plan(tmp_path), backend, run_dir=tmp_path / "run", **FAST)
+    by_id = {t.id: t for t in result.tasks}
+    failed = by_id["fold-1"]
+    assert (failed.status, failed.attempts, failed.reason, failed.exit_code) == (
+        "failed",
+        1,
+        "exit_3",
+        3,
+    )
+    assert failed.detail == "log tail of fold-1: it went wrong"
+    assert by_id["summary"].status == "skipped"
+    assert by_id["summary"].detail == "dependency fold-1 failed"
+    assert "summary" not in provider.submits
+    assert by_id["fold-0"].status == "succeeded"
+
+
+@pytest.mark.asyncio
+async def test_submit_errors(tmp_path, provider, fake_backend_class):
+    provider.script = {
+        "gpu": ["reject"],
+        "down": ["unavailable", "unavailable", "ok"],
+        "boom": ["submit_error", "ok"],
+    }
+    backend = fake_backend_class(provider=provider)
+    plan = Plan(
+        "fake",
+        {},
+        [
+            PlanTask("gpu", spec("gpu", resources=ResourceRequest(gpu="a100"))),
+            PlanTask("down", spec("down")),
+            PlanTask("boom", spec("boom")),
+        ],
+    )
+    result = await run_plan(plan, backend, run_dir=tmp_path / "run", max_retries=1, **FAST)
+    gpu, down, boom = result.tasks
+    assert (gpu.status, gpu.reason) == ("failed", "submit_rejected")
+    assert "cannot run a a100 GPU" in gpu.detail
+    # an unreachable provider does not use up attempts
+    assert (down.status, down.attempts) == ("succeeded", 1)
+    assert (boom.status, boom.attempts) == ("succeeded", 2)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("slots", "max_parallel", "limit"), [(2, None, 2), (None, 1, 1), (3, 2, 2)]
+)
+async def test_capacity_and_max_parallel_limit_live_tasks(
+    tmp_path, provider, fake_backend_class, slots, max_parallel, limit
+):
+    provider.slots = slots
+    provider.duration = 3
+    backend = fake_backend_class(provider=provider)
+    plan = simple_plan(*(f"t{i}" for i in range(7)))
+    result = await run_plan(
+        plan, backend, run_dir=tmp_path / "run", max_parallel=max_parallel, **FAST
+    )
+    assert result.ok
+    assert provider.max_live == limit
+
+
+@pytest.mark.asyncio
+async def test_backend_unavailable_during_poll_is_waited_out(
+    tmp_path, provider, fake_backend_class
+):
+    provider.unavailable_polls = 3
+    backend = fake_backend_class(provider=provider)
+    events = []
+    result = await run_plan(
+        simple_plan("a"), backend, run_dir=tmp_path / "run", on_event=events.append, **FAST
+    )
+    assert result.ok
+    assert [e.kind for e in events].count("backend_unavailable") == 3
+
+
+@pytest.mark.asyncio
+async def test_poll_must_answer_every_handle(tmp_path, provider, fake_backend_class):
+    class Short(fake_backend_class):
+        async def poll(self, handles):
+            return (await super().poll(handles))[:-1]
+
+    with pytest.raises(RuntimeError, match="returned 1 statuses for 2 handles"):
+        await run_plan(
+            simple_plan("a", "b"), Short(provider=provider), run_dir=tmp_path / "r", **FAST
+        )
+
+
+@pytest.mark.asyncio
+async def test_staging_failure_is_one_error_and_is_retried_on_resume(
+    tmp_path, provider, fake_backend_class
+):
+    class BadStaging(fake_backend_class):
+        async def stage_inputs(self, transfers):
+            raise ValueError("w.bin has digest sha256:00; expected sha256:ef")
+
+    with pytest.raises(StagingError, match=r"staging inputs failed: ValueError: w.bin has digest"):
+        await run_plan(demo_plan(tmp_path), BadStaging(provider=provider), run_dir=tmp_path / "r")
+    assert not Journal.load(tmp_path / "r").staged
+    result = await run_plan(
+        demo_plan(tmp_path), fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+
+
+# -- kill and resume --------------------------------------------------------------------
+
+
+async def run_until(plan, backend, run_dir, stop_when):
+    """Start a run and cancel its task (a crash, as far as the runner can tell) on an event."""
+    task: asyncio.Task | None = None
+
+    def on_event(event):
+        if stop_when(event) and task is not None:
+            task.cancel()
+
+    task = asyncio.ensure_future(
+        run_plan(plan, backend, run_dir=run_dir, on_event=on_event, poll_interval_s=0.0)
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("stop_after", range(1, 14))
+async def test_a_run_killed_at_any_event_resumes_without_running_a_task_twice(
+    tmp_path, provider, fake_backend_class, stop_after
+):
+    provider.duration = 3
+    provider.slots = 2
+    plan = demo_plan(tmp_path)
+    seen = []
+
+    def stop(event):
+        seen.append(event)
+        return len(seen) == stop_after
+
+    await run_until(plan, fake_backend_class(provider=provider), tmp_path / "run", stop)
+    # a fresh process: a new backend instance on the same provider, the same run directory
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "run", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"fold-0": 1, "fold-1": 1, "fold-2": 1, "summary": 1}
+    assert len(provider.stage_calls) == 1 or stop_after == 1
+    assert len(provider.collect_calls) == 4
+
+
+@pytest.mark.asyncio
+async def test_a_run_killed_inside_submit_submits_again(tmp_path, provider, fake_backend_class):
+    provider.hang_submits = {"b"}
+    plan = simple_plan("a", "b")
+    backend = fake_backend_class(provider=provider)
+    a_submitted = asyncio.Event()
+
+    def on_event(event):
+        if event.kind == "submitted" and event.task_id == "a":
+            a_submitted.set()
+
+    task = asyncio.ensure_future(
+        run_plan(plan, backend, run_dir=tmp_path / "run", on_event=on_event, **FAST)
+    )
+    await a_submitted.wait()
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    journal = Journal.load(tmp_path / "run")
+    assert journal.tasks["b"].state == "submitting"
+    assert journal.tasks["b"].attempts[0].handle is None
+    assert journal.tasks["a"].attempts[0].handle.external_id.startswith("fake-")
+    events = []
+    result = await run_plan(
+        plan,
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "run",
+        on_event=events.append,
+        **FAST,
+    )
+    assert result.ok
+    assert [e.task_id for e in events if e.kind == "in_doubt"] == ["b"]
+    assert provider.submits == {"a": 1, "b": 1}
+    assert [t.attempts for t in result.tasks] == [1, 1]
+    assert [t.in_doubt for t in result.tasks] == [0, 1]
+
+
+@pytest.mark.asyncio
+async def test_a_finished_run_is_not_run_again(tmp_path, provider, fake_backend_class):
+    plan = simple_plan("a")
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    again = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert again.ok
+    assert provider.submits == {"a": 1}
+
+
+# -- journal rules ----------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_changed_plan_or_backend_cannot_reuse_a_run_dir(
+    tmp_path, provider, fake_backend_class
+):
+    backend = fake_backend_class(provider=provider)
+    await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
+    with pytest.raises(JournalError, match="holds a run of other tasks"):
+        await run_plan(simple_plan("a", "b"), backend, run_dir=tmp_path / "r")
+    changed = Plan("fake", {}, [PlanTask("a", spec("a", command=["false"]))])
+    with pytest.raises(JournalError, match="task 'a' changed since this run started"):
+        await run_plan(changed, backend, run_dir=tmp_path / "r")
+
+    class Other(fake_backend_class):
+        name = "other"
+
+    with pytest.raises(JournalError, match="is a run on backend 'fake', not 'other'"):
+        await run_plan(simple_plan("a"), Other(provider=provider), run_dir=tmp_path / "r")
+
+
+@pytest.mark.asyncio
+async def test_incompatible_or_damaged_journals(tmp_path, provider, fake_backend_class):
+    backend = fake_backend_class(provider=provider)
+    await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
+    path = tmp_path / "r" / JOURNAL_NAME
+    data = json.loads(path.read_text())
+    data["version"] = 99
+    path.write_text(json.dumps(data))
+    with pytest.raises(JournalError, match="is journal version 99, but this altar reads version 1"):
+        await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r")
+    path.write_text('{"format": "something-else"}')
+    with pytest.raises(JournalError, match="is not an altar run journal"):
+        Journal.load(tmp_path / "r")
+    path.write_text("{not json")
+    with pytest.raises(JournalError, match="is not valid JSON"):
+        Journal.load(tmp_path / "r")
+    path.write_text('{"format": "altar-run-journal", "version": 1, "tasks": 3}')
+    with pytest.raises(JournalError, match="is damaged"):
+        Journal.load(tmp_path / "r")
+
+
+@pytest.mark.asyncio
+async def test_one_process_drives_a_run_dir(tmp_path, provider, fake_backend_class):
+    from altar.execution.journal import run_lock
+
+    with (
+        run_lock(tmp_path / "r"),
+        pytest.raises(
+            JournalError, match=f"in use by another altar process \\(pid {os.getpid()}\\)"
+        ),
+    ):
+        await run_plan(
+            simple_plan("a"), fake_backend_class(provider=provider), run_dir=tmp_path / "r"
+        )
+
+
+@pytest.mark.asyncio
+async def test_a_full_disk_leaves_the_previous_journal_intact(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    from altar.execution import journal as journal_module
+
+    plan = simple_plan("a", "b")
+    seen = []
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: seen.append(e) or len(seen) == 2,
+    )
+    before = journal_bytes(tmp_path / "r")
+    assert before[1]  # the run so far is in the log, not yet in a snapshot
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(journal_module.os, "write", half_then_full)
+    with pytest.raises(
+        JournalError, match="No space left on device; the previous journal is intact"
+    ):
+        await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    monkeypatch.undo()
+    assert journal_bytes(tmp_path / "r") == before
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        "journal.json",
+        "journal.log",
+        "lock",
+    ]
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1}
+
+
+# -- status and cancel ------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_status_polls_open_tasks_without_writing(tmp_path, provider, fake_backend_class):
+    provider.duration = 10
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+    )
+    before = journal_bytes(tmp_path / "r")
+    status = await run_status(tmp_path / "r", fake_backend_class(provider=provider))
+    assert [t.status for t in status.tasks] == ["running", "running"]
+    assert journal_bytes(tmp_path / "r") == before
+    offline = await run_status(tmp_path / "r")
+    assert [t.status for t in offline.tasks] == ["pending", "pending"]
+
+
+@pytest.mark.asyncio
+async def test_cancel_a_run_no_process_drives(tmp_path, provider, fake_backend_class):
+    provider.duration = 10
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+    )
+    outcome = await cancel_run(tmp_path / "r", fake_backend_class(provider=provider))
+    assert outcome == "cancelled"
+    assert sorted(provider.cancelled) == sorted(provider.tasks)
+    status = await run_status(tmp_path / "r")
+    assert [t.status for t in status.tasks] == ["cancelled", "cancelled"]
+    assert provider.cleanup_calls
+
+
+@pytest.mark.asyncio
+async def test_cancel_a_running_run_asks_its_process(tmp_path, provider, fake_backend_class):
+    provider.duration = 1000
+    plan = simple_plan("a", "b")
+    requested = []
+
+    def on_event(event):
+        if event.kind == "submitted" and event.task_id == "b" and not requested:
+            requested.append(asyncio.ensure_future(cancel_run(tmp_path / "r")))
+
+    result = await run_plan(
+        plan,
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        on_event=on_event,
+        poll_interval_s=0.01,
+        max_poll_interval_s=0.01,
+    )
+    assert await requested[0] == "requested"
+    assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
+    assert sorted(provider.cancelled) == sorted(provider.tasks)
+    assert not (tmp_path / "r" / CANCEL_REQUEST).exists()
+
+
+@pytest.mark.asyncio
+async def test_the_log_replays_over_the_snapshot_and_a_torn_line_is_ignored(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 10
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+    )
+    snapshot = json.loads((tmp_path / "r" / JOURNAL_NAME).read_text())
+    assert snapshot["tasks"]["b"]["state"] == "queued"  # the snapshot predates the submits
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].state == "pending"
+    with (tmp_path / "r" / LOG_NAME).open("ab") as log:
+        log.write(b'{"seq": 999, "task": "a", "record": {"kind"')  # a crash mid-append
+    again = Journal.load(tmp_path / "r")
+    assert again.tasks["a"].state == journal.tasks["a"].state
+    assert again.seq == journal.seq
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1}
+    assert (tmp_path / "r" / LOG_NAME).read_bytes() == b""  # folded into the final snapshot
+
+
+def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_path, monkeypatch):
+    from altar.execution import journal as journal_module
+    from altar.execution.journal import TaskRecord
+
+    journal = Journal(tmp_path, "fake", {}, "plan.toml", {"a": TaskRecord("a", "k", "sha256:x")})
+    journal.save()
+    before = (tmp_path / JOURNAL_NAME).read_bytes()
+    journal.tasks["a"].state = "running"
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(journal_module.os, "fsync", no_space)
+    with pytest.raises(JournalError, match="No space left on device"):
+        journal.save()
+    monkeypatch.undo()
+    assert (tmp_path / JOURNAL_NAME).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME]
+    assert Journal.load(tmp_path).tasks["a"].state == "queued"
+
+
+@pytest.mark.asyncio
+async def test_outputs_are_collected_even_when_the_provider_blinks(
+    tmp_path, provider, fake_backend_class
+):
+    from altar.execution import BackendUnavailableError
+
+    class Blinking(fake_backend_class):
+        failures = 2
+
+        async def collect_outputs(self, transfers):
+            if Blinking.failures:
+                Blinking.failures -= 1
+                raise BackendUnavailableError("storage timed out")
+            await super().collect_outputs(transfers)
+
+    plan = Plan(
+        "fake", {}, [PlanTask("a", spec("a", outputs=[Transfer(str(tmp_path / "o"), "jobs/o")]))]
+    )
+    result = await run_plan(plan, Blinking(provider=provider), run_dir=tmp_path / "r", **FAST)
+    assert result.ok
+    assert len(provider.collect_calls) == 1
+    assert Blinking.failures == 0
+
+
+@pytest.mark.asyncio
+async def test_a_collection_error_fails_the_task(tmp_path, provider, fake_backend_class):
+    class Broken(fake_backend_class):
+        async def collect_outputs(self, transfers):
+            raise FileNotFoundError("jobs/o: no such file")
+
+    plan = Plan(
+        "fake", {}, [PlanTask("a", spec("a", outputs=[Transfer(str(tmp_path / "o"), "jobs/o")]))]
+    )
+    result = await run_plan(plan, Broken(provider=provider), run_dir=tmp_path / "r", **FAST)
+    [task] = result.tasks
+    assert (task.status, task.reason) == ("failed", "output_collection_failed")
+    assert task.detail == "FileNotFoundError: jobs/o: no such file"
+
+
+@pytest.mark.asyncio
+async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
+    from altar.execution import ExecutionBackend, TaskFailure, TaskHandle, TaskState, TaskStatus
+
+    class SpecNamed(ExecutionBackend):
+        """Names each task by its spec, as the Kubernetes backend does: every attempt, one id."""
+
+        name = "spec-named"
+        input_digest_verification = "task"
+
+        def __init__(self):
+            self.submits = 0
+            self.cleaned = []
+
+        async def submit(self, spec):
+            self.submits += 1
+            return TaskHandle(self.name, spec.labels["task"], dict(spec.labels))
+
+        async def poll(self, handles):
+            if self.submits == 1:
+                failure = TaskFailure("job_failed", "evicted")
+                return [TaskStatus(h, TaskState.FAILED, failure) for h in handles]
+            return [TaskStatus(h, TaskState.SUCCEEDED) for h in handles]
+
+        async def cleanup(self, handles):
+            self.cleaned.append([h.external_id for h in handles])
+
+    backend = SpecNamed()
+    result = await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
+    assert result.tasks[0].attempts == 2
+    assert result.ok
+    assert backend.cleaned == [["a"]]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r").iterdir()}
+    assert modes == {"journal.json": 0o600, "journal.log": 0o600, "lock": 0o600}
+
+
+@pytest.mark.asyncio
+async def test_a_handle_returned_just_before_a_crash_is_kept(
+    tmp_path, provider, fake_backend_class
+):
+    runner: list[asyncio.Task] = []
+
+    class CrashAfterSubmit(fake_backend_class):
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            if spec.labels["task"] == "b":
+                runner[0].cancel()  # the run dies the moment this submit returns
+            return handle
+
+    plan = simple_plan("a", "b", "c")
+    runner.append(
+        asyncio.ensure_future(
+            run_plan(plan, CrashAfterSubmit(provider=provider), run_dir=tmp_path / "r", **FAST)
+        )
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await runner[0]
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].attempts[0].handle is not None
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1, "c": 1}
+    # c's submit had not returned when the run died: in doubt, submitted again, launched once
+    assert [t.in_doubt for t in result.tasks] == [0, 0, 1]
