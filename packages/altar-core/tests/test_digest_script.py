@@ -426,3 +426,12 @@ def test_in_the_real_busybox_container(docker_host: str, tmp_path: Path) -> None
     assert has_verification_record(data / "x y", "sha256:" + hexd)  # host accepts it
     second = run()
     assert second.stdout == b"/data/x y: OK (verification record)\n/data/x y: FAILED\n"
+
+
+def test_fifos_never_hang_the_script(shell: Shell, tmp_path: Path) -> None:
+    a, ha = make(tmp_path / "a")
+    os.mkfifo(record_path(a))  # reading a FIFO record would block forever
+    os.mkfifo(tmp_path / "pipe")
+    result = shell.run(line(a, ha), line(tmp_path / "pipe", ha))
+    assert result.returncode == 1
+    assert out(result) == [f"{a}: OK".encode(), f"{tmp_path / 'pipe'}: FAILED".encode()]
