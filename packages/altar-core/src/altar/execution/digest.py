@@ -636,16 +636,20 @@ for line in "$@"; do
     status=1
     continue
   fi
-  if [ ! -f "$path" ]; then
+  file="$path"
+  case "$file" in
+    -*) file="./$file" ;;  # GNU stat reads "-" as standard input
+  esac
+  if [ ! -f "$file" ]; then
     printf '%s: FAILED\n' "$path"
     printf '%s: not a regular file; a transfer digest covers one file\n' "$path" >&2
     status=1
     continue
   fi
-  record="$path.sha256-verified"
+  record="$file.sha256-verified"
   format="verified-file/1 sha256:$hex size=%s mtime=%Y ctime=%Z inode=%i"
   if [ "$trust" = 1 ] && [ -f "$record" ]; then
-    before=$(stat -L -c "$format" -- "$path" 2>/dev/null) || before=""
+    before=$(stat -L -c "$format" -- "$file" 2>/dev/null) || before=""
     if record_is "$record" "$before"; then
       printf '%s: OK (verification record)\n' "$path"
       continue
@@ -656,8 +660,8 @@ for line in "$@"; do
     clock=$(stat -c %Z -- "$tmp" 2>/dev/null) || clock=""
     rm -f -- "$tmp" 2>/dev/null
   fi
-  before=$(stat -L -c "$format" -- "$path" 2>/dev/null) || before=""
-  actual=$(sha256sum <"$path" 2>/dev/null) || actual=""
+  before=$(stat -L -c "$format" -- "$file" 2>/dev/null) || before=""
+  actual=$(sha256sum <"$file" 2>/dev/null) || actual=""
   actual="${actual%% *}"
   if [ "$actual" != "$hex" ]; then
     printf '%s: FAILED\n' "$path"
@@ -666,7 +670,7 @@ for line in "$@"; do
     continue
   fi
   printf '%s: OK\n' "$path"
-  after=$(stat -L -c "$format" -- "$path" 2>/dev/null) || after=""
+  after=$(stat -L -c "$format" -- "$file" 2>/dev/null) || after=""
   ctime="${after##*ctime=}"
   ctime="${ctime%% *}"
   if [ -n "$clock" ] && [ -n "$after" ] && [ "$after" = "$before" ] \
