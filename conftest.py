@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-SERVICES_DIR = Path(os.environ.get("ALTAR_SERVICES_DIR", "/tmp/altar-services"))
+# The default matches scripts/services; the directory holds sockets, not secrets.
+SERVICES_DIR = Path(os.environ.get("ALTAR_SERVICES_DIR", "/tmp/altar-services"))  # noqa: S108
 
 
 def _service_env() -> dict[str, str]:

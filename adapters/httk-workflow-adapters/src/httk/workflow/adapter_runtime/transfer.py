@@ -1,0 +1,120 @@
+"""push and pull: a local copy, or rsync over the queue's ssh transport."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .targets import SshTarget
+
+MANIFEST = Path(".httk-transfer") / "manifest.json"
+
+
+def copy_local(source: Path, destination: Path, files: list[str] | None = None) -> None:
+    """Copy a tree, a file, or a batch of files; an identical finished copy is a no-op."""
+    if files is not None:
+        for item in files:
+            target = destination / item
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / item, target, follow_symlinks=False)
+        return
+    if source.is_dir():
+        if destination.exists():
+            theirs, ours = destination / MANIFEST, source / MANIFEST
+            if (
+                destination.is_dir()
+                and theirs.is_file()
+                and ours.is_file()
+                and theirs.read_bytes() == ours.read_bytes()
+            ):
+                return
+            raise FileExistsError(destination)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        # Copy beside the destination, then rename: an interrupted copy is never mistaken
+        # for a finished one.
+        staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
+        try:
+            shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True)
+            staging.chmod(source.stat().st_mode & 0o7777)
+            staging.rename(destination)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return
+    if not source.exists():
+        raise FileNotFoundError(source)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, destination)
+
+
+@functools.cache
+def rsync_has_mkpath() -> bool:
+    completed = subprocess.run(
+        ["rsync", "--help"], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+    )
+    return "--mkpath" in completed.stdout
+
+
+def _local_operand(path: str) -> str:
+    # rsync reads "a:b" (a colon before any slash) as a remote path and "-x" as an option.
+    return path if path.startswith("/") else f"./{path}"
+
+
+def _make_parent(target: SshTarget, destination: str, *, directory: bool, push: bool) -> None:
+    parent = destination.rstrip("/") if directory else str(Path(destination).parent)
+    if not parent:
+        return
+    if push:
+        made = target.run(["mkdir", "-p", "--", parent])
+        if made.returncode != 0:
+            raise RuntimeError(f"cannot create remote directory {parent}: {made.stderr.strip()}")
+    else:
+        Path(parent).expanduser().mkdir(parents=True, exist_ok=True)
+
+
+def rsync(
+    target: SshTarget,
+    *,
+    source: str,
+    destination: str,
+    directory: bool,
+    files: list[str] | None,
+    push: bool,
+) -> None:
+    """Transfer with ``--archive --protect-args``; file names never pass through a shell."""
+    target.ensure_master()
+    argv = ["rsync", "--archive", "--protect-args", "-e", target.rsync_shell()]
+    if rsync_has_mkpath():
+        argv.append("--mkpath")
+    else:
+        _make_parent(target, destination, directory=directory or files is not None, push=push)
+    list_path: str | None = None
+    try:
+        if files is not None:
+            directory = True
+            fd, list_path = tempfile.mkstemp(prefix="httk-adapter-files-", suffix=".txt")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.writelines(f"{item}\n" for item in files)
+            argv.append(f"--files-from={list_path}")
+        local, remote = (source, destination) if push else (destination, source)
+        suffix = "/" if directory else ""
+        local_operand = _local_operand(local.rstrip("/") + suffix if directory else local)
+        remote_operand = (
+            f"{target.destination}:{remote.rstrip('/') + suffix if directory else remote}"
+        )
+        argv += [local_operand, remote_operand] if push else [remote_operand, local_operand]
+        completed = subprocess.run(
+            argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+        )
+    finally:
+        if list_path is not None:
+            Path(list_path).unlink(missing_ok=True)
+    if completed.stderr:
+        sys.stderr.write(completed.stderr)
+    if completed.returncode != 0:
+        raise RuntimeError(f"rsync failed ({completed.returncode}): {completed.stderr.strip()}")

@@ -1,0 +1,459 @@
+"""The operator CLI: ``httk-workflow remote …`` and ``httk-workflow transfer …``.
+
+The same command tree as upstream's ``httk workflow remote|transfer``, under its own
+console script so it never collides with httk-core's ``httk`` (see docs/httk/cli.md).
+Every failure is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from .bundles import add_remote, list_remotes, resolve_remote
+from .constants import MAINTAINED_TEMPLATES
+from .describe import describe_remote, remove_remote
+from .legacy import import_v1_remote
+from .run import run_adapter
+from .settings import parse_assignments, persist_settings
+
+PROG = "httk-workflow"
+REMOTE_ACTIONS = ("list", "add", "configure", "install", "import-v1", "show", "remove")
+TRANSFER_ACTIONS = ("status", "start-manager", "push", "pull", "invoke")
+REMOTE_STATUS_COMMAND = ("httk", "workflow", "workspace", "status")
+REMOTE_MANAGER_COMMAND = ("httk", "workflow", "manager", "run")
+_ENVELOPE = frozenset({"format", "format_version", "operation", "ok"})
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CLIError(ValueError):
+    """A mistake on the command line, reported like any other error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see: {self.prog} --help)\n")
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return number
+
+
+def _out() -> TextIO:
+    return sys.stdout
+
+
+def _print_json(document: object) -> None:
+    _out().write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def _print_values(result: Mapping[str, Any]) -> None:
+    for key in sorted(result):
+        if key in _ENVELOPE or key == "diagnostics":
+            continue
+        value = result[key]
+        shown = " ".join(value) if isinstance(value, list) else value
+        if isinstance(shown, bool):
+            shown = "yes" if shown else "no"
+        _out().write(f"{key:<22}{shown}\n")
+
+
+def _interactive(args: argparse.Namespace) -> bool:
+    return not getattr(args, "non_interactive", False) and sys.stdin.isatty()
+
+
+# --- remote -----------------------------------------------------------------------------
+
+
+def _remote_list(args: argparse.Namespace) -> int:
+    rows = list_remotes(args.project)
+    if args.json:
+        _print_json(rows)
+    elif not rows:
+        _out().write("no remotes; add one with: httk-workflow remote add NAME --template local\n")
+    else:
+        width = max(len(row["name"]) for row in rows) + 2
+        for row in rows:
+            _out().write(f"{row['name']:<{width}}{row['scope']:<9}{row['path']}\n")
+    return 0
+
+
+def _remote_add(args: argparse.Namespace) -> int:
+    template = args.template
+    if template is None:
+        if not _interactive(args):
+            raise CLIError("missing required value 'adapter template' in non-interactive operation")
+        answer = input(f"adapter template ({', '.join(MAINTAINED_TEMPLATES)}) [local]: ").strip()
+        template = answer or "local"
+    bundle = add_remote(
+        args.name, template=template, global_scope=args.global_scope, project=args.project
+    )
+    if args.json:
+        _print_json({"name": args.name, "template": template, "bundle": str(bundle)})
+    else:
+        _out().write(f"{bundle}\n")
+    return 0
+
+
+def _remote_configure(args: argparse.Namespace) -> int:
+    target = resolve_remote(args.remote, project=args.project)
+    settings = parse_assignments(args.set)
+    result = run_adapter(
+        target.bundle,
+        args.action,
+        {"queue": target.queue, "settings": settings},
+        timeout=args.adapter_timeout,
+    )
+    if args.action == "configure" and settings:
+        _, credentials_file, secrets = persist_settings(target.bundle, target.queue, settings)
+        if credentials_file is not None:
+            print(
+                f"stored {', '.join(secrets)} for queue {target.queue} in {credentials_file}; "
+                "values there are excluded from signed project manifests",
+                file=sys.stderr,
+            )
+    if args.json:
+        _print_json(result)
+    else:
+        _print_values(result)
+    return 0
+
+
+def _remote_import(args: argparse.Namespace) -> int:
+    bundle = import_v1_remote(
+        args.source, name=args.name, global_scope=args.global_scope, project=args.project
+    )
+    if args.json:
+        _print_json({"bundle": str(bundle)})
+    else:
+        _out().write(f"{bundle}\n")
+    return 0
+
+
+def _show_text(description: Mapping[str, Any]) -> None:
+    valid = "yes" if description["valid"] else f"no: {description['problem']}"
+    rows = [
+        ("name", description["name"]),
+        ("scope", description["scope"]),
+        ("bundle", description["bundle"]),
+        ("kind", description["kind"] or "-"),
+        ("adapter_version", description["adapter_version"]),
+        ("valid", valid),
+        ("default_queue", description["default_queue"]),
+        ("timeout_seconds", description["timeout_seconds"]),
+        ("required_binaries", ", ".join(description["required_binaries"]) or "-"),
+        ("credentials_file", description["credentials_file"] or "-"),
+    ]
+    for label, value in rows:
+        _out().write(f"{label:<22}{value}\n")
+    for queue, detail in description["queues"].items():
+        _out().write(f"queue {queue}\n")
+        for key in sorted(detail["settings"]):
+            _out().write(f"  {key}={detail['settings'][key]}\n")
+        for key in detail["credential_keys"]:
+            _out().write(f"  {key}=<credential>\n")
+
+
+def _remote_show(args: argparse.Namespace) -> int:
+    description = describe_remote(args.name, project=args.project)
+    if args.json:
+        _print_json(description)
+    else:
+        _show_text(description)
+    return 0
+
+
+def _remote_remove(args: argparse.Namespace) -> int:
+    if not args.force:
+        if not _interactive(args):
+            raise CLIError(f"removing the remote {args.name!r} without a terminal requires --force")
+        if input(
+            f"remove the remote {args.name!r} and its credentials? [y/N] "
+        ).strip().lower() not in {
+            "y",
+            "yes",
+        }:
+            raise CLIError("not removed")
+    result = remove_remote(args.name, project=args.project)
+    if args.json:
+        _print_json(result)
+    else:
+        _out().write(f"removed {result['name']} ({result['scope']}) {result['bundle']}\n")
+    return 0
+
+
+# --- transfer ---------------------------------------------------------------------------
+
+
+def _workspace(args: argparse.Namespace, bundle: Path, queue: str) -> str:
+    from .settings import queue_settings
+
+    workspace = args.remote_workspace or queue_settings(bundle, queue).get("workspace")
+    if not isinstance(workspace, str) or not workspace:
+        raise CLIError(
+            "remote workspace is missing; use --remote-workspace or configure queue workspace=PATH"
+        )
+    return workspace
+
+
+def _report_command(args: argparse.Namespace, result: Mapping[str, Any]) -> int:
+    if args.json:
+        _print_json(result)
+        return 0
+    _out().write(str(result.get("stdout", "")))
+    sys.stderr.write(str(result.get("stderr", "")))
+    code = result.get("returncode", 0)
+    return code if isinstance(code, int) and 0 <= code < 256 else 1
+
+
+def _transfer_status(args: argparse.Namespace) -> int:
+    target = resolve_remote(args.remote, project=args.project)
+    workspace = _workspace(args, target.bundle, target.queue)
+    request = {"queue": target.queue, "argv": [*REMOTE_STATUS_COMMAND, workspace, "--json"]}
+    result = run_adapter(target.bundle, "status", request, timeout=args.adapter_timeout)
+    return _report_command(args, result)
+
+
+def _transfer_start_manager(args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise CLIError("--count must be a positive integer")
+    if args.workers is not None and args.workers < 1:
+        raise CLIError("--workers must be a positive integer")
+    target = resolve_remote(args.remote, project=args.project)
+    workspace = _workspace(args, target.bundle, target.queue)
+    argv = [*REMOTE_MANAGER_COMMAND, workspace]
+    if args.workers is not None:
+        argv += ["--workers", str(args.workers)]
+    request = {"queue": target.queue, "argv": argv, "workspace": workspace, "count": args.count}
+    result = run_adapter(target.bundle, "start-manager", request, timeout=args.adapter_timeout)
+    if args.json:
+        _print_json(result)
+    elif "job_ids" in result:
+        ids = ", ".join(result["job_ids"])
+        _out().write(
+            f"submitted {result['count']} manager job(s): {ids}\nscript {result['script']}\n"
+        )
+    else:
+        pids = ", ".join(str(pid) for pid in result.get("pids", []))
+        _out().write(f"started {result.get('count')} manager process(es): {pids}\n")
+    return 0
+
+
+def _transfer_move(args: argparse.Namespace) -> int:
+    target = resolve_remote(args.remote, project=args.project)
+    request: dict[str, Any] = {
+        "queue": target.queue,
+        "source": args.source,
+        "destination": args.destination,
+    }
+    files = list(args.file or [])
+    if args.files_from:
+        text = Path(args.files_from).read_text(encoding="utf-8")
+        files += [line for line in text.splitlines() if line]
+    if args.file is not None or args.files_from:
+        request["files"] = files
+    if args.directory is not None:
+        request["directory"] = args.directory
+    result = run_adapter(target.bundle, args.action, request, timeout=args.adapter_timeout)
+    if args.json:
+        _print_json(result)
+    else:
+        _out().write(f"{result['path']}\n")
+    return 0
+
+
+def _transfer_invoke(args: argparse.Namespace) -> int:
+    argv = list(args.command or [])
+    if not argv:
+        raise CLIError(
+            "transfer invoke needs a command: httk-workflow transfer invoke REMOTE -- ARGV..."
+        )
+    target = resolve_remote(args.remote, project=args.project)
+    request: dict[str, Any] = {"queue": target.queue, "argv": argv}
+    if args.cwd is not None:
+        request["cwd"] = args.cwd
+    result = run_adapter(target.bundle, "invoke", request, timeout=args.adapter_timeout)
+    return _report_command(args, result)
+
+
+# --- parser -----------------------------------------------------------------------------
+
+
+def _common(parser: argparse.ArgumentParser, *, timeout: bool = False) -> None:
+    parser.add_argument("--json", action="store_true", help="print the result as a JSON document")
+    if timeout:
+        parser.add_argument(
+            "--adapter-timeout",
+            type=_positive_float,
+            metavar="SECONDS",
+            help="override the bundle's timeout_seconds for this operation",
+        )
+
+
+def _remote_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("remote", metavar="REMOTE", help="the remote as NAME or NAME:QUEUE")
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog, description="Manage httk-workflow remote adapters and drive their operations."
+    )
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="start project discovery here instead of the current directory",
+    )
+    groups = parser.add_subparsers(dest="group", metavar="GROUP")
+
+    remote = groups.add_parser("remote", help="add, configure, inspect and remove remotes")
+    remote.set_defaults(group_parser=remote)
+    actions = remote.add_subparsers(dest="action", metavar="ACTION")
+
+    p = actions.add_parser("list", help="list remotes of the project and the global scope")
+    _common(p)
+    p.set_defaults(handler=_remote_list)
+
+    p = actions.add_parser("add", help="add a remote from a maintained template")
+    p.add_argument("name", help="the new remote's name")
+    p.add_argument("--template", choices=MAINTAINED_TEMPLATES, help="the maintained kind to copy")
+    p.add_argument(
+        "--global",
+        dest="global_scope",
+        action="store_true",
+        help="add to the global scope instead of the project",
+    )
+    p.add_argument("--non-interactive", action="store_true", help="never prompt")
+    _common(p)
+    p.set_defaults(handler=_remote_add)
+
+    for name, helptext in (
+        ("configure", "check settings with the adapter, then store them"),
+        (
+            "install",
+            "check (or, with bootstrap=pip, arrange) httk on the target; make the workspace",
+        ),
+    ):
+        p = actions.add_parser(name, help=helptext)
+        _remote_arg(p)
+        p.add_argument(
+            "--set",
+            action="append",
+            metavar="KEY=VALUE",
+            help="a queue setting (repeatable); unknown keys are stored as credentials",
+        )
+        _common(p, timeout=True)
+        p.set_defaults(handler=_remote_configure)
+
+    p = actions.add_parser("import-v1", help="import an httk v1 computer definition")
+    p.add_argument("source", help="the v1 definition directory")
+    p.add_argument("--name", help="the remote's name (default: the directory name)")
+    p.add_argument(
+        "--global", dest="global_scope", action="store_true", help="import into the global scope"
+    )
+    _common(p)
+    p.set_defaults(handler=_remote_import)
+
+    p = actions.add_parser("show", help="describe a remote; credential values are never shown")
+    p.add_argument("name", help="the remote's name")
+    _common(p)
+    p.set_defaults(handler=_remote_show)
+
+    p = actions.add_parser("remove", help="delete a remote bundle and its credentials")
+    p.add_argument("name", help="the remote's name")
+    p.add_argument("--force", action="store_true", help="do not ask for confirmation")
+    _common(p)
+    p.set_defaults(handler=_remote_remove)
+
+    transfer = groups.add_parser("transfer", help="run operations on a remote")
+    transfer.set_defaults(group_parser=transfer)
+    actions = transfer.add_subparsers(dest="action", metavar="ACTION")
+
+    p = actions.add_parser("status", help="report the remote workspace's status")
+    _remote_arg(p)
+    p.add_argument("--remote-workspace", metavar="WS", help="the workspace on the remote")
+    _common(p, timeout=True)
+    p.set_defaults(handler=_transfer_status)
+
+    p = actions.add_parser("start-manager", help="start task managers on the remote")
+    _remote_arg(p)
+    p.add_argument("--remote-workspace", metavar="WS", help="the workspace on the remote")
+    p.add_argument("--workers", type=int, help="workers per manager (default: the queue's)")
+    p.add_argument("--count", type=int, default=1, help="how many managers to start")
+    _common(p, timeout=True)
+    p.set_defaults(handler=_transfer_start_manager)
+
+    for name, helptext in (
+        ("push", "copy a tree or file to the remote"),
+        ("pull", "copy a tree or file from the remote"),
+    ):
+        p = actions.add_parser(name, help=helptext)
+        _remote_arg(p)
+        p.add_argument("source", help="where the data is now")
+        p.add_argument("destination", help="where it must end up")
+        p.add_argument(
+            "--file",
+            action="append",
+            metavar="RELPATH",
+            help="transfer only this path relative to SOURCE (repeatable)",
+        )
+        p.add_argument(
+            "--files-from",
+            metavar="LIST",
+            help="a file listing relative paths to transfer, one per line",
+        )
+        p.add_argument(
+            "--directory",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="whether SOURCE's contents are transferred (default: inferred)",
+        )
+        _common(p, timeout=True)
+        p.set_defaults(handler=_transfer_move)
+
+    p = actions.add_parser("invoke", help="run one command on the remote: invoke REMOTE -- ARGV...")
+    _remote_arg(p)
+    p.add_argument("--cwd", help="the directory to run it in")
+    _common(p, timeout=True)
+    p.set_defaults(handler=_transfer_invoke)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
+    parser = build_parser(prog)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is a command for `transfer invoke`, never options;
+    # argparse cannot express that for a subcommand, so it is split off here.
+    command: list[str] | None = None
+    if "--" in words:
+        split = words.index("--")
+        words, command = words[:split], words[split + 1 :]
+    args = parser.parse_args(words)
+    if command is not None and getattr(args, "handler", None) is not _transfer_invoke:
+        parser.error("'--' is only used by: transfer invoke REMOTE -- ARGV...")
+    args.command = command
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        (getattr(args, "group_parser", None) or parser).print_help()
+        return 0
+    try:
+        return handler(args)
+    except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{prog}: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,95 @@
+"""Queue settings: shareable ones in ``remote.json``, everything else in ``credentials.json``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._jsonio import read_json_object, write_json_atomic
+from .bundles import metadata_path, read_metadata
+from .constants import CREDENTIALS_FILE, PERSISTABLE_QUEUE_SETTINGS
+
+
+def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(persistable, credentials)``: a key the engine does not know is treated as a secret."""
+    persistable = {k: v for k, v in settings.items() if k in PERSISTABLE_QUEUE_SETTINGS}
+    credentials = {k: v for k, v in settings.items() if k not in PERSISTABLE_QUEUE_SETTINGS}
+    return persistable, credentials
+
+
+def parse_assignment(value: str) -> tuple[str, str]:
+    """One ``KEY=VALUE`` from the command line; the value stays a string."""
+    key, equals, setting = value.partition("=")
+    if not equals or not key:
+        raise ValueError(f"adapter setting must use KEY=VALUE: {value!r}")
+    return key, setting
+
+
+def parse_assignments(values: list[str] | None) -> dict[str, str]:
+    """Several ``KEY=VALUE``; a later duplicate wins."""
+    return dict(parse_assignment(value) for value in values or [])
+
+
+def credentials_path(bundle: str | os.PathLike[str]) -> Path:
+    return Path(bundle).expanduser() / CREDENTIALS_FILE
+
+
+def _credentials_document(bundle: str | os.PathLike[str]) -> dict[str, Any]:
+    path = credentials_path(bundle)
+    if not path.exists():
+        return {}
+    return read_json_object(path, "credentials JSON")
+
+
+def read_credentials(bundle: str | os.PathLike[str], queue: str) -> dict[str, Any]:
+    """The secrets stored for one queue (a copy); none stored → ``{}``."""
+    section = _credentials_document(bundle).get(queue)
+    return dict(section) if isinstance(section, Mapping) else {}
+
+
+def store_credentials(
+    bundle: str | os.PathLike[str], queue: str, settings: Mapping[str, Any]
+) -> Path:
+    """Merge secrets for one queue into ``credentials.json`` (mode 0600, written atomically)."""
+    document = _credentials_document(bundle)
+    section = document.get(queue)
+    merged = dict(section) if isinstance(section, Mapping) else {}
+    merged.update(settings)
+    document[queue] = merged
+    return write_json_atomic(credentials_path(bundle), document, mode=0o600)
+
+
+def store_queue_settings(
+    bundle: str | os.PathLike[str], queue: str, settings: Mapping[str, Any]
+) -> Path:
+    """Merge persistable settings into ``remote.json`` ``queues[queue]`` (atomically)."""
+    metadata = read_metadata(bundle)
+    queues = metadata.get("queues")
+    queues = dict(queues) if isinstance(queues, Mapping) else {}
+    current = queues.get(queue)
+    merged = dict(current) if isinstance(current, Mapping) else {}
+    merged.update(settings)
+    queues[queue] = merged
+    metadata["queues"] = queues
+    return write_json_atomic(metadata_path(bundle), metadata)
+
+
+def queue_settings(bundle: str | os.PathLike[str], queue: str) -> dict[str, Any]:
+    """The one flat view an adapter sees: ``remote.json`` settings with credentials laid over."""
+    queues = read_metadata(bundle).get("queues")
+    section = queues.get(queue) if isinstance(queues, Mapping) else None
+    merged = dict(section) if isinstance(section, Mapping) else {}
+    merged.update(read_credentials(bundle, queue))
+    return merged
+
+
+def persist_settings(
+    bundle: str | os.PathLike[str], queue: str, settings: Mapping[str, Any]
+) -> tuple[Path | None, Path | None, list[str]]:
+    """Store configured settings split by name; returns the files written and the secret names."""
+    persistable, credentials = split_settings(settings)
+    metadata_file = store_queue_settings(bundle, queue, persistable) if persistable else None
+    credentials_file = store_credentials(bundle, queue, credentials) if credentials else None
+    return metadata_file, credentials_file, sorted(credentials)
