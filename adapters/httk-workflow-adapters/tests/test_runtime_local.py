@@ -188,7 +188,9 @@ def test_local_start_manager_starts_detached_processes(env, local: Path, set_que
     # Both detached processes truncate and write the same file: it may be briefly empty.
     written, expected = Path(f"{marker}-3"), "x --workers 3"
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not (written.exists() and written.read_text() == expected):
+    while time.monotonic() < deadline and not (
+        written.exists() and written.read_text() == expected
+    ):
         time.sleep(0.05)
     assert written.read_text() == expected
     for bad in (0, True, "2"):

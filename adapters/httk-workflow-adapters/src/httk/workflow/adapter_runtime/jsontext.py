@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _WHITESPACE = " \t\n\r"
-_PROBE = {"b": [1, 2.5, None, True, "\u00e9\n\""], "a": {}}
+_PROBE = {"b": [1, 2.5, None, True, '\u00e9\n"'], "a": {}}
 _PROBE_TEXT = '{"a":{},"b":[1,2.5,null,true,"\\u00e9\\n\\""]}'
 
 
@@ -45,7 +45,8 @@ def _accelerated() -> tuple[Callable[[str, int], tuple[Any, int]], Callable[[Any
     try:
         import _json
 
-        scanner = _json.make_scanner(_DecoderSettings())
+        # typeshed types the context as a scanner; the C code reads only these attributes.
+        scanner = _json.make_scanner(_DecoderSettings())  # type: ignore[arg-type]
         encoder = _json.make_encoder(
             {}, _unserializable, _json.encode_basestring_ascii, None, ":", ",", True, False, True
         )
@@ -81,7 +82,8 @@ def loads(text: str) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """Compact, key-sorted, ASCII JSON: ``json.dumps(value, sort_keys=True, separators=(",", ":"))``."""
+    """Compact, key-sorted, ASCII JSON, as ``json.dumps(value, sort_keys=True,
+    separators=(",", ":"))`` writes it."""
     if _ACCELERATED is None:
         import json
 

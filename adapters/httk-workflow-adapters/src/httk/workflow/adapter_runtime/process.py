@@ -33,7 +33,7 @@ class Completed:
 
 def _signal_number(name: str) -> int:
     # _signal is built in and already loaded; the signal module would import enum.
-    import _signal
+    import _signal  # type: ignore[import-not-found]  # no stub for the C module
 
     number: int = getattr(_signal, name)
     return number

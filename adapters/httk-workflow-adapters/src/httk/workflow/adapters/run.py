@@ -153,7 +153,8 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
     try:
         with process.stdout, process.stderr:
             stdout, stderr = _read_until_closed(
