@@ -26,7 +26,10 @@ def _fake_runtime(root: Path) -> Path:
     """An import root whose adapter_runtime reports how the interpreter was started."""
     package = root / "httk" / "workflow" / "adapter_runtime"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(f"def main():\n    exec({PROBE!r})\n    return 0\n")
+    (package / "__init__.py").write_text(
+        f"def main():\n    exec({PROBE!r})\n    return 0\n"
+        "def run_isolated():\n    raise SystemExit(main())\n"
+    )
     (package / "__main__.py").write_text("from . import main\nmain()\n")
     return root
 
@@ -119,3 +122,29 @@ def test_an_adapter_that_closes_its_pipes_still_times_out(tmp_path: Path, make_b
     pid = int((tmp_path / "pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_the_isolated_runtime_reports_crashes_and_flushes_large_results(
+    env, tmp_path: Path
+) -> None:
+    environment = {
+        "PATH": os.environ["PATH"],
+        "HTTK_ADAPTER_PYTHON": sys.executable,
+        "HTTK_ADAPTER_IMPORT_ROOT": run_module._IMPORT_ROOT,
+    }
+    malformed = tmp_path / "request.json"
+    malformed.write_text('{"operation": ')
+    crashed = subprocess.run(
+        [str(TEMPLATES / "local" / "adapter"), str(malformed)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert crashed.returncode == 2
+    assert crashed.stderr.startswith("adapter dispatcher: ")
+    assert crashed.stdout == ""
+    bundle = add_remote("big", template="local", project=env.project)
+    argv = [sys.executable, "-c", "import sys; sys.stdout.write('x' * 300000 + '\\n')"]
+    result = run_adapter(bundle, "invoke", {"queue": "default", "argv": argv})
+    assert result["stdout"] == "x" * 300000 + "\n"

@@ -7,7 +7,6 @@ import sys
 
 from .process import Completed
 from .process import run as _run
-from .quoting import shell_command
 from .requests import host_of, httk_prefix, port_of, text, username_of
 
 # Typing names only: importing typing costs every adapter call start-up time.
@@ -210,6 +209,8 @@ class SshTarget:
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
         self.ensure_master()
+        from .quoting import shell_command  # local commands never need a shell string
+
         return _run([*self.transport(), "--", self.destination, shell_command(argv, cwd=cwd)])
 
     def httk(self, argv: Sequence[str]) -> list[str]:
