@@ -148,3 +148,19 @@ def test_the_isolated_runtime_reports_crashes_and_flushes_large_results(
     argv = [sys.executable, "-c", "import sys; sys.stdout.write('x' * 300000 + '\\n')"]
     result = run_adapter(bundle, "invoke", {"queue": "default", "argv": argv})
     assert result["stdout"] == "x" * 300000 + "\n"
+
+
+def test_a_bundle_written_for_the_reference_release_still_works(env, make_bundle) -> None:
+    # Its dispatcher ignores HTTK_ADAPTER_IMPORT_ROOT: the python3 on PATH runs the module.
+    reference = '#!/bin/sh\nexec python3 -m httk.workflow.adapter_runtime "$@"\n'
+    bundle = make_bundle(env.root, reference, name="v1", kind="local", timeout_seconds=60)
+    argv = [sys.executable, "-c", "import sys; print(sys.flags.no_site, sys.argv[1:])", "a b"]
+    result = run_adapter(bundle, "invoke", {"queue": "default", "argv": argv})
+    assert result["stdout"] == "0 ['a b']\n"
+    source = env.root / "source dir"
+    source.mkdir()
+    (source / "f.txt").write_text("payload")
+    pushed = run_adapter(
+        bundle, "push", {"source": str(source), "destination": str(env.root / "copy")}
+    )
+    assert Path(pushed["path"], "f.txt").read_text() == "payload"

@@ -49,24 +49,25 @@ def _text(data: bytes) -> str:
     return io.TextIOWrapper(io.BytesIO(data)).read()
 
 
-def _withhold_inherited_descriptors() -> None:
-    """Mark descriptors above 2 that this process inherited as close-on-exec.
+def _inherited_descriptors() -> list[int]:
+    """Inheritable descriptors above 2, which the command must not receive.
 
-    subprocess closes every descriptor but the three standard ones in the child; a spawned
-    command must not hold a pipe of whoever started the adapter either.
+    subprocess closes every descriptor but the three standard ones in the child: a command
+    must not hold on to a pipe of whoever started the adapter either.
     """
     try:
         names = os.listdir("/dev/fd")
     except OSError:
-        return
+        return []
+    inherited = []
     for name in names:
         descriptor = int(name)
-        if descriptor > 2:
-            try:
-                if os.get_inheritable(descriptor):
-                    os.set_inheritable(descriptor, False)
-            except OSError:
-                pass  # the directory listing's own descriptor, already closed
+        try:
+            if descriptor > 2 and os.get_inheritable(descriptor):
+                inherited.append(descriptor)
+        except OSError:
+            pass  # the directory listing's own descriptor, already closed
+    return inherited
 
 
 def _collect(stdout: int, stderr: int) -> tuple[bytes, bytes]:
@@ -90,23 +91,23 @@ def _collect(stdout: int, stderr: int) -> tuple[bytes, bytes]:
 
 
 def _spawn(argv: Sequence[str], stdout: int, stderr: int) -> int:
+    actions: list[tuple[int | str, ...]] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, stdout, 1),
+        (os.POSIX_SPAWN_DUP2, stderr, 2),
+    ]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_descriptors()]
     return os.posix_spawnp(
-        argv[0],
-        list(argv),
-        os.environ,
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, stdout, 1),
-            (os.POSIX_SPAWN_DUP2, stderr, 2),
-        ],
-        setsigdef=_default_signals(),
+        argv[0], list(argv), os.environ, file_actions=actions, setsigdef=_default_signals()
     )
 
 
 def run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
     """Run ``argv`` (searched on ``PATH``) in ``cwd`` and wait for it.
 
-    A missing program or directory raises the ``OSError`` subprocess would raise.
+    A missing program or directory raises the ``OSError`` subprocess would raise. With a
+    ``cwd`` the calling process changes directory for the moment of the spawn, which is
+    fine for the single-threaded runtime but not for a threaded caller.
     """
     if not argv:
         raise ValueError("a command needs at least a program name")
@@ -135,7 +136,6 @@ def _run_spawned(argv: Sequence[str], cwd: str | None, here: int | None) -> Comp
             os.close(descriptor)
         return _run_with_subprocess(argv, cwd)
     try:
-        _withhold_inherited_descriptors()
         if cwd is None or here is None:
             pid = _spawn(argv, out_write, err_write)
         else:
