@@ -1,0 +1,273 @@
+"""``LocalDockerExecutionBackend``: container tasks on a Docker engine reachable from this host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import ClassVar, TypeVar
+
+from altar.backends.local.docker_runtime import DockerSdkRuntime
+from altar.backends.local.mapping import (
+    BACKEND_LABEL,
+    BACKEND_LABEL_VALUE,
+    host_path,
+    render_request,
+)
+from altar.backends.local.poller import Observation, Poller, missing
+from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
+from altar.backends.local.staging import StageAction, Stager
+from altar.backends.local.states import DEADLINE_SLACK_S
+from altar.backends.local.watchdog import Watchdog
+from altar.execution import (
+    CONTAINER_MOUNT_ROOT,
+    Capacity,
+    ContainerTaskSpec,
+    ExecutionBackend,
+    PathResolver,
+    TaskFailure,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    UnsupportedCapabilityError,
+)
+
+__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend"]
+
+DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
+LOG_TAIL_LINES = 20
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+_T = TypeVar("_T")
+
+
+def _default_user(data_root: str) -> str | None:
+    """On Linux, run as the data root's owner so files tasks write stay the caller's."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        st = os.stat(data_root)
+        return f"{st.st_uid}:{st.st_gid}"
+    except OSError:
+        return f"{os.getuid()}:{os.getgid()}"
+
+
+class LocalDockerExecutionBackend(ExecutionBackend):
+    """Runs each task as one Docker container, through the Docker Engine API.
+
+    Options (keyword-only; ``[backend] options`` in a plan):
+
+    - ``data_root``: host directory mounted at ``/mnt/volume`` (default ``$ALTAR_LOCAL_DATA_ROOT``,
+      else ``./.altar-local-data``), made absolute;
+    - ``slots``: parallel tasks this host offers (``capacity()``), default 4;
+    - ``container_user``: ``uid:gid`` for containers; default on Linux: the data root's owner;
+      ``""`` keeps the image's user;
+    - ``network``: Docker network mode, default ``"none"`` (no network); e.g. ``"bridge"``;
+    - ``docker_host``: engine URL (default ``$DOCKER_HOST``, as the docker CLI reads it);
+    - ``gpu_devices``: GPUs this host has, if known; larger requests are refused at submit;
+    - ``trust_verification_records``: accept verification records and the staging index
+      instead of hashing (default True); False hashes every digest-bearing input every time;
+    - ``use_events``: read exit codes and OOM kills of finished containers from the engine's
+      event stream (default True); False inspects each finished container;
+    - ``watchdog``: also kill containers at their deadline between polls (default True);
+    - ``runtime``: a :class:`~altar.backends.local.runtime.DockerRuntime` (tests pass a fake).
+    """
+
+    name: ClassVar[str] = "local"
+    input_digest_verification = "staging"
+
+    def __init__(
+        self,
+        *,
+        data_root: str | os.PathLike[str] | None = None,
+        slots: int = 4,
+        container_user: str | None = None,
+        network: str = "none",
+        docker_host: str | None = None,
+        gpu_devices: int | None = None,
+        trust_verification_records: bool = True,
+        use_events: bool = True,
+        watchdog: bool = True,
+        runtime: DockerRuntime | None = None,
+    ) -> None:
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, got {slots!r}")
+        if gpu_devices is not None and (
+            isinstance(gpu_devices, bool) or not isinstance(gpu_devices, int) or gpu_devices < 0
+        ):
+            raise ValueError(f"gpu_devices must be a non-negative integer, got {gpu_devices!r}")
+        if not isinstance(network, str) or not network:
+            raise ValueError(f"network must name a Docker network mode, got {network!r}")
+        root = data_root if data_root is not None else os.environ.get(DATA_ROOT_ENV)
+        self.data_root = os.path.abspath(os.fspath(root or ".altar-local-data"))
+        self.slots = slots
+        self.container_user = (
+            _default_user(self.data_root) if container_user is None else container_user or None
+        )
+        self.network = network
+        self.gpu_devices = gpu_devices
+        self.trust_verification_records = trust_verification_records
+        self.runtime: DockerRuntime = runtime or DockerSdkRuntime(docker_host)
+        self._poller = Poller(self.runtime, use_events=use_events)
+        self._stager = Stager(self.data_root, trust_records=trust_verification_records)
+        self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
+        self.last_staging: list[tuple[Transfer, StageAction]] = []
+
+    def __repr__(self) -> str:
+        return f"LocalDockerExecutionBackend(data_root={self.data_root!r})"
+
+    @staticmethod
+    async def _thread(call: Callable[[], _T]) -> _T:
+        return await asyncio.to_thread(call)
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def path_resolver(self) -> PathResolver:
+        return PathResolver(CONTAINER_MOUNT_ROOT)
+
+    def _prepare_outputs(self, spec: ContainerTaskSpec) -> None:
+        """Remove stale output files, so an earlier run's result is never taken for this one's.
+
+        Output directories are the task's to make, as on every other backend.
+        """
+        os.makedirs(self.data_root, exist_ok=True)
+        for transfer in spec.outputs:
+            path = host_path(self.data_root, transfer.logical_path)
+            if os.path.islink(path) or os.path.isfile(path):
+                os.unlink(path)
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        request = render_request(
+            spec,
+            data_root=self.data_root,
+            user=self.container_user,
+            network_mode=self.network,
+            gpu_devices=self.gpu_devices,
+        )
+        await self._thread(lambda: self._prepare_outputs(spec))
+        try:
+            container_id = await self._thread(lambda: self.runtime.run(request))
+        except EngineRefusedError as error:
+            if request.gpu_count:
+                raise UnsupportedCapabilityError(
+                    f"task {spec.kind!r} needs {request.gpu_count} GPU(s) (pool "
+                    f"{spec.resources.gpu!r}) but the Docker engine cannot provide them: "
+                    f"{error.explanation}. It is not run on CPU instead; run it on a host with "
+                    "the NVIDIA container toolkit, or on a backend with GPUs",
+                    capability="gpu",
+                ) from error
+            if error.status == 400:
+                raise UnsupportedCapabilityError(
+                    f"the Docker engine cannot run task {spec.kind!r} as specified: "
+                    f"{error.explanation}"
+                ) from error
+            raise
+        if self._watchdog is not None and spec.timeout_s is not None:
+            # Counted from now, after the container was created (and any image pulled), and a
+            # little late: the watchdog must never kill before poll's deadline would.
+            self._watchdog.watch(container_id, time.time() + spec.timeout_s + 2 * DEADLINE_SLACK_S)
+        return TaskHandle(
+            backend=self.name,
+            external_id=container_id,
+            labels=dict(spec.labels),
+            plugin_identity=spec.plugin_identity,
+        )
+
+    # -- observation --------------------------------------------------------------------------
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        ids = [h.external_id for h in handles if _CONTAINER_ID.fullmatch(h.external_id)]
+        observations = await self._thread(lambda: self._poller.observe(ids)) if ids else {}
+        statuses = []
+        for handle in handles:
+            observation = observations.get(handle.external_id) or missing(
+                handle.external_id, "not a Docker container id"
+            )
+            statuses.append(TaskStatus(handle, observation.state, observation.failure))
+        return statuses
+
+    async def capacity(self) -> Capacity:
+        label = f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}"
+        live = await self._thread(lambda: self.runtime.list_live(label))
+        return Capacity(pools={"cpu": max(0, self.slots - len(live))})
+
+    async def failure_detail(self, handle: TaskHandle) -> str | None:
+        if not _CONTAINER_ID.fullmatch(handle.external_id):
+            return None
+        try:
+            text = await self._thread(
+                lambda: self.runtime.log_tail(handle.external_id, LOG_TAIL_LINES)
+            )
+        except ContainerNotFoundError:
+            return None
+        lines = text.splitlines()[-LOG_TAIL_LINES:]
+        return "\n".join(lines) if lines else None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def cancel(self, handle: TaskHandle) -> None:
+        if not _CONTAINER_ID.fullmatch(handle.external_id):
+            return
+        await self._thread(lambda: self.runtime.remove(handle.external_id))
+        if self._poller.cached(handle.external_id) is None:
+            self._poller.remember(
+                handle.external_id,
+                Observation(
+                    TaskState.FAILED,
+                    TaskFailure("cancelled", f"container {handle.external_id} was cancelled"),
+                ),
+            )
+
+    async def cleanup(self, handles: list[TaskHandle]) -> None:
+        """Remove the containers of finished tasks (their outcomes stay known to this instance)."""
+        statuses = await self.poll(handles)
+        finished = [
+            s.handle.external_id
+            for s in statuses
+            if s.state.is_terminal
+            and not (s.failure is not None and s.failure.reason == "container_missing")
+        ]
+        await _bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
+
+    # -- data ---------------------------------------------------------------------------------
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        """Copy inputs into the data root, verifying digests (see :mod:`.staging`).
+
+        The engine is asked first: staging for tasks that cannot start is wasted, and an engine
+        that cannot be reached is best reported before anything is copied.
+        """
+        await self._thread(self.runtime.ping)
+        unique: dict[str, Transfer] = {}
+        for transfer in transfers:
+            known = unique.setdefault(transfer.logical_path, transfer)
+            if (known.uri, known.digest) != (transfer.uri, transfer.digest):
+                raise ValueError(
+                    f"two inputs claim logical path {transfer.logical_path!r}: "
+                    f"{known.uri!r} and {transfer.uri!r}"
+                )
+        await self._thread(lambda: os.makedirs(self.data_root, exist_ok=True))
+        items = list(unique.values())
+        actions = await _bounded([asyncio.to_thread(self._stager.stage, t) for t in items], 4)
+        self.last_staging = list(zip(items, actions, strict=True))
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        await _bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
+
+    def close(self) -> None:
+        """Stop the watchdog thread (containers keep running; poll still enforces deadlines)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+
+
+async def _bounded(awaitables: list[Awaitable[_T]], limit: int) -> list[_T]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(awaitable: Awaitable[_T]) -> _T:
+        async with semaphore:
+            return await awaitable
+
+    return list(await asyncio.gather(*(one(a) for a in awaitables)))

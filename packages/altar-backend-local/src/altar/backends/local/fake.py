@@ -1,0 +1,238 @@
+"""An in-memory Docker engine behind the runtime seam, for tests.
+
+It behaves like the Docker Engine 20.10 the backend talks to, not like the backend: fresh
+64-hex ids, whole-second ``Created`` times, ``die``/``oom`` events with a bounded window,
+404 for unknown containers, 409-style no-ops for killing a stopped container, the engine's own
+refusals (CPU quota above the host's CPUs, a device request without a GPU runtime), and an
+engine that cannot be reached. Tests script outcomes through :meth:`FakeDockerRuntime.finish`,
+:meth:`oom_kill`, :meth:`expire` and :meth:`write_log`, and count requests per operation.
+"""
+
+from __future__ import annotations
+
+import collections
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from altar.backends.local.runtime import (
+    LIVE_CONTAINER_STATES,
+    ContainerDetail,
+    ContainerEvent,
+    ContainerNotFoundError,
+    ContainerRequest,
+    ContainerSummary,
+    EngineRefusedError,
+)
+from altar.execution import BackendUnavailableError
+
+__all__ = ["FakeContainer", "FakeDockerRuntime"]
+
+
+@dataclass
+class FakeContainer:
+    id: str
+    request: ContainerRequest
+    created: int
+    state: str = "running"
+    exit_code: int = 0
+    oom_killed: bool = False
+    finished_at: float | None = None
+    logs: list[str] = field(default_factory=list)
+
+
+class FakeDockerRuntime:
+    """:class:`~altar.backends.local.runtime.DockerRuntime` with an engine in memory."""
+
+    def __init__(
+        self,
+        *,
+        images: Sequence[str] | None = None,
+        cpus: int = 2,
+        gpu_devices: int = 0,
+        event_window: int = 256,
+        clock_skew_s: float = 0.0,
+    ) -> None:
+        # None: every image can be pulled; a set: only these exist and pulling fails (offline).
+        self.images = set(images) if images is not None else None
+        self.cpus = cpus
+        self.gpu_devices = gpu_devices
+        self.clock_skew_s = clock_skew_s
+        self.available = True
+        self.containers: dict[str, FakeContainer] = {}
+        self.events: collections.deque[ContainerEvent] = collections.deque(maxlen=event_window)
+        self.requests: collections.Counter[str] = collections.Counter()
+        self._lock = threading.RLock()
+
+    # -- engine behaviour ---------------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.time() + self.clock_skew_s
+
+    def _request(self, operation: str) -> None:
+        if not self.available:
+            raise BackendUnavailableError(
+                "cannot reach the Docker engine at unix:///fake/docker.sock: connection refused"
+            )
+        self.requests[operation] += 1
+
+    def _get(self, container_id: str) -> FakeContainer:
+        matches = [c for cid, c in self.containers.items() if cid.startswith(container_id)]
+        if len(matches) != 1 or not container_id:
+            raise ContainerNotFoundError(f"No such container: {container_id}")
+        return matches[0]
+
+    def _end(self, container: FakeContainer, exit_code: int, *, oom: bool = False) -> None:
+        now = self.now()
+        if oom:
+            container.oom_killed = True
+            self.events.append(ContainerEvent(container.id, "oom", now))
+        container.state = "exited"
+        container.exit_code = exit_code
+        container.finished_at = now
+        self.events.append(ContainerEvent(container.id, "die", now, exit_code))
+
+    # -- the seam -----------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        with self._lock:
+            self._request("ping")
+
+    def run(self, request: ContainerRequest) -> str:
+        with self._lock:
+            self._request("create")
+            if self.images is not None and request.image not in self.images:
+                raise EngineRefusedError(
+                    404,
+                    f"image {request.image!r} is not on the engine (No such image) and pulling "
+                    "it failed: network is unreachable. Load it (`docker load`) or pull it first.",
+                )
+            if request.nano_cpus is not None and request.nano_cpus > self.cpus * 1_000_000_000:
+                raise EngineRefusedError(
+                    400,
+                    f"Range of CPUs is from 0.01 to {self.cpus}.00, as there are only "
+                    f"{self.cpus} CPUs available",
+                )
+            if request.memory_bytes is not None and request.memory_bytes < 6 * 1024 * 1024:
+                raise EngineRefusedError(400, "Minimum memory limit allowed is 6MB")
+            self._request("start")
+            if request.gpu_count and not self.gpu_devices:
+                raise EngineRefusedError(
+                    500, 'could not select device driver "" with capabilities: [[gpu]]'
+                )
+            if request.gpu_count > self.gpu_devices:
+                raise EngineRefusedError(
+                    500,
+                    "OCI runtime create failed: nvidia-container-cli: device error: "
+                    f"{request.gpu_count - 1}: unknown device",
+                )
+            container_id = secrets.token_hex(32)
+            self.containers[container_id] = FakeContainer(
+                container_id, request, created=int(self.now())
+            )
+            return container_id
+
+    def list_containers(self, ids: Sequence[str]) -> list[ContainerSummary]:
+        with self._lock:
+            self._request("list")
+            return [
+                self._summary(c)
+                for cid, c in self.containers.items()
+                if any(cid.startswith(i) for i in ids if i)
+            ]
+
+    def list_live(self, label: str) -> list[ContainerSummary]:
+        key, _, value = label.partition("=")
+        with self._lock:
+            self._request("list")
+            return [
+                self._summary(c)
+                for c in self.containers.values()
+                if key in c.request.labels
+                and (not value or c.request.labels[key] == value)
+                and c.state in LIVE_CONTAINER_STATES
+            ]
+
+    @staticmethod
+    def _summary(container: FakeContainer) -> ContainerSummary:
+        return ContainerSummary(
+            container.id, container.state, container.created, dict(container.request.labels)
+        )
+
+    def inspect(self, container_id: str) -> ContainerDetail:
+        with self._lock:
+            self._request("inspect")
+            c = self._get(container_id)
+            return ContainerDetail(c.id, c.state, c.exit_code, c.oom_killed, c.finished_at)
+
+    def exit_events(
+        self, container_ids: Sequence[str], since: float, until: float
+    ) -> list[ContainerEvent]:
+        with self._lock:
+            self._request("events")
+            wanted = set(container_ids)
+            return [
+                e
+                for e in self.events
+                if e.container_id in wanted
+                and e.action in ("die", "oom")
+                and since <= e.time <= until
+            ]
+
+    def engine_time(self) -> float:
+        with self._lock:
+            self._request("info")
+            return self.now()
+
+    def kill(self, container_id: str) -> None:
+        with self._lock:
+            self._request("kill")
+            try:
+                container = self._get(container_id)
+            except ContainerNotFoundError:
+                return
+            if container.state in ("running", "paused", "restarting"):
+                self._end(container, 137)
+
+    def remove(self, container_id: str) -> None:
+        with self._lock:
+            self._request("remove")
+            try:
+                container = self._get(container_id)
+            except ContainerNotFoundError:
+                return
+            del self.containers[container.id]
+
+    def log_tail(self, container_id: str, lines: int) -> str:
+        with self._lock:
+            self._request("logs")
+            container = self._get(container_id)
+            tail = container.logs[-lines:] if lines else []
+            return "".join(line + "\n" for line in tail)
+
+    # -- scripting (not engine requests) -----------------------------------------------------
+
+    def finish(self, container_id: str, exit_code: int, *, oom: bool = False) -> None:
+        """The container's main process exits with ``exit_code``; ``oom``: a kill was flagged."""
+        with self._lock:
+            self._end(self._get(container_id), exit_code, oom=oom)
+
+    def oom_kill(self, container_id: str, *, exit_code: int = 137) -> None:
+        self.finish(container_id, exit_code, oom=True)
+
+    def expire(self, container_id: str) -> None:
+        """Make the container look as if it started long enough ago to overrun its limit."""
+        with self._lock:
+            container = self._get(container_id)
+            timeout = int(container.request.labels.get("altar.timeout_s", "0") or 0)
+            container.created -= timeout + 5
+
+    def write_log(self, container_id: str, lines: list[str]) -> None:
+        with self._lock:
+            self._get(container_id).logs.extend(lines)
+
+    def set_state(self, container_id: str, state: str) -> None:
+        with self._lock:
+            self._get(container_id).state = state

@@ -1,0 +1,106 @@
+"""Pure mapping from a :class:`~altar.execution.ContainerTaskSpec` to a container request."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from altar.backends.local.runtime import ContainerRequest
+from altar.execution import CONTAINER_MOUNT_ROOT, ContainerTaskSpec, UnsupportedCapabilityError
+
+__all__ = [
+    "BACKEND_LABEL",
+    "BACKEND_LABEL_VALUE",
+    "RESERVED_LABELS",
+    "TIMEOUT_LABEL",
+    "host_path",
+    "memory_bytes",
+    "nano_cpus",
+    "render_request",
+    "timeout_from_labels",
+]
+
+#: Identity label on every container this backend starts (lists and events filter on it).
+BACKEND_LABEL = "altar.backend"
+BACKEND_LABEL_VALUE = "local"
+#: The task's wall-clock limit in seconds (same key as altar 0.3.0, so its containers read too).
+TIMEOUT_LABEL = "altar.timeout_s"
+RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
+
+_GIB = 1024**3
+
+
+def memory_bytes(memory_gb: float) -> int:
+    """``memory_gb`` is GiB, as on every backend; Docker takes bytes."""
+    return math.ceil(memory_gb * _GIB)
+
+
+def nano_cpus(cpu: float) -> int:
+    """Docker's CPU quota unit: 1e-9 CPUs."""
+    return round(cpu * 1_000_000_000)
+
+
+def host_path(data_root: str, logical_path: str) -> str:
+    """Where a logical path lives on this host; refuses a path that leaves the data root."""
+    root = os.path.normpath(data_root)
+    path = os.path.normpath(os.path.join(root, logical_path.lstrip("/")))
+    if path != root and not path.startswith(root.rstrip(os.sep) + os.sep):
+        raise ValueError(f"logical path {logical_path!r} leaves the data root {data_root!r}")
+    return path
+
+
+def timeout_from_labels(labels: dict[str, str]) -> int | None:
+    """The limit a container carries, or None (no label, or not a positive integer)."""
+    value = labels.get(TIMEOUT_LABEL, "")
+    if value.isascii() and value.isdigit() and int(value) > 0:
+        return int(value)
+    return None
+
+
+def render_request(
+    spec: ContainerTaskSpec,
+    *,
+    data_root: str,
+    user: str | None,
+    network_mode: str,
+    gpu_devices: int | None,
+) -> ContainerRequest:
+    """The container that runs ``spec``: image and command unchanged, limits exact.
+
+    Raises UnsupportedCapabilityError for what the engine cannot be asked for, and ValueError
+    for a spec label that would override one of the backend's own labels.
+    """
+    clashes = sorted(RESERVED_LABELS.intersection(spec.labels))
+    if clashes:
+        raise ValueError(
+            f"label(s) {', '.join(map(repr, clashes))} are reserved by the local backend "
+            "(they carry its identity and the task's deadline); rename them in the spec"
+        )
+    gpu_count = 0
+    if spec.resources.gpu is not None:
+        gpu_count = spec.resources.count
+        if gpu_devices is not None and gpu_count > gpu_devices:
+            raise UnsupportedCapabilityError(
+                f"task {spec.kind!r} asks for {gpu_count} GPU(s) in pool "
+                f"{spec.resources.gpu!r}, but this Docker host has {gpu_devices}; a GPU task is "
+                "never run on CPU instead",
+                capability="gpu",
+            )
+    labels = dict(spec.labels)
+    labels[BACKEND_LABEL] = BACKEND_LABEL_VALUE
+    if spec.timeout_s is not None:
+        labels[TIMEOUT_LABEL] = str(spec.timeout_s)
+    return ContainerRequest(
+        image=spec.image,
+        command=list(spec.command),
+        labels=labels,
+        environment=dict(spec.env),
+        user=user,
+        nano_cpus=nano_cpus(spec.resources.cpu) if spec.resources.cpu is not None else None,
+        memory_bytes=(
+            memory_bytes(spec.resources.memory_gb) if spec.resources.memory_gb is not None else None
+        ),
+        gpu_count=gpu_count,
+        binds={data_root: CONTAINER_MOUNT_ROOT},
+        network_mode=network_mode,
+    )

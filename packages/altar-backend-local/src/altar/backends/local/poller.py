@@ -1,0 +1,215 @@
+"""Observing many containers with few engine requests (blocking; run in a thread).
+
+One poll costs one list request for every handle whose outcome is not known yet. Containers
+that just ended need their outcome (exit code, OOM kill, finish time): one event-stream request
+covers all of them, because the engine reports ``oom`` and ``die`` (with the exit code) for each.
+The engine keeps only a bounded window of events, so a container whose own ``die`` event is not
+in the window is inspected instead; absence of an ``oom`` event is trusted only next to a
+``die`` event. Outcomes are cached: a container is looked at in detail once in its life.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from altar.backends.local.mapping import timeout_from_labels
+from altar.backends.local.runtime import (
+    ContainerEvent,
+    ContainerNotFoundError,
+    ContainerSummary,
+    DockerRuntime,
+)
+from altar.backends.local.states import (
+    Outcome,
+    deadline,
+    live_state,
+    terminal_failure,
+    timeout_failure,
+)
+from altar.execution import TaskFailure, TaskState
+
+__all__ = ["Observation", "Poller"]
+
+# Engine and host clocks are compared only near a deadline: a deadline this far ahead by our own
+# clock cannot have passed on any sanely synchronised engine, so no clock read is spent on it.
+_CLOCK_MARGIN_S = 300.0
+# The backend starts each container right after creating it; one still "created" this long after
+# will never start (its submitter stopped in between), so it is a failure, not a pending task.
+_START_GRACE_S = 120.0
+_INSPECT_WORKERS = 8
+# A SIGKILLed container's "oom" event can reach the engine just after its "die"; an unflagged
+# 137 is therefore classified only once it is this old (engine seconds).
+_OOM_SETTLE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    state: TaskState
+    failure: TaskFailure | None = None
+
+
+def missing(container_id: str, why: str) -> Observation:
+    return Observation(
+        TaskState.FAILED,
+        TaskFailure(
+            "container_missing",
+            f"container {container_id} not found: {why}",
+            deterministic=False,
+        ),
+    )
+
+
+class Poller:
+    """Turns container ids into observations; remembers terminal ones."""
+
+    def __init__(self, runtime: DockerRuntime, *, use_events: bool = True) -> None:
+        self.runtime = runtime
+        self.use_events = use_events
+        self._terminal: dict[str, Observation] = {}
+        self._offset: float | None = None  # engine clock minus ours
+        self._lock = threading.Lock()
+
+    def cached(self, container_id: str) -> Observation | None:
+        with self._lock:
+            return self._terminal.get(container_id)
+
+    def remember(self, container_id: str, observation: Observation) -> None:
+        with self._lock:
+            self._terminal[container_id] = observation
+
+    def engine_now(self) -> float:
+        if self._offset is None:
+            self._offset = self.runtime.engine_time() - time.time()
+        return time.time() + self._offset
+
+    def observe(self, ids: Sequence[str]) -> dict[str, Observation]:
+        """Current observations for full or prefix container ids (one list request)."""
+        wanted = [i for i in dict.fromkeys(ids) if self.cached(i) is None]
+        result = {i: obs for i in ids if (obs := self.cached(i)) is not None}
+        if not wanted:
+            return result
+        summaries = self.runtime.list_containers(wanted)
+        full = {s.id: s for s in summaries}
+        by_id: dict[str, ContainerSummary] = {}
+        for wanted_id in wanted:
+            exact = full.get(wanted_id)
+            matches = [exact] if exact else [s for s in summaries if s.id.startswith(wanted_id)]
+            if len(matches) == 1:
+                by_id[wanted_id] = matches[0]
+            else:
+                result[wanted_id] = missing(
+                    wanted_id,
+                    "the Docker engine has no such container (removed, or never created here)"
+                    if not matches
+                    else "the id prefix is ambiguous",
+                )
+        ended = [s for s in by_id.values() if live_state(s) is None]
+        outcomes = self._outcomes(ended) if ended else {}
+        for wanted_id, summary in by_id.items():
+            result[wanted_id] = self._classify(wanted_id, summary, outcomes)
+        return result
+
+    def _classify(
+        self, key: str, summary: ContainerSummary, outcomes: dict[str, Outcome | None]
+    ) -> Observation:
+        state = live_state(summary)
+        if state is not None:
+            limit = deadline(summary)
+            if (
+                limit is not None
+                and time.time() + _CLOCK_MARGIN_S >= limit
+                and self.engine_now() >= limit
+            ):
+                self.runtime.kill(summary.id)
+                timeout_s = timeout_from_labels(summary.labels) or 0
+                observation = Observation(TaskState.FAILED, timeout_failure(summary.id, timeout_s))
+                self._remember_as(key, summary.id, observation)
+                return observation
+            if (
+                summary.state == "created"
+                and time.time() - summary.created > _START_GRACE_S
+                and self.engine_now() - summary.created > _START_GRACE_S
+            ):
+                observation = Observation(
+                    TaskState.FAILED,
+                    TaskFailure(
+                        "job_failed",
+                        f"container {summary.id} was created but never started (the process "
+                        "that submitted it stopped before starting it)",
+                        deterministic=False,
+                    ),
+                )
+                self._remember_as(key, summary.id, observation)
+                return observation
+            return Observation(state)
+        outcome = outcomes.get(summary.id)
+        if outcome is None:
+            # Removed between the list and the inspect.
+            return missing(summary.id, "it was removed while it was being inspected")
+        failure = terminal_failure(summary, outcome)
+        if (
+            failure is not None
+            and failure.reason == "exit_137"
+            and outcome.finished_at is not None
+            and self.engine_now() - outcome.finished_at < _OOM_SETTLE_S
+        ):
+            return Observation(TaskState.RUNNING)  # let a late "oom" event arrive first
+        observation = (
+            Observation(TaskState.SUCCEEDED)
+            if failure is None
+            else Observation(TaskState.FAILED, failure)
+        )
+        self._remember_as(key, summary.id, observation)
+        return observation
+
+    def _remember_as(self, key: str, container_id: str, observation: Observation) -> None:
+        self.remember(container_id, observation)
+        if key != container_id:
+            self.remember(key, observation)
+
+    def _outcomes(self, ended: list[ContainerSummary]) -> dict[str, Outcome | None]:
+        outcomes: dict[str, Outcome | None] = {}
+        if self.use_events:
+            since = min(s.created for s in ended) - 1
+            events = self.runtime.exit_events([s.id for s in ended], since, self.engine_now())
+            outcomes.update(_from_events(ended, events))
+        rest = [s.id for s in ended if s.id not in outcomes]
+        if len(rest) > 1:
+            # Many at once only for a fresh process meeting a finished run: a few at a time.
+            with ThreadPoolExecutor(_INSPECT_WORKERS) as pool:
+                outcomes.update(zip(rest, pool.map(self._inspect, rest), strict=True))
+        else:
+            outcomes.update((cid, self._inspect(cid)) for cid in rest)
+        return outcomes
+
+    def _inspect(self, container_id: str) -> Outcome | None:
+        try:
+            detail = self.runtime.inspect(container_id)
+        except ContainerNotFoundError:
+            return None
+        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at)
+
+
+def _from_events(
+    ended: list[ContainerSummary], events: list[ContainerEvent]
+) -> dict[str, Outcome | None]:
+    """Outcomes the event window vouches for: containers whose ``die`` event it holds."""
+    die: dict[str, ContainerEvent] = {}
+    oom: set[str] = set()
+    for event in events:
+        if event.action == "die":
+            if event.container_id not in die or event.time >= die[event.container_id].time:
+                die[event.container_id] = event
+        elif event.action == "oom":
+            oom.add(event.container_id)
+    outcomes: dict[str, Outcome | None] = {}
+    for summary in ended:
+        found = die.get(summary.id)
+        if found is None or found.exit_code is None:
+            continue
+        outcomes[summary.id] = Outcome(found.exit_code, summary.id in oom, found.time)
+    return outcomes

@@ -1,0 +1,149 @@
+"""The runtime seam: the few Docker Engine operations the backend needs, as plain values.
+
+:class:`DockerRuntime` is what the backend talks to.
+:class:`~altar.backends.local.docker_runtime.DockerSdkRuntime` implements it with the docker SDK
+against a real engine; :class:`~altar.backends.local.fake.FakeDockerRuntime` implements it in
+memory for tests. Only plain values cross the seam, and every method is
+synchronous (the backend calls them through :func:`asyncio.to_thread`).
+
+Errors crossing the seam:
+
+- :class:`ContainerNotFoundError` — the engine answered that the container does not exist (404);
+- :class:`~altar.execution.BackendUnavailableError` — the engine could not be reached, timed out
+  or answered with a server error (5xx); the container may well exist;
+- :class:`EngineRefusedError` — the engine understood the request and refused it (other 4xx/5xx
+  answers that name a reason, e.g. a CPU quota above the host's CPUs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: Container states that have not ended (the engine's ``status`` filter values).
+LIVE_CONTAINER_STATES = ("created", "running", "paused", "restarting", "removing")
+
+__all__ = [
+    "LIVE_CONTAINER_STATES",
+    "ContainerDetail",
+    "ContainerEvent",
+    "ContainerNotFoundError",
+    "ContainerRequest",
+    "ContainerSummary",
+    "DockerRuntime",
+    "EngineRefusedError",
+]
+
+
+class ContainerNotFoundError(LookupError):
+    """The engine reports that no container has this id."""
+
+
+class EngineRefusedError(RuntimeError):
+    """The engine refused a request; ``status`` is the HTTP status, ``explanation`` its reason."""
+
+    def __init__(self, status: int, explanation: str) -> None:
+        super().__init__(f"the Docker engine refused the request ({status}): {explanation}")
+        self.status = status
+        self.explanation = explanation
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """Everything needed to create one container, already mapped from a task spec."""
+
+    image: str
+    command: list[str]
+    labels: dict[str, str]
+    environment: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    nano_cpus: int | None = None
+    memory_bytes: int | None = None  # also the memory+swap limit, so the limit is real
+    gpu_count: int = 0
+    binds: dict[str, str] = field(default_factory=dict)  # host path -> container path (rw)
+    network_mode: str = "none"
+
+
+@dataclass(frozen=True)
+class ContainerSummary:
+    """One row of a container listing (what a single list request returns per container)."""
+
+    id: str
+    state: str  # created, running, paused, restarting, removing, exited, dead
+    created: int  # engine epoch seconds
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ContainerDetail:
+    """The terminal facts an inspect returns."""
+
+    id: str
+    state: str
+    exit_code: int
+    oom_killed: bool
+    finished_at: float | None  # engine epoch seconds; None while it never finished
+
+
+@dataclass(frozen=True)
+class ContainerEvent:
+    """A ``die`` or ``oom`` event from the engine's event stream."""
+
+    container_id: str
+    action: str  # "die" or "oom"
+    time: float  # engine epoch seconds
+    exit_code: int | None = None  # set on "die"
+
+
+class DockerRuntime(Protocol):
+    """The Docker Engine operations the local backend uses (one engine request each)."""
+
+    def ping(self) -> None:
+        """One cheap request; raises BackendUnavailableError if the engine does not answer."""
+        ...
+
+    def run(self, request: ContainerRequest) -> str:
+        """Create and start a container; return its full id.
+
+        A container whose start fails is removed before the error is raised.
+        """
+        ...
+
+    def list_containers(self, ids: Sequence[str]) -> list[ContainerSummary]:
+        """The containers among ``ids`` (full or unique-prefix ids) that exist, in any state."""
+        ...
+
+    def list_live(self, label: str) -> list[ContainerSummary]:
+        """Containers carrying ``label`` (``key`` or ``key=value``) that have not ended."""
+        ...
+
+    def inspect(self, container_id: str) -> ContainerDetail:
+        """Terminal facts of one container; raises ContainerNotFoundError."""
+        ...
+
+    def exit_events(
+        self, container_ids: Sequence[str], since: float, until: float
+    ) -> list[ContainerEvent]:
+        """``die`` and ``oom`` events of these containers between two engine times.
+
+        The engine keeps only a bounded window of past events; an event that fell out of it is
+        simply absent, so callers must not read absence of a ``die`` event as anything.
+        """
+        ...
+
+    def engine_time(self) -> float:
+        """The engine's current clock, epoch seconds."""
+        ...
+
+    def kill(self, container_id: str) -> None:
+        """Send SIGKILL. A container that is gone or no longer running is not an error."""
+        ...
+
+    def remove(self, container_id: str) -> None:
+        """Remove a container, running or not. A container that is gone is not an error."""
+        ...
+
+    def log_tail(self, container_id: str, lines: int) -> str:
+        """The last ``lines`` lines of stdout and stderr together; raises ContainerNotFoundError."""
+        ...

@@ -1,0 +1,462 @@
+"""The backend against the in-memory engine: mapping, states, request counts, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from altar.backends.local import LocalDockerExecutionBackend
+from altar.backends.local.fake import FakeDockerRuntime
+from altar.execution import (
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    ResourceRequest,
+    TaskHandle,
+    TaskState,
+    Transfer,
+    UnsupportedCapabilityError,
+)
+
+
+def spec(**overrides: object) -> ContainerTaskSpec:
+    values: dict[str, object] = {
+        "kind": "score",
+        "image": "busybox:latest",
+        "command": ["sh", "-c", "echo hi"],
+        "labels": {"job_id": "J"},
+    }
+    values.update(overrides)
+    return ContainerTaskSpec(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_submit_maps_the_spec_and_returns_a_durable_handle(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(
+        spec(env={"A": "1"}, resources=ResourceRequest(memory_gb=0.5, cpu=1.5), timeout_s=30)
+    )
+    assert handle.backend == "local"
+    assert handle.labels == {"job_id": "J"}
+    request = engine.containers[handle.external_id].request
+    assert request.command == ["sh", "-c", "echo hi"]
+    assert request.environment == {"A": "1"}
+    assert request.memory_bytes == 512 * 1024**2
+    assert request.nano_cpus == 1_500_000_000
+    assert request.labels["altar.timeout_s"] == "30"
+    assert request.binds == {backend.data_root: "/mnt/volume"}
+    assert backend.path_resolver().resolve("a/b") == "/mnt/volume/a/b"
+
+
+@pytest.mark.asyncio
+async def test_states_follow_the_container(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.set_state(handle.external_id, "created")
+    assert (await backend.poll([handle]))[0].state is TaskState.PENDING
+    for state in ("running", "paused", "restarting"):
+        engine.set_state(handle.external_id, state)
+        assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    engine.finish(handle.external_id, 0)
+    status = (await backend.poll([handle]))[0]
+    assert status.state is TaskState.SUCCEEDED
+    assert status.failure is None
+
+
+@pytest.mark.asyncio
+async def test_a_container_created_but_never_started_is_not_pending_forever(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.set_state(handle.external_id, "created")  # as if the submitter died before start
+    assert (await backend.poll([handle]))[0].state is TaskState.PENDING
+    engine.containers[handle.external_id].created -= 600
+    status = (await backend.poll([handle]))[0]
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.deterministic) == ("job_failed", False)
+
+
+@pytest.mark.asyncio
+async def test_one_list_request_per_poll_however_many_handles(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handles = [
+        await backend.submit(spec(labels={"shard": str(i)}, timeout_s=3600)) for i in range(50)
+    ]
+    engine.requests.clear()
+    statuses = await backend.poll(handles)  # far deadlines: not even a clock read
+    assert [s.handle.labels["shard"] for s in statuses] == [str(i) for i in range(50)]
+    assert dict(engine.requests) == {"list": 1}
+
+
+@pytest.mark.asyncio
+async def test_finished_containers_cost_one_events_request_and_are_cached(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handles = [await backend.submit(spec()) for _ in range(20)]
+    for i, handle in enumerate(handles):
+        engine.finish(handle.external_id, i % 3)
+    engine.requests.clear()
+    statuses = await backend.poll(handles)
+    assert [s.failure.reason if s.failure else "ok" for s in statuses][:3] == [
+        "ok",
+        "exit_1",
+        "exit_2",
+    ]
+    assert engine.requests["inspect"] == 0
+    assert engine.requests["events"] == 1
+    assert engine.requests["list"] == 1
+    engine.requests.clear()
+    assert await backend.poll(handles) == statuses
+    assert sum(engine.requests.values()) == 0  # terminal outcomes are cached
+
+
+@pytest.mark.asyncio
+async def test_containers_outside_the_event_window_are_inspected(
+    tmp_path: object, engine: FakeDockerRuntime
+) -> None:
+    engine.events = type(engine.events)(maxlen=4)
+    backend = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    handles = [await backend.submit(spec()) for _ in range(6)]
+    engine.finish(handles[0].external_id, 0, oom=True)  # events pushed out of the window below
+    for handle in handles[1:]:
+        engine.finish(handle.external_id, 5)
+    engine.requests.clear()
+    statuses = await backend.poll(handles)
+    assert statuses[0].failure is not None
+    assert statuses[0].failure.reason == "oom_killed"
+    assert [s.failure.reason for s in statuses[1:] if s.failure] == ["exit_5"] * 5
+    assert engine.requests["inspect"] == 2  # only those whose die event left the window
+
+
+@pytest.mark.asyncio
+async def test_without_events_each_finished_container_is_inspected_once(
+    tmp_path: object, engine: FakeDockerRuntime
+) -> None:
+    backend = LocalDockerExecutionBackend(
+        data_root=str(tmp_path), runtime=engine, watchdog=False, use_events=False
+    )
+    handles = [await backend.submit(spec()) for _ in range(3)]
+    engine.finish(handles[0].external_id, 0, oom=True)
+    engine.finish(handles[1].external_id, 0)
+    engine.requests.clear()
+    statuses = await backend.poll(handles)
+    assert [s.state for s in statuses] == [TaskState.FAILED, TaskState.SUCCEEDED, TaskState.RUNNING]
+    assert engine.requests["inspect"] == 2
+    assert engine.requests["events"] == 0
+
+
+@pytest.mark.asyncio
+async def test_child_oom_with_exit_zero_is_oom_killed(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec(resources=ResourceRequest(memory_gb=0.0625)))
+    engine.finish(handle.external_id, 0, oom=True)
+    status = (await backend.poll([handle]))[0]
+    assert status.state is TaskState.FAILED
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", 0)
+
+
+@pytest.mark.asyncio
+async def test_a_fresh_unflagged_sigkill_waits_for_a_late_oom_event(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    from altar.backends.local.runtime import ContainerEvent
+
+    handle = await backend.submit(spec())
+    cid = handle.external_id
+    engine.containers[cid].created -= 10
+    engine.finish(cid, 137)
+    assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    # The oom event reaches the engine after die; two seconds pass.
+    engine.events.append(ContainerEvent(cid, "oom", engine.now()))
+    engine.events = type(engine.events)(
+        (ContainerEvent(e.container_id, e.action, e.time - 2, e.exit_code) for e in engine.events),
+        maxlen=engine.events.maxlen,
+    )
+    status = (await backend.poll([handle]))[0]
+    assert status.failure is not None
+    assert status.failure.reason == "oom_killed"
+
+
+@pytest.mark.asyncio
+async def test_deadline_kills_and_reads_timeout_on_later_polls(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec(timeout_s=60))
+    assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    engine.expire(handle.external_id)
+    first = (await backend.poll([handle]))[0]
+    assert first.failure is not None
+    assert first.failure.reason == "timeout"
+    assert engine.containers[handle.external_id].state == "exited"  # it was killed
+    assert (await backend.poll([handle]))[0] == first
+
+
+@pytest.mark.asyncio
+async def test_weakness_15_a_fresh_backend_enforces_old_deadlines_and_late_success_is_timeout(
+    tmp_path: object, engine: FakeDockerRuntime
+) -> None:
+    first = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    running = await first.submit(spec(timeout_s=60))
+    killed_earlier = await first.submit(spec(timeout_s=60))
+    late_success = await first.submit(spec(timeout_s=60))
+    engine.expire(killed_earlier.external_id)
+    await first.poll([killed_earlier])  # killed by the first process
+    engine.finish(late_success.external_id, 0)
+    engine.expire(late_success.external_id)  # ...it finished after its deadline, unpolled
+    del first
+    engine.expire(running.external_id)
+
+    second = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    handles = [
+        TaskHandle("local", h.external_id, h.labels)
+        for h in (running, killed_earlier, late_success)
+    ]
+    statuses = await second.poll(handles)
+    assert [s.failure.reason if s.failure else None for s in statuses] == ["timeout"] * 3
+    assert engine.containers[running.external_id].state == "exited"
+
+
+@pytest.mark.asyncio
+async def test_no_timeout_means_no_limit(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.containers[handle.external_id].created -= 10 * 365 * 86400
+    assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+
+
+@pytest.mark.asyncio
+async def test_missing_and_malformed_ids_are_container_missing(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    gone = await backend.submit(spec())
+    engine.remove(gone.external_id)
+    handles = [
+        gone,
+        TaskHandle("local", "altar-conformance-missing"),
+        TaskHandle("local", ".*"),
+        TaskHandle("local", "$(reboot)"),
+    ]
+    engine.requests.clear()
+    statuses = await backend.poll(handles)
+    for status in statuses:
+        assert status.state is TaskState.FAILED
+        assert status.failure is not None
+        assert status.failure.reason == "container_missing"
+        assert not status.failure.deterministic
+    assert engine.requests["list"] == 1  # the malformed ids never reach the engine
+
+
+@pytest.mark.asyncio
+async def test_weakness_3_an_unreachable_engine_is_never_container_missing(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.available = False
+    with pytest.raises(BackendUnavailableError):
+        await backend.poll([handle])
+    with pytest.raises(BackendUnavailableError):
+        await backend.submit(spec())
+    engine.available = True
+    assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+
+
+@pytest.mark.asyncio
+async def test_staging_asks_the_engine_first(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.txt"
+    write(source, "x")
+    engine.available = False
+    with pytest.raises(BackendUnavailableError):
+        await backend.stage_inputs([Transfer(str(source), "in.txt")])
+    assert not exists(Path(backend.data_root, "in.txt"))
+
+
+@pytest.mark.asyncio
+async def test_gpu_without_a_gpu_runtime_is_refused_and_nothing_runs(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    with pytest.raises(UnsupportedCapabilityError, match="not run on CPU") as caught:
+        await backend.submit(spec(resources=ResourceRequest(gpu="gpu", count=1)))
+    assert caught.value.capability == "gpu"
+    assert engine.containers == {}
+
+
+@pytest.mark.asyncio
+async def test_too_few_gpus_is_refused(tmp_path: object) -> None:
+    engine = FakeDockerRuntime(gpu_devices=2)
+    backend = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    handle = await backend.submit(spec(resources=ResourceRequest(gpu="gpu", count=2)))
+    assert engine.containers[handle.external_id].request.gpu_count == 2
+    with pytest.raises(UnsupportedCapabilityError):
+        await backend.submit(spec(resources=ResourceRequest(gpu="gpu", count=3)))
+
+
+@pytest.mark.asyncio
+async def test_engine_refusing_resources_is_unsupported(
+    backend: LocalDockerExecutionBackend,
+) -> None:
+    with pytest.raises(UnsupportedCapabilityError, match="Range of CPUs"):
+        await backend.submit(spec(resources=ResourceRequest(cpu=64)))
+
+
+@pytest.mark.asyncio
+async def test_an_image_the_engine_cannot_get_is_a_clear_error(tmp_path: Path) -> None:
+    from altar.backends.local import EngineRefusedError
+
+    engine = FakeDockerRuntime(images=["busybox:latest"])
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
+    with pytest.raises(EngineRefusedError, match="docker load"):
+        await backend.submit(spec(image="example.org/model:1"))
+    assert engine.containers == {}
+
+
+@pytest.mark.asyncio
+async def test_resubmitting_starts_another_container(
+    backend: LocalDockerExecutionBackend,
+) -> None:
+    first = await backend.submit(spec())
+    second = await backend.submit(spec())
+    assert first.external_id != second.external_id
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def exists(path: Path) -> bool:
+    return path.exists()
+
+
+@pytest.mark.asyncio
+async def test_submit_removes_stale_outputs(backend: LocalDockerExecutionBackend) -> None:
+    stale = Path(backend.data_root, "out", "scores.tsv")
+    write(stale, "old")
+    await backend.submit(spec(outputs=[Transfer("out/scores.tsv", "out/scores.tsv")]))
+    assert not exists(stale)
+
+
+@pytest.mark.asyncio
+async def test_cancel_removes_and_is_idempotent(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    await backend.cancel(handle)
+    await backend.cancel(handle)
+    await backend.cancel(TaskHandle("local", "f" * 64))
+    assert handle.external_id not in engine.containers
+    status = (await backend.poll([handle]))[0]
+    assert status.failure is not None
+    assert status.failure.reason == "cancelled"
+
+
+@pytest.mark.asyncio
+async def test_cleanup_removes_only_finished_containers(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    done = await backend.submit(spec())
+    failed = await backend.submit(spec())
+    running = await backend.submit(spec())
+    engine.finish(done.external_id, 0)
+    engine.finish(failed.external_id, 2)
+    await backend.cleanup([done, failed, running])
+    await backend.cleanup([done, failed, running])
+    assert set(engine.containers) == {running.external_id}
+    statuses = await backend.poll([done, failed])  # outcomes stay known to this instance
+    assert [s.state for s in statuses] == [TaskState.SUCCEEDED, TaskState.FAILED]
+
+
+@pytest.mark.asyncio
+async def test_failure_detail_is_the_log_tail(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.write_log(handle.external_id, [f"log line {i}" for i in range(100)])
+    engine.finish(handle.external_id, 3)
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    lines = detail.splitlines()
+    assert len(lines) == 20
+    assert lines[-1] == "log line 99"
+    assert await backend.failure_detail(TaskHandle("local", "e" * 64)) is None
+    assert await backend.failure_detail(TaskHandle("local", "nonsense")) is None
+
+
+@pytest.mark.asyncio
+async def test_capacity_counts_active_containers(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    assert (await backend.capacity()).pools == {"cpu": 4}
+    handles = [await backend.submit(spec()) for _ in range(3)]
+    engine.finish(handles[0].external_id, 0)
+    assert (await backend.capacity()).pools == {"cpu": 2}
+
+
+@pytest.mark.asyncio
+async def test_weakness_15_watchdog_kills_at_the_deadline_without_a_poll(tmp_path: object) -> None:
+    import time
+
+    engine = FakeDockerRuntime()
+    backend = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine)
+    try:
+        handle = await backend.submit(spec(timeout_s=1))
+        end = time.monotonic() + 10
+        while engine.containers[handle.external_id].state == "running":
+            assert time.monotonic() < end, "the watchdog never killed the container"
+            await asyncio.sleep(0.1)
+        assert engine.containers[handle.external_id].exit_code == 137
+        status = (await backend.poll([handle]))[0]
+        assert status.failure is not None
+        assert status.failure.reason == "timeout"
+    finally:
+        backend.close()
+
+
+def test_options_are_validated(tmp_path: object) -> None:
+    with pytest.raises(ValueError, match="slots"):
+        LocalDockerExecutionBackend(data_root=str(tmp_path), slots=0)
+    with pytest.raises(ValueError, match="gpu_devices"):
+        LocalDockerExecutionBackend(data_root=str(tmp_path), gpu_devices=-1)
+    with pytest.raises(ValueError, match="network"):
+        LocalDockerExecutionBackend(data_root=str(tmp_path), network="")
+
+
+def test_default_user_is_the_data_root_owner(tmp_path: object) -> None:
+    import os
+    import sys
+
+    backend = LocalDockerExecutionBackend(data_root=str(tmp_path))
+    if sys.platform.startswith("linux"):
+        st = os.stat(str(tmp_path))
+        assert backend.container_user == f"{st.st_uid}:{st.st_gid}"
+    assert (
+        LocalDockerExecutionBackend(data_root=str(tmp_path), container_user="").container_user
+        is None
+    )
+
+
+def test_registered_under_the_local_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="altar.execution_backends") if e.name == "local"]
+    assert entry.load() is LocalDockerExecutionBackend
+    assert LocalDockerExecutionBackend.input_digest_verification == "staging"
+
+
+@pytest.mark.asyncio
+async def test_short_container_ids_are_found_too(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    short = TaskHandle("local", handle.external_id[:12])
+    assert (await backend.poll([short]))[0].state is TaskState.RUNNING
+    engine.finish(handle.external_id, 4)
+    statuses = await backend.poll([short, handle])
+    assert [s.failure.reason if s.failure else None for s in statuses] == ["exit_4", "exit_4"]

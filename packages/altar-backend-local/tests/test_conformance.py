@@ -1,0 +1,75 @@
+"""The shared conformance suite (altar-conformance) against the in-memory engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from altar.backends.local import TIMEOUT_LABEL, LocalDockerExecutionBackend
+from altar.backends.local.fake import FakeDockerRuntime
+from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
+
+
+def _engine(backend: ExecutionBackend) -> FakeDockerRuntime:
+    assert isinstance(backend, LocalDockerExecutionBackend)
+    assert isinstance(backend.runtime, FakeDockerRuntime)
+    return backend.runtime
+
+
+class TestLocalBackendConformance(ExecutionBackendContract):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> LocalDockerExecutionBackend:
+        return LocalDockerExecutionBackend(
+            data_root=tmp_path / "data", runtime=FakeDockerRuntime(gpu_devices=2), watchdog=False
+        )
+
+    def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
+        _engine(backend).finish(handle.external_id, exit_code)
+
+    def expire_task(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
+        _engine(backend).expire(handle.external_id)
+
+    def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
+        labels = _engine(backend).containers[handle.external_id].request.labels
+        return int(labels[TIMEOUT_LABEL]) if TIMEOUT_LABEL in labels else None
+
+    def write_task_log(
+        self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]
+    ) -> bool:
+        _engine(backend).write_log(handle.external_id, lines)
+        return True
+
+    def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask | None:
+        request = _engine(backend).containers[handle.external_id].request
+        return LaunchedTask(
+            image=request.image,
+            command=list(request.command),
+            env=dict(request.environment),
+            labels=dict(request.labels),
+            cpu=request.nano_cpus / 1e9 if request.nano_cpus is not None else None,
+            memory_bytes=request.memory_bytes,
+            gpu_count=request.gpu_count,
+        )
+
+    def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
+        assert isinstance(backend, LocalDockerExecutionBackend)
+        return LocalDockerExecutionBackend(
+            data_root=backend.data_root, runtime=backend.runtime, watchdog=False
+        )
+
+    def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
+        _engine(backend).oom_kill(handle.external_id)
+        return True
+
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        _engine(backend).available = False
+        return True
+
+    def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
+        # The fake engine has two GPUs and two CPUs (our CI engine has no GPU at all).
+        return [
+            replace(spec, resources=ResourceRequest(gpu="gpu", count=3)),
+            replace(spec, resources=ResourceRequest(cpu=64)),
+        ]

@@ -1,0 +1,414 @@
+"""The backend against the real Docker engine (``DOCKER_HOST``): every state and reason.
+
+Containers run with the network disabled and carry a per-session label; they are all removed
+at the end of the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import io
+import os
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import docker
+import pytest
+from altar.backends.local import (
+    ContainerDetail,
+    ContainerEvent,
+    DockerSdkRuntime,
+    LocalDockerExecutionBackend,
+)
+from altar.execution import (
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    ResourceRequest,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    UnsupportedCapabilityError,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.integration]
+
+SESSION = uuid.uuid4().hex[:12]
+IMAGE = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
+ENTRYPOINT_IMAGE = "altar-test-entrypoint:local"
+OOM = ["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"]
+
+
+@pytest.fixture(scope="module")
+def api(docker_host: str) -> Iterator[docker.APIClient]:
+    client = docker.APIClient(base_url=docker_host, version="auto")
+    yield client
+    for row in client.containers(all=True, filters={"label": [f"altar.test={SESSION}"]}):
+        client.remove_container(row["Id"], force=True)
+    client.close()
+
+
+@pytest.fixture
+def backend(tmp_path: Path, api: docker.APIClient) -> Iterator[LocalDockerExecutionBackend]:
+    instance = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    yield instance
+    instance.close()
+
+
+class CountingRuntime(DockerSdkRuntime):
+    """The real runtime, counting the outcome requests the poller makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def inspect(self, container_id: str) -> ContainerDetail:
+        self.calls["inspect"] += 1
+        return super().inspect(container_id)
+
+    def exit_events(
+        self, container_ids: Sequence[str], since: float, until: float
+    ) -> list[ContainerEvent]:
+        self.calls["exit_events"] += 1
+        return super().exit_events(container_ids, since, until)
+
+
+def spec(command: list[str], **overrides: object) -> ContainerTaskSpec:
+    values: dict[str, object] = {
+        "kind": "test",
+        "image": IMAGE,
+        "command": command,
+        "labels": {"altar.test": SESSION},
+    }
+    values.update(overrides)
+    return ContainerTaskSpec(**values)  # type: ignore[arg-type]
+
+
+async def settle(
+    backend: LocalDockerExecutionBackend, handle: TaskHandle, limit_s: float = 60
+) -> TaskStatus:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while True:
+        (status,) = await backend.poll([handle])
+        if status.state.is_terminal:
+            return status
+        assert loop.time() < end, f"task still {status.state} after {limit_s} s"
+        await asyncio.sleep(0.2)
+
+
+def read(path: Path) -> str:
+    return path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_success_writes_to_the_data_root_as_its_owner(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    handle = await backend.submit(
+        spec(
+            [
+                "sh",
+                "-c",
+                'mkdir -p /mnt/volume/out && echo "$(id -u):$(id -g)" > /mnt/volume/out/who.txt',
+            ],
+            outputs=[Transfer("out/who.txt", "out/who.txt")],
+        )
+    )
+    status = await settle(backend, handle)
+    assert status.state is TaskState.SUCCEEDED
+    assert status.failure is None
+    st = os.stat(backend.data_root)
+    assert read(Path(backend.data_root, "out/who.txt")).strip() == f"{st.st_uid}:{st.st_gid}"
+
+
+@pytest.mark.asyncio
+async def test_limits_env_labels_and_network_reach_the_engine(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    hostile = "$(id) `uname` 'single' \"double\" ; newline\nend"
+    handle = await backend.submit(
+        spec(
+            ["sh", "-c", 'printf "%s|" "$VALUE" "$1"; ls /sys/class/net', "argv0", hostile],
+            env={"VALUE": hostile},
+            labels={"altar.test": SESSION, "fold": hostile},
+            resources=ResourceRequest(memory_gb=0.25, cpu=0.5),
+            timeout_s=120,
+        )
+    )
+    status = await settle(backend, handle)
+    assert status.state is TaskState.SUCCEEDED
+    logs = api.logs(handle.external_id).decode()
+    assert logs == f"{hostile}|{hostile}|lo\n"  # no network interface besides loopback
+    info = api.inspect_container(handle.external_id)
+    host = info["HostConfig"]
+    assert host["Memory"] == host["MemorySwap"] == 256 * 1024**2
+    assert host["NanoCpus"] == 500_000_000
+    assert host["NetworkMode"] == "none"
+    assert info["Config"]["Labels"]["fold"] == hostile
+    assert info["Config"]["Labels"]["altar.timeout_s"] == "120"
+    assert info["Config"]["Labels"]["altar.backend"] == "local"
+    assert [m["Destination"] for m in info["Mounts"]] == ["/mnt/volume"]
+
+
+@pytest.fixture(scope="module")
+def entrypoint_image(api: docker.APIClient) -> str:
+    dockerfile = f'FROM {IMAGE}\nENTRYPOINT ["echo", "entrypoint-kept"]\nCMD ["default-cmd"]\n'
+    for _ in api.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ENTRYPOINT_IMAGE, rm=True):
+        pass
+    return ENTRYPOINT_IMAGE
+
+
+@pytest.mark.asyncio
+async def test_command_replaces_cmd_and_keeps_the_entrypoint(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient, entrypoint_image: str
+) -> None:
+    handle = await backend.submit(spec(["from", "the spec"], image=entrypoint_image))
+    assert (await settle(backend, handle)).state is TaskState.SUCCEEDED
+    assert api.logs(handle.external_id).decode() == "entrypoint-kept from the spec\n"
+
+
+@pytest.mark.asyncio
+async def test_exit_code_and_log_tail(backend: LocalDockerExecutionBackend) -> None:
+    handle = await backend.submit(
+        spec(
+            [
+                "sh",
+                "-c",
+                'i=0; while [ $i -lt 100 ]; do echo "log line $i"; i=$((i+1)); done; exit 3',
+            ]
+        )
+    )
+    status = await settle(backend, handle)
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.exit_code) == ("exit_3", 3)
+    assert status.failure.deterministic
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    assert detail.splitlines() == [f"log line {i}" for i in range(80, 100)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("use_events", [True, False], ids=["events", "inspect"])
+@pytest.mark.parametrize(
+    ("command", "exit_code"),
+    [(OOM, 137), (["sh", "-c", " ".join(OOM) + "; echo after"], 0)],
+    ids=["main-process", "child-exit-0"],
+)
+async def test_oom_kill_is_oom_killed(
+    tmp_path: Path, api: docker.APIClient, use_events: bool, command: list[str], exit_code: int
+) -> None:
+    runtime = CountingRuntime()
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path, watchdog=False, use_events=use_events, runtime=runtime
+    )
+    handle = await backend.submit(spec(command, resources=ResourceRequest(memory_gb=64 / 1024)))
+    status = await settle(backend, handle)
+    assert status.state is TaskState.FAILED
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", exit_code)
+    assert not status.failure.deterministic
+    # The path under test really was the one taken: the engine's events, or one inspect.
+    assert runtime.calls["inspect"] == (0 if use_events else 1)
+    assert (runtime.calls["exit_events"] > 0) is use_events
+
+
+@pytest.mark.asyncio
+async def test_timeout_kills_and_stays_timeout(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient, tmp_path: Path
+) -> None:
+    handle = await backend.submit(spec(["sleep", "300"], timeout_s=1))
+    status = await settle(backend, handle, limit_s=20)
+    assert status.failure is not None
+    assert status.failure.reason == "timeout"
+    await asyncio.sleep(0.5)
+    assert api.inspect_container(handle.external_id)["State"]["Status"] == "exited"
+    assert (await backend.poll([handle]))[0] == status
+    fresh = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    (again,) = await fresh.poll([handle])
+    assert again.failure is not None
+    assert again.failure.reason == "timeout"
+
+
+@pytest.mark.asyncio
+async def test_a_new_backend_instance_polls_old_handles_and_enforces_their_deadlines(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    first = LocalDockerExecutionBackend(data_root=tmp_path, watchdog=False)
+    overrun = await first.submit(spec(["sleep", "300"], timeout_s=1))
+    quick = await first.submit(spec(["true"], timeout_s=60))
+    handles = [TaskHandle(h.backend, h.external_id, dict(h.labels)) for h in (overrun, quick)]
+    del first  # the submitting process is gone; nobody polled
+    await asyncio.sleep(3)
+    assert api.inspect_container(overrun.external_id)["State"]["Running"]
+    second = LocalDockerExecutionBackend(data_root=tmp_path, watchdog=False)
+    statuses = await second.poll(handles)
+    assert statuses[0].failure is not None
+    assert statuses[0].failure.reason == "timeout"
+    assert statuses[1].state is TaskState.SUCCEEDED
+    await asyncio.sleep(0.5)
+    assert not api.inspect_container(overrun.external_id)["State"]["Running"]
+
+
+@pytest.mark.asyncio
+async def test_the_watchdog_kills_at_the_deadline_without_polls(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    backend = LocalDockerExecutionBackend(data_root=tmp_path)
+    try:
+        handle = await backend.submit(spec(["sleep", "300"], timeout_s=1))
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while api.inspect_container(handle.external_id)["State"]["Running"]:
+            assert loop.time() < end, "never killed"
+            await asyncio.sleep(0.2)
+        status = await settle(backend, handle)
+        assert status.failure is not None
+        assert status.failure.reason == "timeout"
+    finally:
+        backend.close()
+
+
+@pytest.mark.asyncio
+async def test_missing_containers(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    handle = await backend.submit(spec(["true"]))
+    api.remove_container(handle.external_id, force=True)
+    statuses = await backend.poll([handle, TaskHandle("local", "0" * 64)])
+    for status in statuses:
+        assert status.failure is not None
+        assert status.failure.reason == "container_missing"
+        assert not status.failure.deterministic
+
+
+@pytest.fixture
+def dead_socket(tmp_path: Path) -> str:
+    path = tmp_path / "dead.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.close()  # the file stays; nobody listens: connection refused
+    return f"unix://{path}"
+
+
+@pytest.mark.asyncio
+async def test_weakness_3_an_unreachable_engine_is_unavailable_never_missing(
+    tmp_path: Path, backend: LocalDockerExecutionBackend, dead_socket: str
+) -> None:
+    handle = await backend.submit(spec(["sleep", "30"]))
+    missing = f"unix://{tmp_path}/no-such.sock"
+    cut_off = LocalDockerExecutionBackend(data_root=tmp_path, docker_host=missing, watchdog=False)
+    with pytest.raises(BackendUnavailableError, match="install a Docker engine"):
+        await cut_off.poll([handle])
+    for host in (dead_socket, missing):
+        cut_off = LocalDockerExecutionBackend(
+            data_root=tmp_path / "data", docker_host=host, watchdog=False
+        )
+        with pytest.raises(BackendUnavailableError, match="cannot reach the Docker engine"):
+            await cut_off.poll([handle])
+        with pytest.raises(BackendUnavailableError, match="DOCKER_HOST"):
+            await cut_off.submit(spec(["true"]))
+        with pytest.raises(BackendUnavailableError):
+            await cut_off.cancel(handle)
+        with pytest.raises(BackendUnavailableError, match="cannot reach"):
+            await cut_off.stage_inputs([])
+    await backend.cancel(handle)
+
+
+@pytest.mark.asyncio
+async def test_gpu_is_refused_and_nothing_is_left_running(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    marker = uuid.uuid4().hex
+    with pytest.raises(UnsupportedCapabilityError, match="not run on CPU") as caught:
+        await backend.submit(
+            spec(
+                ["true"],
+                labels={"altar.test": SESSION, "marker": marker},
+                resources=ResourceRequest(gpu="gpu", count=1),
+            )
+        )
+    assert caught.value.capability == "gpu"
+    assert api.containers(all=True, filters={"label": [f"marker={marker}"]}) == []
+
+
+@pytest.mark.asyncio
+async def test_unknown_image_is_a_clear_error(backend: LocalDockerExecutionBackend) -> None:
+    with pytest.raises(Exception, match="altar-no-such-image") as caught:
+        await backend.submit(spec(["true"], image="altar-no-such-image:never"))
+    assert not isinstance(caught.value, BackendUnavailableError)
+
+
+@pytest.mark.asyncio
+async def test_cancel_and_cleanup(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    running = await backend.submit(spec(["sleep", "300"]))
+    finished = await backend.submit(spec(["true"]))
+    await settle(backend, finished)
+    await backend.cleanup([running, finished])
+    ids = {r["Id"] for r in api.containers(all=True, filters={"label": [f"altar.test={SESSION}"]})}
+    assert finished.external_id not in ids
+    assert running.external_id in ids
+    await backend.cancel(running)
+    await backend.cancel(running)
+    ids = {r["Id"] for r in api.containers(all=True, filters={"label": [f"altar.test={SESSION}"]})}
+    assert running.external_id not in ids
+
+
+@pytest.mark.asyncio
+async def test_staged_inputs_are_read_by_tasks_and_concurrent_staging_is_safe(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    data = os.urandom(2 << 20)
+    source = tmp_path / "weights.bin"
+    source.write_bytes(data)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    transfer = Transfer(str(source), "models/fold 0/weights.bin", digest=digest)
+    one = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    two = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    await asyncio.gather(one.stage_inputs([transfer]), two.stage_inputs([transfer]))
+    path = one.path_resolver().resolve(transfer.logical_path)
+    handle = await one.submit(spec(["sha256sum", path]))
+    assert (await settle(one, handle)).state is TaskState.SUCCEEDED
+    assert api.logs(handle.external_id).decode().split()[0] == digest.removeprefix("sha256:")
+
+
+def test_runtime_reports_the_engine_it_talks_to(docker_host: str) -> None:
+    assert DockerSdkRuntime(docker_host).engine == docker_host
+
+
+@pytest.mark.asyncio
+async def test_capacity_counts_live_containers(tmp_path: Path, api: docker.APIClient) -> None:
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, slots=1000, watchdog=False)
+    handle = await backend.submit(spec(["sleep", "300"]))
+    try:
+        assert (await backend.capacity()).pools["cpu"] <= 999
+    finally:
+        await backend.cancel(handle)
+
+
+@pytest.mark.asyncio
+async def test_created_is_pending_and_paused_is_running(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    created = api.create_container(
+        IMAGE,
+        ["true"],
+        labels={"altar.test": SESSION, "altar.backend": "local"},
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    (status,) = await backend.poll([TaskHandle("local", created["Id"])])
+    assert status.state is TaskState.PENDING
+    handle = await backend.submit(spec(["sleep", "300"]))
+    api.pause(handle.external_id)
+    try:
+        (status,) = await backend.poll([handle])
+        assert status.state is TaskState.RUNNING
+    finally:
+        api.unpause(handle.external_id)
+        await backend.cancel(handle)

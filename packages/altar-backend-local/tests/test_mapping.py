@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import pytest
+from altar.backends.local.mapping import (
+    BACKEND_LABEL,
+    TIMEOUT_LABEL,
+    host_path,
+    memory_bytes,
+    nano_cpus,
+    render_request,
+    timeout_from_labels,
+)
+from altar.execution import ContainerTaskSpec, ResourceRequest, UnsupportedCapabilityError
+
+HOSTILE = ["sh", "-c", 'echo "$(id)" \'quoted\' `uname`; printf "a\\nb"', "with space", "..", ""]
+
+
+def render(spec: ContainerTaskSpec, **overrides: object):
+    options: dict[str, object] = {
+        "data_root": "/data root",
+        "user": "1000:1000",
+        "network_mode": "none",
+        "gpu_devices": None,
+    }
+    options.update(overrides)
+    return render_request(spec, **options)  # type: ignore[arg-type]
+
+
+def test_image_command_env_and_labels_pass_through_unchanged() -> None:
+    spec = ContainerTaskSpec(
+        kind="score",
+        image="registry.example/model:1@sha256:" + "a" * 64,
+        command=HOSTILE,
+        labels={"job_id": "J 1", "fold": "$(rm -rf /)"},
+        env={"PATH_LIKE": "/a b:$HOME", "NEWLINE": "x\ny"},
+        timeout_s=90,
+    )
+    request = render(spec)
+    assert request.image == spec.image
+    assert request.command == HOSTILE
+    assert request.environment == {"PATH_LIKE": "/a b:$HOME", "NEWLINE": "x\ny"}
+    assert request.labels == {
+        "job_id": "J 1",
+        "fold": "$(rm -rf /)",
+        BACKEND_LABEL: "local",
+        TIMEOUT_LABEL: "90",
+    }
+    assert request.binds == {"/data root": "/mnt/volume"}
+    assert request.user == "1000:1000"
+    assert request.network_mode == "none"
+    assert request.gpu_count == 0
+
+
+def test_no_timeout_means_no_deadline_label() -> None:
+    request = render(ContainerTaskSpec(kind="k", image="i", command=[]))
+    assert TIMEOUT_LABEL not in request.labels
+    assert timeout_from_labels(request.labels) is None
+
+
+@pytest.mark.parametrize("key", [TIMEOUT_LABEL, BACKEND_LABEL])
+def test_spec_labels_cannot_override_backend_labels(key: str) -> None:
+    spec = ContainerTaskSpec(kind="k", image="i", command=[], labels={key: "999999"})
+    with pytest.raises(ValueError, match="reserved by the local backend"):
+        render(spec)
+
+
+def test_resources_map_to_exact_limits() -> None:
+    spec = ContainerTaskSpec(
+        kind="k", image="i", command=[], resources=ResourceRequest(memory_gb=1.5, cpu=0.25)
+    )
+    request = render(spec)
+    assert request.memory_bytes == 1536 * 1024 * 1024
+    assert request.nano_cpus == 250_000_000
+    assert memory_bytes(7.5) == int(7.5 * 1024**3)
+    assert nano_cpus(2) == 2_000_000_000
+
+
+def test_gpu_request_asks_for_exactly_count_devices() -> None:
+    spec = ContainerTaskSpec(
+        kind="k", image="i", command=[], resources=ResourceRequest(gpu="a100", count=3)
+    )
+    assert render(spec).gpu_count == 3
+    assert render(spec, gpu_devices=4).gpu_count == 3
+
+
+def test_gpu_request_above_the_hosts_devices_is_refused() -> None:
+    spec = ContainerTaskSpec(
+        kind="k", image="i", command=[], resources=ResourceRequest(gpu="gpu", count=2)
+    )
+    with pytest.raises(UnsupportedCapabilityError, match="has 1") as caught:
+        render(spec, gpu_devices=1)
+    assert caught.value.capability == "gpu"
+
+
+def test_count_without_gpu_is_cpu_work() -> None:
+    spec = ContainerTaskSpec(kind="k", image="i", command=[], resources=ResourceRequest(count=4))
+    assert render(spec).gpu_count == 0
+
+
+@pytest.mark.parametrize("value", ["", "0", "-5", "1.5", "ten", "١٢"])
+def test_malformed_timeout_labels_are_no_limit(value: str) -> None:
+    assert timeout_from_labels({TIMEOUT_LABEL: value}) is None
+
+
+def test_host_path_refuses_to_leave_the_data_root() -> None:
+    assert host_path("/data", "models/w.bin") == "/data/models/w.bin"
+    assert host_path("/data", "/abs/x") == "/data/abs/x"
+    with pytest.raises(ValueError, match="leaves the data root"):
+        host_path("/data", "../etc/passwd")
+    with pytest.raises(ValueError, match="leaves the data root"):
+        host_path("/data", "a/../../x")

@@ -1,0 +1,346 @@
+"""Staging inputs: verified one-pass copies, records, the staging index, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import altar.backends.local.staging as staging_module
+import altar.execution.digest as digest_module
+import pytest
+from altar.backends.local import LocalDockerExecutionBackend, StageAction
+from altar.backends.local.fake import FakeDockerRuntime
+from altar.backends.local.staging import Stager, local_path
+from altar.execution import (
+    Transfer,
+    TransferIntegrityError,
+    UnsupportedCapabilityError,
+    has_verification_record,
+)
+from altar.execution.digest import verification_record_line
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def make(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "data root"
+
+
+@pytest.fixture
+def weights(tmp_path: Path) -> Path:
+    return make(tmp_path / "src" / "fold 0 weights.bin", b"weights-0" * 1000)
+
+
+def forbid_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any hash or copy of file bytes fail the test."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"file bytes were read: {args!r}")
+
+    monkeypatch.setattr(digest_module, "_hash_fd", refuse)
+    monkeypatch.setattr(staging_module, "copy_and_verify", refuse)
+    monkeypatch.setattr(staging_module, "verify_file", refuse)
+
+
+def later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the status-change second of every file so far be over (records need that)."""
+    time.sleep(1.1)
+
+
+def test_first_staging_copies_into_the_data_root(root: Path, weights: Path) -> None:
+    stager = Stager(str(root))
+    transfer = Transfer(str(weights), "models/fold 0/w.bin", digest=sha(weights.read_bytes()))
+    assert stager.stage(transfer) is StageAction.COPIED
+    dest = root / "models/fold 0/w.bin"
+    assert dest.read_bytes() == weights.read_bytes()
+    assert not [p for p in dest.parent.iterdir() if p.name.endswith(".partial")]
+
+
+def test_weakness_11_second_staging_copies_and_hashes_nothing_even_for_a_small_file(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = make(tmp_path / "tiny.txt", b"x")  # copied in far less than a second
+    transfer = Transfer(str(small), "tiny.txt", digest=sha(b"x"))
+    assert Stager(str(root)).stage(transfer) is StageAction.COPIED
+    inode = (root / "tiny.txt").stat().st_ino
+    forbid_reading(monkeypatch)
+    assert Stager(str(root)).stage(transfer) is StageAction.SKIPPED  # a fresh stager, too
+    assert (root / "tiny.txt").stat().st_ino == inode
+
+
+def test_the_index_is_promoted_to_a_verification_record_later(
+    root: Path, weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
+    stager = Stager(str(root))
+    stager.stage(transfer)
+    dest = root / "w.bin"
+    assert not has_verification_record(dest, transfer.digest or "")  # same second: not yet
+    later(monkeypatch)
+    forbid_reading(monkeypatch)
+    assert stager.stage(transfer) is StageAction.SKIPPED
+    assert has_verification_record(dest, transfer.digest or "")
+    record = Path(str(dest) + ".sha256-verified").read_text()
+    assert record == verification_record_line(transfer.digest or "", dest.stat()) + "\n"
+
+
+def test_a_record_written_by_another_verifier_is_trusted(
+    root: Path, weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dest = make(root / "w.bin", weights.read_bytes())
+    digest = sha(weights.read_bytes())
+    later(monkeypatch)
+    assert digest_module.verify_file_digest(dest, digest)  # hashes and records
+    forbid_reading(monkeypatch)
+    assert Stager(str(root)).stage(Transfer(str(weights), "w.bin", digest=digest)) is (
+        StageAction.SKIPPED
+    )
+
+
+def test_mismatch_raises_and_leaves_no_file_behind(root: Path, weights: Path) -> None:
+    before = weights.read_bytes()
+    transfer = Transfer(str(weights), "w.bin", digest=sha(b"other bytes"))
+    with pytest.raises(TransferIntegrityError, match="expected sha256:"):
+        Stager(str(root)).stage(transfer)
+    assert weights.read_bytes() == before
+    assert not (root / "w.bin").exists()
+    assert not [p for p in root.rglob("*") if p.name.endswith(".partial")]
+
+
+def test_weakness_1_a_caller_file_at_its_destination_is_never_deleted(root: Path) -> None:
+    own = make(root / "models" / "w.bin", b"caller bytes")
+    transfer = Transfer(str(own), "models/w.bin", digest=sha(b"expected bytes"))
+    with pytest.raises(TransferIntegrityError):
+        Stager(str(root)).stage(transfer)
+    assert own.read_bytes() == b"caller bytes"
+
+
+def test_weakness_1_no_record_is_written_beside_a_callers_file(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = make(root / "w.bin", b"caller bytes")
+    transfer = Transfer(f"file://{own}", "w.bin", digest=sha(b"caller bytes"))
+    later(monkeypatch)
+    stager = Stager(str(root))
+    assert stager.stage(transfer) is StageAction.VERIFIED
+    assert stager.stage(transfer) is StageAction.SKIPPED  # the index remembers it
+    assert not Path(str(own) + ".sha256-verified").exists()
+    assert own.read_bytes() == b"caller bytes"
+
+
+def test_a_changed_destination_is_detected_and_replaced(root: Path, weights: Path) -> None:
+    data = weights.read_bytes()
+    transfer = Transfer(str(weights), "w.bin", digest=sha(data))
+    stager = Stager(str(root))
+    stager.stage(transfer)
+    dest = root / "w.bin"
+    time.sleep(0.05)  # past the kernel's timestamp tick, so the rewrite shows in ctime_ns
+    with open(dest, "r+b") as handle:  # same size, same inode, different bytes
+        handle.write(b"X")
+    assert stager.stage(transfer) is StageAction.COPIED
+    assert dest.read_bytes() == data
+
+
+def test_a_replaced_destination_is_detected(root: Path, weights: Path) -> None:
+    data = weights.read_bytes()
+    transfer = Transfer(str(weights), "w.bin", digest=sha(data))
+    stager = Stager(str(root))
+    stager.stage(transfer)
+    make(root / "other.bin", b"Y" * len(data)).replace(root / "w.bin")
+    assert stager.stage(transfer) is StageAction.COPIED
+    assert (root / "w.bin").read_bytes() == data
+
+
+def test_an_unindexed_destination_with_the_right_bytes_is_hashed_not_copied(
+    root: Path, weights: Path
+) -> None:
+    data = weights.read_bytes()
+    dest = make(root / "w.bin", data)
+    inode = dest.stat().st_ino
+    assert Stager(str(root)).stage(Transfer(str(weights), "w.bin", digest=sha(data))) is (
+        StageAction.VERIFIED
+    )
+    assert dest.stat().st_ino == inode
+
+
+def test_weakness_12_records_and_index_can_be_distrusted(
+    root: Path, weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = weights.read_bytes()
+    transfer = Transfer(str(weights), "w.bin", digest=sha(data))
+    Stager(str(root)).stage(transfer)
+    later(monkeypatch)
+    Stager(str(root)).stage(transfer)  # promotes a record
+    assert has_verification_record(root / "w.bin", transfer.digest or "")
+    distrusting = Stager(str(root), trust_records=False)
+    hashed: list[object] = []
+    real = staging_module.verify_file
+
+    def spy(*args: object, **kwargs: object) -> bool:
+        hashed.append(args[0])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(staging_module, "verify_file", spy)
+    assert distrusting.stage(transfer) is StageAction.VERIFIED
+    assert hashed == [str(root / "w.bin")]
+
+
+def test_a_forged_record_is_not_trusted_when_told_not_to(root: Path, weights: Path) -> None:
+    dest = make(root / "w.bin", b"tampered" + b"\0" * (len(weights.read_bytes()) - 8))
+    digest = sha(weights.read_bytes())
+    Path(str(dest) + ".sha256-verified").write_text(
+        verification_record_line(digest, dest.stat()) + "\n"
+    )
+    assert Stager(str(root)).stage(Transfer(str(weights), "w.bin", digest=digest)) is (
+        StageAction.SKIPPED
+    )  # trusted by default, as documented
+    assert (
+        Stager(str(root), trust_records=False).stage(Transfer(str(weights), "w.bin", digest=digest))
+        is StageAction.COPIED
+    )
+    assert dest.read_bytes() == weights.read_bytes()
+
+
+def test_a_directory_with_a_digest_is_refused(root: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "weights"
+    make(folder / "part", b"p")
+    with pytest.raises(TransferIntegrityError, match="regular file"):
+        Stager(str(root)).stage(Transfer(str(folder), "models/weights", digest=sha(b"p")))
+
+
+def test_a_missing_source_with_a_digest_is_refused(root: Path, tmp_path: Path) -> None:
+    with pytest.raises(TransferIntegrityError, match="regular file"):
+        Stager(str(root)).stage(Transfer(str(tmp_path / "nope"), "x", digest=sha(b"p")))
+
+
+def test_inputs_without_digest_are_copied_once_until_the_source_changes(
+    root: Path, tmp_path: Path
+) -> None:
+    variants = make(tmp_path / "variants.tsv", b"chr1\t100\tA\tG\n")
+    transfer = Transfer(str(variants), "jobs/J/variants.tsv")
+    stager = Stager(str(root))
+    assert stager.stage(transfer) is StageAction.COPIED
+    assert stager.stage(transfer) is StageAction.SKIPPED
+    time.sleep(0.05)
+    variants.write_bytes(b"chr2\t200\tC\tT\n")
+    assert stager.stage(transfer) is StageAction.COPIED
+    assert (root / "jobs/J/variants.tsv").read_bytes() == b"chr2\t200\tC\tT\n"
+
+
+def test_weakness_11_a_reader_of_the_old_copy_never_sees_mixed_bytes(
+    root: Path, tmp_path: Path
+) -> None:
+    first = make(tmp_path / "a.bin", b"A" * 100_000)
+    stager = Stager(str(root))
+    stager.stage(Transfer(str(first), "w.bin"))
+    with open(root / "w.bin", "rb") as reader:  # a running task holds the old input open
+        make(first, b"B" * 100_000)
+        stager.stage(Transfer(str(first), "w.bin"))
+        assert reader.read() == b"A" * 100_000
+    assert (root / "w.bin").read_bytes() == b"B" * 100_000
+
+
+@pytest.mark.parametrize(
+    "logical", ["a b/c 'd'.bin", 'q"uote/$(id).bin', "new\nline.bin", "/abs/style.bin"]
+)
+def test_hostile_logical_paths_stay_inside_the_data_root(
+    root: Path, weights: Path, logical: str
+) -> None:
+    Stager(str(root)).stage(Transfer(str(weights), logical))
+    assert (root / logical.lstrip("/")).read_bytes() == weights.read_bytes()
+
+
+def test_escaping_logical_paths_are_refused(root: Path, weights: Path) -> None:
+    with pytest.raises(ValueError, match="leaves the data root"):
+        Stager(str(root)).stage(Transfer(str(weights), "../outside.bin"))
+    assert not (root.parent / "outside.bin").exists()
+
+
+def test_uris(tmp_path: Path) -> None:
+    assert local_path("file:///a%20b/c") == "/a b/c"
+    assert local_path("file://localhost/x") == "/x"
+    assert local_path("rel/x") == os.path.abspath("rel/x")
+    with pytest.raises(UnsupportedCapabilityError, match="'gs' scheme"):
+        local_path("gs://bucket/x")
+    with pytest.raises(UnsupportedCapabilityError, match="host"):
+        local_path("file://elsewhere/x")
+
+
+def test_weakness_11_concurrent_stagings_of_one_file_from_many_threads(
+    root: Path, tmp_path: Path
+) -> None:
+    data = os.urandom(4 << 20)
+    source = make(tmp_path / "big.bin", data)
+    transfer = Transfer(str(source), "shared/big.bin", digest=sha(data))
+    results: list[StageAction] = []
+    errors: list[BaseException] = []
+
+    def stage(stager: Stager) -> None:
+        try:
+            results.append(stager.stage(transfer))
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=stage, args=(Stager(str(root)),)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert results.count(StageAction.COPIED) == 1
+    assert (root / "shared/big.bin").read_bytes() == data
+    assert not [p for p in root.rglob("*") if p.name.endswith((".partial", ".tmp"))]
+
+
+@pytest.mark.asyncio
+async def test_two_concurrent_stage_inputs_calls(tmp_path: Path) -> None:
+    data = b"reference genome" * 50_000
+    source = make(tmp_path / "ref.fa", data)
+    engine = FakeDockerRuntime()
+    one = LocalDockerExecutionBackend(data_root=tmp_path / "d", runtime=engine, watchdog=False)
+    two = LocalDockerExecutionBackend(data_root=tmp_path / "d", runtime=engine, watchdog=False)
+    transfer = Transfer(str(source), "ref/ref.fa", digest=sha(data))
+    await asyncio.gather(one.stage_inputs([transfer]), two.stage_inputs([transfer]))
+    actions = sorted(a for _, a in one.last_staging + two.last_staging)
+    assert actions == [StageAction.COPIED, StageAction.SKIPPED]
+    assert (tmp_path / "d/ref/ref.fa").read_bytes() == data
+
+
+@pytest.mark.asyncio
+async def test_stage_inputs_refuses_two_sources_for_one_path(tmp_path: Path) -> None:
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    a = make(tmp_path / "a", b"a")
+    b = make(tmp_path / "b", b"b")
+    with pytest.raises(ValueError, match="two inputs claim"):
+        await backend.stage_inputs([Transfer(str(a), "x"), Transfer(str(b), "x")])
+
+
+@pytest.mark.asyncio
+async def test_collect_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative uri names a file under the working directory
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    make(tmp_path / "d/jobs/J/scores.tsv", b"score\n1\n")
+    out = tmp_path / "results dir" / "scores.tsv"
+    await backend.collect_outputs([Transfer(str(out), "jobs/J/scores.tsv")])
+    assert out.read_bytes() == b"score\n1\n"
+    await backend.collect_outputs([Transfer("copy/scores.tsv", "jobs/J/scores.tsv")])
+    assert (tmp_path / "copy/scores.tsv").read_bytes() == b"score\n1\n"
+    with pytest.raises(FileNotFoundError, match="was not written"):
+        await backend.collect_outputs([Transfer(str(out), "jobs/J/missing.tsv")])
