@@ -28,7 +28,7 @@ from .constants import (
 )
 from .settings import queue_settings
 
-# After the group is killed, how long to wait for the adapter itself to be reaped.
+# After the group is killed, how long to wait for pipes held by escaped descendants.
 _DRAIN_SECONDS = 2.0
 PYTHON_VARIABLE = "HTTK_ADAPTER_PYTHON"
 IMPORT_ROOT_VARIABLE = "HTTK_ADAPTER_IMPORT_ROOT"
@@ -155,15 +155,15 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
     )
     assert process.stdout is not None
     assert process.stderr is not None
+    pipes = process.stdout.fileno(), process.stderr.fileno()
     try:
-        with process.stdout, process.stderr:
-            stdout, stderr = _read_until_closed(
-                process, process.stdout.fileno(), process.stderr.fileno(), deadline
-            )
-            _wait_for_exit(process, deadline)
+        stdout, stderr = _read_until_closed(process, *pipes, deadline)
+        _wait_for_exit(process, deadline)
     except subprocess.TimeoutExpired:
         _kill_group(process)
         try:
+            # Until every member of the group is gone, one of them may hold a pipe.
+            _read_until_closed(process, *pipes, time.monotonic() + _DRAIN_SECONDS)
             process.wait(timeout=_DRAIN_SECONDS)
         except subprocess.TimeoutExpired:
             process.kill()
@@ -173,6 +173,9 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
         _kill_group(process)
         process.wait()
         raise
+    finally:
+        process.stdout.close()
+        process.stderr.close()
     return process.returncode, _text(stdout), _text(stderr)
 
 
