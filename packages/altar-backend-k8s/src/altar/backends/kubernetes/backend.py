@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from altar.backends.kubernetes.jobs import K8sJobInfo, classify_failure
+from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo, classify_failure
 from altar.backends.kubernetes.manifest import (
     CPU_POOL,
     DEFAULT_DIGEST_VERIFIER_IMAGE,
@@ -288,8 +288,11 @@ class KubernetesExecutionBackend(ExecutionBackend):
             pods = await self._call(
                 self._runtime.list_pods, namespace=self.namespace, label_selector=selector
             )
+            pods_by_uid: dict[str | None, list[K8sPodInfo]] = {}
+            for pod in pods:
+                pods_by_uid.setdefault(pod.job_uid, []).append(pod)
             for key, job in newly_failed.items():
-                failure = classify_failure(job, [p for p in pods if p.job_uid == job.uid])
+                failure = classify_failure(job, pods_by_uid.get(job.uid, []))
                 failures[key] = failure
                 # Pods of a Job that is only FailureTarget may still be terminating: keep
                 # asking until the answer is final.
