@@ -449,7 +449,8 @@ class _Run:
             return False
         # a plain future, not asyncio.timeout: that would swallow a cancel requested before it
         loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
         timer = loop.call_later(seconds, _resolve, waiter, False)
         try:
             return await waiter
