@@ -209,22 +209,29 @@ async def test_capacity_and_max_parallel_limit_live_tasks(
 
 
 class Timeline:
-    """The runner's backend calls and waits, in order (waits through a spy on ``_Run.wait``).
+    """The runner's backend calls and waits, in order, on a fake clock.
 
-    A wait is recorded with its length and the tasks whose submit is in flight as it starts.
+    A wait is recorded with the backoff interval and the tasks whose submit is in flight. With a
+    submit in flight the wait lasts until it lands (no clock time passes); otherwise the clock
+    jumps ahead by the wait's length, so no test sleeps.
     """
 
     def __init__(self, monkeypatch, fake_backend_class):
         self.entries: list[tuple] = []
+        self.clock = 0.0
         entries = self.entries
         real_wait = _Run.wait
 
         async def wait(run, seconds):
             submitting = tuple(r.id for r in run.records.values() if r.state == "submitting")
-            entries.append(("wait", seconds, submitting))
-            return await real_wait(run, seconds)
+            entries.append(("wait", run.interval, submitting))
+            if submitting:
+                return await real_wait(run, 3600.0)  # ended by the landing
+            self.clock += max(0.0, seconds)
+            return False
 
         monkeypatch.setattr(_Run, "wait", wait)
+        monkeypatch.setattr(_Run, "now", lambda run: self.clock)
 
         class Recording(fake_backend_class):
             async def submit(self, spec):
@@ -248,13 +255,16 @@ async def test_a_freed_slot_is_refilled_without_waiting(
 ):
     timeline = Timeline(monkeypatch, fake_backend_class)
     provider.duration = 4  # polls 1-3 see it running, poll 4 sees it finished
-    result = await run_plan(
-        simple_plan("a", "b", "c"),
-        timeline.backend_class(provider=provider),
-        run_dir=tmp_path / "run",
-        max_parallel=1,
-        poll_interval_s=0.001,
-        max_poll_interval_s=0.008,
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a", "b", "c"),
+            timeline.backend_class(provider=provider),
+            run_dir=tmp_path / "run",
+            max_parallel=1,
+            poll_interval_s=1.0,
+            max_poll_interval_s=8.0,
+        ),
+        timeout=30,  # a hang guard, not a measurement
     )
     assert result.ok
     entries = timeline.entries
@@ -263,11 +273,19 @@ async def test_a_freed_slot_is_refilled_without_waiting(
             i for i, e in enumerate(entries) if e[0] == "poll" and e[1].get(done) == "succeeded"
         )
         # the next submit was already under way when the run first waited: no backoff first
-        assert entries[finished + 1] == ("wait", 0.001, (refill,))
+        assert entries[finished + 1] == ("wait", 1.0, (refill,))
         assert entries[finished + 2] == ("submit", refill)
+    assert timeline.clock == 3 * 8.0  # 1 + 1 + 2 + 4 per task, and no clock time for a refill
     # while a task runs unchanged the waits grow, and a change resets them
-    waits_for_a = [e[1] for e in entries[: entries.index(("submit", "b"))] if e[0] == "wait"]
-    assert waits_for_a == [0.001, 0.001, 0.002, 0.004, 0.001]  # a lands, polls 1-3, b lands
+    before_b = entries[: entries.index(("submit", "b"))]
+    assert [e[1:] for e in before_b if e[0] == "wait"] == [
+        (1.0, ("a",)),  # a's submit lands
+        (1.0, ()),  # until the first poll is due
+        (1.0, ()),  # after poll 1: a is running, a change
+        (2.0, ()),  # poll 2: nothing changed
+        (4.0, ()),  # poll 3: nothing changed
+        (1.0, ("b",)),  # poll 4: a finished; b was submitted at once
+    ]
     # no tick is wasted: after every poll the run waits or submits, never polls again at once
     for before, after in itertools.pairwise(entries):
         assert not (before[0] == "poll" and after[0] == "poll"), entries

@@ -228,6 +228,8 @@ class _Run:
         self._submits: set[asyncio.Task[bool]] = set()  # submits in flight, and landed unreaped
         self._landed = False  # a submit landed with news since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
+        self.interval = poll_interval_s  # the backoff: from the last poll to the next
+        self.last_poll = -float("inf")  # loop time
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -440,10 +442,15 @@ class _Run:
             if not task.cancelled():
                 task.exception()
 
+    def now(self) -> float:
+        """The clock of the poll schedule (the event loop's; a test may fake it)."""
+        return asyncio.get_running_loop().time()
+
     async def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True if a submit landed meanwhile (or before)."""
         if self._landed:
             return True
+        seconds = max(0.0, seconds)
         if not self._submits:
             await asyncio.sleep(seconds)
             return False
@@ -646,7 +653,6 @@ class _Run:
         try:
             self.resume()
             await self.stage()
-            interval = self.poll_interval_s
             cancel_file = self.journal.run_dir / CANCEL_REQUEST
             while True:
                 if cancel_file.exists():
@@ -660,7 +666,11 @@ class _Run:
                 collected = await self.collect()
                 batch = await self.choose(self.ready())
                 self.launch(batch)
-                changed, finished = await self.poll()
+                changed = finished = False
+                due = self.now() >= self.last_poll + self.interval
+                if due:  # a tick woken early by a submit landing does not poll before its time
+                    self.last_poll = self.now()
+                    changed, finished = await self.poll()
                 collected = await self.collect() or collected
                 self.skip_blocked()
                 self.checkpoint()
@@ -668,13 +678,13 @@ class _Run:
                 if not self._submits and all(_settled(r) for r in self.records.values()):
                     break
                 if changed or collected or batch:
-                    interval = self.poll_interval_s
+                    self.interval = self.poll_interval_s
                     if (finished or collected) and self.has_room():
                         continue  # a slot was freed or a task became ready: fill it now
-                else:
-                    interval = min(self.max_poll_interval_s, interval * 2)
-                if await self.wait(interval):
-                    interval = self.poll_interval_s
+                elif due:
+                    self.interval = min(self.max_poll_interval_s, self.interval * 2)
+                if await self.wait(self.last_poll + self.interval - self.now()):
+                    self.interval = self.poll_interval_s  # a submit landed: its task is news
             await self.drain()
             await self.cleanup()
             self.journal.finished = True
@@ -746,7 +756,8 @@ async def run_plan(
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
     Polling starts every ``poll_interval_s`` and doubles up to ``max_poll_interval_s`` while
-    nothing changes; each tick makes one ``poll`` call for every open task.
+    nothing changes; each tick makes one ``poll`` call for every open task. Submits run
+    concurrently in the background; a slot freed by a finished task is refilled at once.
     """
     run_dir = Path(run_dir)
     if max_parallel is None:
