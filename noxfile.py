@@ -74,6 +74,14 @@ def _sync(session: nox.Session, *args: str) -> None:
     session.run_install("uv", "sync", "--locked", "--python", python, *args, env=env, external=True)
 
 
+def _add_conformance(session: nox.Session) -> None:
+    """Backends prove themselves with altar-conformance: add it (from the lock) to the venv.
+
+    ``uv sync`` takes one ``--package`` at a time; ``--inexact`` keeps what is installed.
+    """
+    _sync(session, "--inexact", "--package", "altar-conformance", "--group", "dev")
+
+
 def _services_env(session: nox.Session, only: str) -> dict[str, str]:
     """Start the real providers (scripts/services) and return the variables it wrote."""
     session.run(str(ROOT / "scripts" / "services"), "up", "--only", only, external=True)
@@ -114,6 +122,8 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session, dist: str) -> None:
     """One distribution's tests, installed alone, without real-provider tests."""
     _sync(session, "--package", dist, "--group", "dev")
+    if dist in BACKENDS.values():
+        _add_conformance(session)
     _pytest(session, f"{DISTRIBUTIONS[dist]}/tests", "-m", f"not ({PROVIDER_MARKERS})")
 
 
@@ -122,15 +132,17 @@ def tests(session: nox.Session, dist: str) -> None:
 def conformance(session: nox.Session, backend: str) -> None:
     """A backend against its fake provider through altar-conformance.
 
-    Selects the backend's tests named ``*Contract*`` or living in ``tests/test_conformance*.py``.
+    Selects the backend's test classes named ``*Contract*`` and the modules
+    ``tests/test_conformance*.py`` / ``tests/test_*_conformance.py``.
     """
     dist = BACKENDS[backend]
-    _sync(session, "--package", dist, "--package", "altar-conformance", "--group", "dev")
+    _sync(session, "--package", dist, "--group", "dev")
+    _add_conformance(session)
     _pytest(
         session,
         f"{DISTRIBUTIONS[dist]}/tests",
         "-k",
-        "Contract or conformance",
+        "Contract or test_conformance or _conformance",
         "-m",
         f"not ({PROVIDER_MARKERS})",
     )
@@ -144,9 +156,8 @@ def integration(session: nox.Session, provider: str) -> None:
     # Slurm tests reach the cluster through sshd too (ssh-slurm), so start both.
     env = _services_env(session, "slurm,ssh" if provider == "slurm" else provider)
     env["ALTAR_REQUIRE_SERVICES"] = "1"
-    dirs = [
-        f"{folder}/tests" for folder in DISTRIBUTIONS.values() if (ROOT / folder / "tests").is_dir()
-    ]
+    folders = [*DISTRIBUTIONS.values(), "."]  # ".": the repository-wide tests/ (services checks)
+    dirs = [f"{folder}/tests" for folder in folders if (ROOT / folder / "tests").is_dir()]
     _pytest(session, *dirs, "-m", provider, env=env)
 
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/test and scripts/demo (sourced, not executed).
 
 step() { printf '\n==> %s\n' "$*" >&2; }

@@ -185,10 +185,14 @@ def test_local_start_manager_starts_detached_processes(env, local: Path, set_que
     assert result["count"] == 2
     assert len(result["pids"]) == 2
     assert result["pid"] == result["pids"][0]
+    # Both detached processes truncate and write the same file: it may be briefly empty.
+    written, expected = Path(f"{marker}-3"), "x --workers 3"
     deadline = time.monotonic() + 20
-    while not Path(f"{marker}-3").exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (
+        written.exists() and written.read_text() == expected
+    ):
         time.sleep(0.05)
-    assert Path(f"{marker}-3").read_text() == "x --workers 3"
+    assert written.read_text() == expected
     for bad in (0, True, "2"):
         with pytest.raises(RuntimeError, match="count must be a positive integer"):
             run_adapter(local, "start-manager", {"queue": "default", "argv": argv, "count": bad})

@@ -18,13 +18,25 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+@pytest.fixture(params=["kernel", "user"])
+def copy_route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test through copy_file_range, and again through the user-space fallback."""
+    if request.param == "user":
+
+        def cross_device(*args: object) -> int:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(digest.os, "copy_file_range", cross_device)
+    return str(request.param)
+
+
 def snapshot(path: Path) -> tuple[bytes, int, int, int, int]:
     st = os.stat(path)
     return path.read_bytes(), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
 
 
 @pytest.mark.parametrize("size", [0, 1, MiB - 1, MiB, 4 * MiB, 4 * MiB + 1, 9 * MiB + 7])
-def test_copies_and_hashes_in_one_pass(tmp_path: Path, size: int) -> None:
+def test_copies_and_hashes_in_one_pass(tmp_path: Path, size: int, copy_route: str) -> None:
     data = os.urandom(size)
     source = tmp_path / "src"
     source.write_bytes(data)
@@ -42,7 +54,7 @@ def test_copies_and_hashes_in_one_pass(tmp_path: Path, size: int) -> None:
 
 @pytest.mark.parametrize("size", [10, 6 * MiB])
 def test_mismatch_removes_the_temp_and_keeps_source_and_old_destination(
-    tmp_path: Path, size: int
+    tmp_path: Path, size: int, copy_route: str
 ) -> None:
     data = os.urandom(size)
     source = tmp_path / "src"
@@ -104,16 +116,16 @@ def test_destination_that_is_the_source_is_never_rewritten(tmp_path: Path) -> No
     assert sorted(os.listdir(tmp_path)) == ["hardlink", "src"]
 
 
-@pytest.mark.parametrize("size", [3 * MiB, 12 * MiB])
+@pytest.mark.parametrize("size", [3 * MiB, 24 * MiB])
 @pytest.mark.parametrize("fail_after", [0, 2 * MiB])
 def test_disk_full_at_the_write_seam_removes_the_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, fail_after: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, fail_after: int, copy_route: str
 ) -> None:
     source = tmp_path / "src"
     source.write_bytes(os.urandom(size))
     before = snapshot(source)
     written = 0
-    real_write = os.write
+    real_write, real_copy = os.write, os.copy_file_range
 
     def filling_write(fd: int, data) -> int:  # type: ignore[no-untyped-def]
         nonlocal written
@@ -122,7 +134,17 @@ def test_disk_full_at_the_write_seam_removes_the_temp(
         written += real_write(fd, data)
         return len(data)
 
+    def filling_copy(src: int, dst: int, count: int, *offsets: int) -> int:
+        nonlocal written
+        if written >= fail_after:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        copied = real_copy(src, dst, count, *offsets)
+        written += copied
+        return copied
+
     monkeypatch.setattr(digest.os, "write", filling_write)
+    if copy_route == "kernel":
+        monkeypatch.setattr(digest.os, "copy_file_range", filling_copy)
     with pytest.raises(OSError) as caught:
         copy_and_verify(source, tmp_path / "dest", None, label="input 'genome'")
     monkeypatch.undo()
@@ -162,43 +184,48 @@ def test_disk_full_on_a_real_small_tmpfs(tmp_path: Path) -> None:
 
 
 def test_interrupt_mid_copy_removes_the_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_route: str
 ) -> None:
     source = tmp_path / "src"
-    source.write_bytes(os.urandom(8 * MiB))
+    source.write_bytes(os.urandom(40 * MiB))
     calls = 0
-    real_readv = os.readv
+    name = "copy_file_range" if copy_route == "kernel" else "readv"
+    real = getattr(os, name)
 
-    def interrupted_readv(fd: int, buffers) -> int:  # type: ignore[no-untyped-def]
+    def interrupted(*args):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
         if calls == 3:
             raise KeyboardInterrupt
-        return real_readv(fd, buffers)
+        return real(*args)
 
-    monkeypatch.setattr(digest.os, "readv", interrupted_readv)
+    monkeypatch.setattr(digest.os, name, interrupted)
     with pytest.raises(KeyboardInterrupt):
         copy_and_verify(source, tmp_path / "dest", None)
     monkeypatch.undo()
+    assert calls == 3
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
-def test_hashes_exactly_the_bytes_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hashes_exactly_the_bytes_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_route: str
+) -> None:
     """A source that changes mid-copy: the digest still describes the destination's bytes."""
     source = tmp_path / "src"
-    source.write_bytes(b"a" * (8 * MiB))
-    real_readv = os.readv
+    source.write_bytes(b"a" * (40 * MiB))
+    name = "copy_file_range" if copy_route == "kernel" else "readv"
+    real = getattr(os, name)
     calls = 0
 
-    def changing_readv(fd: int, buffers) -> int:  # type: ignore[no-untyped-def]
+    def changing(*args):  # type: ignore[no-untyped-def]
         nonlocal calls
         calls += 1
-        if calls == 4:
+        if calls == 3:
             with source.open("r+b") as handle:
-                handle.write(b"b" * (8 * MiB))
-        return real_readv(fd, buffers)
+                handle.write(b"b" * (40 * MiB))
+        return real(*args)
 
-    monkeypatch.setattr(digest.os, "readv", changing_readv)
+    monkeypatch.setattr(digest.os, name, changing)
     result = copy_and_verify(source, tmp_path / "dest")
     monkeypatch.undo()
     copied = (tmp_path / "dest").read_bytes()
@@ -206,8 +233,27 @@ def test_hashes_exactly_the_bytes_it_wrote(tmp_path: Path, monkeypatch: pytest.M
     assert copied != source.read_bytes()
 
 
-def test_a_failing_hash_thread_fails_the_copy_instead_of_hanging(
+def test_large_copies_go_through_the_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    data = os.urandom(20 * MiB)
+    source.write_bytes(data)
+    calls = 0
+    real = os.copy_file_range
+
+    def counting(*args):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return real(*args)
+
+    monkeypatch.setattr(digest.os, "copy_file_range", counting)
+    assert copy_and_verify(source, tmp_path / "dest", sha(data)).digest == sha(data)
+    assert calls >= 3  # 8 MiB steps, then the call that finds the end
+
+
+def test_a_failing_hash_thread_fails_the_copy_instead_of_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_route: str
 ) -> None:
     source = tmp_path / "src"
     source.write_bytes(os.urandom(8 * MiB))

@@ -352,13 +352,24 @@ def test_hostile_names(shell: Shell, tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == expected
 
 
-def test_relative_paths_with_a_leading_dash(shell: Shell, tmp_path: Path) -> None:
-    a, ha = make(tmp_path / "-n", b"dash\n")
+@pytest.mark.parametrize("name", ["-n", "-", "--", "-c x"])
+def test_relative_paths_with_a_leading_dash(shell: Shell, tmp_path: Path, name: str) -> None:
+    a, ha = make(tmp_path / name, b"dash\n")
     settle(a)
-    result = shell.run(f"{ha}  -n", cwd=tmp_path)
+    with open(__file__, "rb") as stdin:  # a regular file: `stat -` must not describe it
+        result = subprocess.run(
+            [*shell.argv, verify_files_script(), "verify-inputs", f"{ha}  {name}"],
+            stdin=stdin,
+            capture_output=True,
+            env={"PATH": shell.path, "LC_ALL": "C"},
+            cwd=tmp_path,
+            timeout=60,
+        )
     assert result.returncode == 0, result.stderr
-    assert out(result) == [b"-n: OK"]
+    assert out(result) == [f"{name}: OK".encode()]
     assert has_verification_record(a, "sha256:" + ha)
+    again = shell.run(f"{ha}  {name}", cwd=tmp_path)
+    assert out(again) == [f"{name}: OK (verification record)".encode()]
 
 
 def test_read_only_volume_checks_without_recording(shell: Shell, tmp_path: Path) -> None:
@@ -426,3 +437,12 @@ def test_in_the_real_busybox_container(docker_host: str, tmp_path: Path) -> None
     assert has_verification_record(data / "x y", "sha256:" + hexd)  # host accepts it
     second = run()
     assert second.stdout == b"/data/x y: OK (verification record)\n/data/x y: FAILED\n"
+
+
+def test_fifos_never_hang_the_script(shell: Shell, tmp_path: Path) -> None:
+    a, ha = make(tmp_path / "a")
+    os.mkfifo(record_path(a))  # reading a FIFO record would block forever
+    os.mkfifo(tmp_path / "pipe")
+    result = shell.run(line(a, ha), line(tmp_path / "pipe", ha))
+    assert result.returncode == 1
+    assert out(result) == [f"{a}: OK".encode(), f"{tmp_path / 'pipe'}: FAILED".encode()]

@@ -272,6 +272,7 @@ EXPECTED_EXPORTS = [
     "spec_from_dict",
     "spec_to_dict",
     "verify_file_digest",
+    "verify_files",
     "verify_files_script",
     "verify_transfer_digest",
 ]

@@ -67,6 +67,9 @@ _CHUNK = 1 << 20
 _RECORD_READ_LIMIT = 512
 # copy_and_verify: one buffer being hashed, one being written, one read ahead.
 _PIPELINE_BUFFERS = 3
+_KERNEL_COPY_STEP = 8 << 20
+# copy_file_range cannot copy between these files: copy through user space instead.
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 _NS = 1_000_000_000
 # O_NONBLOCK: opening a FIFO planted where a file or record should be must not hang.
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
@@ -419,13 +422,71 @@ def _write_all(fd: int, data: memoryview) -> None:
 
 
 def _copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
-    """Copy ``src_fd`` to ``dst_fd`` and return the digest of exactly the bytes written.
+    """Copy ``src_fd`` to ``dst_fd`` (opened read-write) and return the digest of the copy."""
+    if size > 4 * _CHUNK:
+        digest = _kernel_copy_hashing(src_fd, dst_fd)
+        if digest is not None:
+            return digest
+    return _user_copy_hashing(src_fd, dst_fd, size)
+
+
+def _kernel_copy_hashing(src_fd: int, dst_fd: int) -> str | None:
+    """Copy in the kernel and hash each copied range as read back from the destination.
+
+    copy_file_range moves the bytes without passing them through Python, the way cp does, while
+    a second thread reads every range it copied back from the destination (page cache) and
+    hashes it, so the digest describes exactly the destination's bytes. Returns None, having
+    copied nothing, where the kernel cannot copy between these two files.
+    """
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        return None
+    try:
+        count = copy(src_fd, dst_fd, _KERNEL_COPY_STEP, 0, 0)
+    except OSError as error:
+        if error.errno in _NO_KERNEL_COPY:
+            return None
+        raise
+    digest = hashlib.sha256()
+    work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+    failed: list[BaseException] = []
+
+    def hash_copied() -> None:
+        view = memoryview(bytearray(_CHUNK))
+        try:
+            while (item := work.get()) is not None:
+                offset, end = item
+                while offset < end:
+                    got = os.preadv(dst_fd, [view[: min(_CHUNK, end - offset)]], offset)
+                    if not got:
+                        raise OSError(errno.EIO, "the copy shrank while it was hashed")
+                    digest.update(view[:got])
+                    offset += got
+        except BaseException as error:  # hand it to the copying thread
+            failed.append(error)
+
+    hasher = threading.Thread(target=hash_copied, name="altar-copy-hash", daemon=True)
+    hasher.start()
+    offset = 0
+    try:
+        while count and not failed:
+            work.put((offset, offset + count))
+            offset += count
+            count = copy(src_fd, dst_fd, _KERNEL_COPY_STEP, offset, offset)
+    finally:
+        work.put(None)
+        hasher.join()
+    if failed:
+        raise failed[0]
+    return SHA256_PREFIX + digest.hexdigest()
+
+
+def _user_copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
+    """Copy through our own buffers, hashing exactly the bytes written.
 
     For large files a second thread hashes each buffer while this one writes it and reads
-    ahead into the next (hashlib, os.readv and os.write release the GIL), so on two free cores
-    the copy costs little more than the hash alone.
+    ahead into the next (hashlib, os.readv and os.write release the GIL).
     """
-    _advise_sequential(src_fd)
     digest = hashlib.sha256()
     if size <= 4 * _CHUNK:
         buffer = bytearray(_CHUNK)
@@ -480,7 +541,9 @@ def copy_and_verify(
 ) -> CopyResult:
     """Copy ``source`` to ``destination`` while hashing it, in one pass.
 
-    The bytes go to a temporary file beside ``destination`` that is renamed into place only
+    Large files are copied in the kernel (as cp does) while a second thread hashes each copied
+    range from the page cache, so the digest is that of the destination's bytes. The bytes go
+    to a temporary file beside ``destination`` that is renamed into place only
     after the digest matched, so readers never see a partial or wrong file. On a mismatch or
     any error (a full disk included) the temporary file is removed; ``source`` is never
     modified or removed. A source that is not a regular file is refused like a mismatch. If
@@ -523,7 +586,7 @@ def _copy_to_temp(
     label: str,
 ) -> CopyResult:
     tmp = f"{destination}.{os.getpid()}.{uuid.uuid4().hex}.partial"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
         dst_fd = os.open(tmp, flags, src_stat.st_mode & 0o777)
         try:
@@ -573,16 +636,20 @@ for line in "$@"; do
     status=1
     continue
   fi
-  if [ ! -f "$path" ]; then
+  file="$path"
+  case "$file" in
+    -*) file="./$file" ;;  # GNU stat reads "-" as standard input
+  esac
+  if [ ! -f "$file" ]; then
     printf '%s: FAILED\n' "$path"
     printf '%s: not a regular file; a transfer digest covers one file\n' "$path" >&2
     status=1
     continue
   fi
-  record="$path.sha256-verified"
+  record="$file.sha256-verified"
   format="verified-file/1 sha256:$hex size=%s mtime=%Y ctime=%Z inode=%i"
   if [ "$trust" = 1 ] && [ -f "$record" ]; then
-    before=$(stat -L -c "$format" -- "$path" 2>/dev/null) || before=""
+    before=$(stat -L -c "$format" -- "$file" 2>/dev/null) || before=""
     if record_is "$record" "$before"; then
       printf '%s: OK (verification record)\n' "$path"
       continue
@@ -593,8 +660,8 @@ for line in "$@"; do
     clock=$(stat -c %Z -- "$tmp" 2>/dev/null) || clock=""
     rm -f -- "$tmp" 2>/dev/null
   fi
-  before=$(stat -L -c "$format" -- "$path" 2>/dev/null) || before=""
-  actual=$(sha256sum <"$path" 2>/dev/null) || actual=""
+  before=$(stat -L -c "$format" -- "$file" 2>/dev/null) || before=""
+  actual=$(sha256sum <"$file" 2>/dev/null) || actual=""
   actual="${actual%% *}"
   if [ "$actual" != "$hex" ]; then
     printf '%s: FAILED\n' "$path"
@@ -603,7 +670,7 @@ for line in "$@"; do
     continue
   fi
   printf '%s: OK\n' "$path"
-  after=$(stat -L -c "$format" -- "$path" 2>/dev/null) || after=""
+  after=$(stat -L -c "$format" -- "$file" 2>/dev/null) || after=""
   ctime="${after##*ctime=}"
   ctime="${ctime%% *}"
   if [ -n "$clock" ] && [ -n "$after" ] && [ "$after" = "$before" ] \

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-from collections.abc import Mapping
 
-from . import BATCH_DIRECTIVES, batch
+from . import BATCH_DIRECTIVES
 from .requests import (
     argv_of,
     check_directive,
@@ -25,6 +23,7 @@ from .targets import LocalTarget, SshTarget, target_for
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from .targets import Target
@@ -55,7 +54,7 @@ def validate_settings(kind: str, settings: Mapping[str, Any]) -> None:
 
 def configure(kind: str, request: Mapping[str, Any]) -> Values:
     pending = request.get("settings")
-    settings = {**settings_of(request), **(pending if isinstance(pending, Mapping) else {})}
+    settings = {**settings_of(request), **(pending if isinstance(pending, dict) else {})}
     validate_settings(kind, settings)
     if kind != "ssh-slurm":
         return {"configured": True}
@@ -168,6 +167,10 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
 
 
 def start_manager(kind: str, request: Mapping[str, Any]) -> Values:
+    import subprocess
+
+    from . import batch
+
     settings = settings_of(request)
     argv = batch.with_workers(argv_of(request, "start-manager"), workers_of(settings))
     target = target_for(kind, settings)

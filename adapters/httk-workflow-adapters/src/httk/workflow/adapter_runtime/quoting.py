@@ -7,7 +7,10 @@ element by element, so no request or setting value can become shell syntax.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+# Typing names only: importing typing costs every adapter call start-up time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def shell_command(argv: Sequence[str], *, cwd: str | None = None) -> str:

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     Settings = Mapping[str, Any]
 
-CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 FALSE_SETTINGS = frozenset({"0", "false", "no", "off"})
-_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def has_control_character(value: str) -> bool:
+    """Whether ``value`` holds an ASCII control character (U+0000-U+001F or U+007F)."""
+    return any(ch < " " or ch == "\x7f" for ch in value)
+
+
+def _ascii_digits(value: str) -> bool:
+    return value.isascii() and value.isdigit()
 
 
 def settings_of(request: Mapping[str, Any]) -> dict[str, Any]:
     value = request.get("queue_settings")
-    return dict(value) if isinstance(value, Mapping) else {}
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def text(settings: Settings, key: str) -> str | None:
@@ -84,7 +89,7 @@ def count_of(request: Mapping[str, Any]) -> int:
 
 def port_of(settings: Settings) -> str | None:
     port = text(settings, "port")
-    if port is not None and (not _ASCII_DIGITS.fullmatch(port) or not 0 < int(port) < 65536):
+    if port is not None and (not _ascii_digits(port) or not 0 < int(port) < 65536):
         raise ValueError(f"queue setting port must be numeric: {port!r}")
     return port
 
@@ -95,7 +100,7 @@ def _login_word(settings: Settings, key: str) -> str | None:
         return None
     if any(ch.isspace() for ch in value):
         raise ValueError(f"queue setting {key} must not contain whitespace: {value!r}")
-    if CONTROL_CHARACTER.search(value) or value.startswith("-"):
+    if has_control_character(value) or value.startswith("-"):
         raise ValueError(f"queue setting {key} is not a valid name: {value!r}")
     return value
 
@@ -113,7 +118,7 @@ def username_of(settings: Settings) -> str | None:
 
 def workers_of(settings: Settings) -> str | None:
     workers = text(settings, "workers")
-    if workers is not None and (not _ASCII_DIGITS.fullmatch(workers) or int(workers) < 1):
+    if workers is not None and (not _ascii_digits(workers) or int(workers) < 1):
         raise ValueError(f"queue setting workers must be a positive integer: {workers!r}")
     return workers
 
@@ -132,6 +137,6 @@ def httk_prefix(settings: Settings) -> list[str] | None:
 
 
 def check_directive(key: str, value: str) -> str:
-    if CONTROL_CHARACTER.search(value):
+    if has_control_character(value):
         raise ValueError(f"queue setting {key} must not contain control characters")
     return value

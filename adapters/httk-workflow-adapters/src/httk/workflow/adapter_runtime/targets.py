@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
 
-from .quoting import shell_command
+from .process import Completed
+from .process import run as _run
 from .requests import host_of, httk_prefix, port_of, text, username_of
 
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any, Protocol
 
     class Target(Protocol):
@@ -30,29 +28,6 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 20
 DEFAULT_CONTROL_PERSIST = 60
 _SOCKET_PATH_LIMIT = 104
-
-
-class Completed:
-    """What a finished command reported."""
-
-    __slots__ = ("returncode", "stderr", "stdout")
-
-    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-
-
-def _run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
-    completed = subprocess.run(
-        list(argv),
-        cwd=cwd,
-        text=True,
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return Completed(completed.returncode, completed.stdout, completed.stderr)
 
 
 class LocalTarget:
@@ -81,6 +56,8 @@ class LocalTarget:
 
 def control_directory() -> str:
     """A per-user directory for ssh control sockets, refused unless private (0700, ours)."""
+    import contextlib
+    import stat
     import tempfile
 
     name = f"httk-ssh-{os.getuid()}"
@@ -194,7 +171,9 @@ class SshTarget:
         if self.control_path is None or self._master_checked:
             return
         self._master_checked = True
+        import contextlib
         import fcntl
+        import subprocess
 
         # One adapter at a time decides whether to start a master: two racing masters would
         # leave the loser running as a plain background connection.
@@ -230,6 +209,8 @@ class SshTarget:
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
         self.ensure_master()
+        from .quoting import shell_command  # local commands never need a shell string
+
         return _run([*self.transport(), "--", self.destination, shell_command(argv, cwd=cwd)])
 
     def httk(self, argv: Sequence[str]) -> list[str]:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import math
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,9 @@ from .settings import queue_settings
 # After the group is killed, how long to wait for pipes held by escaped descendants.
 _DRAIN_SECONDS = 2.0
 PYTHON_VARIABLE = "HTTK_ADAPTER_PYTHON"
+IMPORT_ROOT_VARIABLE = "HTTK_ADAPTER_IMPORT_ROOT"
+# The sys.path entry this package was imported from (…/site-packages, or src/ when editable).
+_IMPORT_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def build_request(root: Path, operation: str, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,7 +63,7 @@ def _write_request(payload: Mapping[str, Any]) -> str:
     return path
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
     # The adapter leads its own session, so its group holds every helper it started
     # (ssh, rsync, sbatch) unless one deliberately detached itself.
     with contextlib.suppress(ProcessLookupError):
@@ -64,29 +71,100 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 
 
 def _child_environment() -> dict[str, str]:
-    # The packaged dispatcher runs ${HTTK_ADAPTER_PYTHON:-python3}: point it at the
-    # interpreter this package is installed in, so a pipx or unactivated venv install works.
+    """The adapter's environment: which interpreter runs the runtime, and from where.
+
+    The packaged dispatcher runs ${HTTK_ADAPTER_PYTHON:-python3}: point it at the interpreter
+    this package is installed in, so a pipx or unactivated venv install works. When that is
+    the interpreter, also name this package's import root: the dispatcher then starts it
+    without ``site`` (``-I -S``), importing the runtime from there alone, which saves
+    the largest part of its start-up. Another interpreter chosen by the user finds the
+    runtime its own way.
+    """
     environment = dict(os.environ)
-    environment.setdefault(PYTHON_VARIABLE, sys.executable)
+    python = environment.setdefault(PYTHON_VARIABLE, sys.executable)
+    if python == sys.executable and sys.executable:
+        environment[IMPORT_ROOT_VARIABLE] = _IMPORT_ROOT
+    else:
+        environment.pop(IMPORT_ROOT_VARIABLE, None)
     return environment
 
 
+def _milliseconds_left(deadline: float) -> int:
+    return max(0, math.ceil((deadline - time.monotonic()) * 1000))
+
+
+def _read_until_closed(
+    process: subprocess.Popen[bytes], stdout: int, stderr: int, deadline: float
+) -> tuple[bytes, bytes]:
+    """Both pipes to their end, or ``subprocess.TimeoutExpired`` at the deadline."""
+    chunks: dict[int, list[bytes]] = {stdout: [], stderr: []}
+    poller = select.poll()
+    for descriptor in chunks:
+        poller.register(descriptor, select.POLLIN)
+    open_pipes = len(chunks)
+    while open_pipes:
+        events = poller.poll(_milliseconds_left(deadline))
+        if not events:
+            raise subprocess.TimeoutExpired(process.args, 0)
+        for descriptor, _ in events:
+            data = os.read(descriptor, 65536)
+            if data:
+                chunks[descriptor].append(data)
+            else:
+                poller.unregister(descriptor)
+                open_pipes -= 1
+    return b"".join(chunks[stdout]), b"".join(chunks[stderr])
+
+
+def _wait_for_exit(process: subprocess.Popen[bytes], deadline: float) -> None:
+    """Reap the adapter as soon as it exits, or raise at the deadline.
+
+    ``Popen.wait(timeout)`` polls with sleeps starting at a millisecond; and the pipes
+    reach their end a moment before the adapter is reapable, so it would nearly always
+    sleep. A pidfd reports the exit the moment it happens (Linux); elsewhere wait() is used.
+    """
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(_milliseconds_left(deadline)):
+            raise subprocess.TimeoutExpired(process.args, 0)
+    finally:
+        os.close(pidfd)
+    process.wait()
+
+
+def _text(data: bytes) -> str:
+    # As text=True would decode: the locale's encoding, universal newlines.
+    return io.TextIOWrapper(io.BytesIO(data)).read()
+
+
 def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str, str]:
+    deadline = time.monotonic() + limit
     process = subprocess.Popen(
         command,
         env=_child_environment(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         start_new_session=True,
     )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    pipes = process.stdout.fileno(), process.stderr.fileno()
     try:
-        stdout, stderr = process.communicate(timeout=limit)
+        stdout, stderr = _read_until_closed(process, *pipes, deadline)
+        _wait_for_exit(process, deadline)
     except subprocess.TimeoutExpired:
         _kill_group(process)
         try:
-            process.communicate(timeout=_DRAIN_SECONDS)
+            # Until every member of the group is gone, one of them may hold a pipe.
+            _read_until_closed(process, *pipes, time.monotonic() + _DRAIN_SECONDS)
+            process.wait(timeout=_DRAIN_SECONDS)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -95,7 +173,10 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
         _kill_group(process)
         process.wait()
         raise
-    return process.returncode, stdout, stderr
+    finally:
+        process.stdout.close()
+        process.stderr.close()
+    return process.returncode, _text(stdout), _text(stderr)
 
 
 def parse_result(operation: str, stdout: str) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""Job names, handle ids and Kubernetes' label rules (pure functions)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+
+from altar.execution import ContainerTaskSpec, UnsupportedCapabilityError, spec_to_dict
+
+__all__ = [
+    "MANAGED_BY_LABEL",
+    "MANAGED_BY_VALUE",
+    "format_external_id",
+    "job_name",
+    "parse_external_id",
+    "validate_labels",
+]
+
+MANAGED_BY_LABEL = "altar.kundajelab.org/managed-by"
+MANAGED_BY_VALUE = "altar"
+
+_NAME_LIMIT = 63
+_HASH_LENGTH = 12
+_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_UID = re.compile(r"[0-9a-fA-F-]{1,64}")
+
+_VALUE_RULE = (
+    "a label value must be at most 63 characters, empty or beginning and ending with a letter "
+    "or digit, with only letters, digits, '-', '_' and '.' in between"
+)
+_NAME_RULE = (
+    "the name part of a label key must be 1 to 63 characters, beginning and ending with a "
+    "letter or digit, with only letters, digits, '-', '_' and '.' in between"
+)
+_PREFIX_RULE = (
+    "a label key prefix (before '/') must be a DNS subdomain of at most 253 characters: "
+    "lowercase letters, digits, '-' and '.', beginning and ending with a letter or digit"
+)
+
+
+def job_name(spec: ContainerTaskSpec) -> str:
+    """The Job name for ``spec``: ``<kind part>-<12 hex of the spec hash>``, at most 63 chars.
+
+    Same algorithm as altar 0.3.0, so a spec that uses no field added since (env, cpu) keeps
+    its name. ``avoid_hosts`` is not part of the identity. The JSON form is canonical (sorted
+    keys, fixed separators), so the name is the same in every process and Python version.
+    """
+    data = spec_to_dict(spec)
+    data.pop("avoid_hosts", None)
+    identity = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:_HASH_LENGTH]
+    limit = _NAME_LIMIT - _HASH_LENGTH - 1
+    kind_part = re.sub(r"[^a-z0-9]+", "-", spec.kind.lower())[:limit].strip("-") or "task"
+    return f"{kind_part}-{digest}"
+
+
+def format_external_id(name: str, uid: str | None) -> str:
+    """``<job name>/<job uid>``: names one attempt, not just the name (Job names hold no '/')."""
+    return f"{name}/{uid}" if uid else name
+
+
+def parse_external_id(external_id: str) -> tuple[str, str | None]:
+    """Split a handle id into ``(name, uid)``; a 0.3.0 handle (bare name) has no uid."""
+    name, sep, uid = external_id.partition("/")
+    if not sep:
+        return name, None
+    if not name or not _UID.fullmatch(uid):
+        raise ValueError(
+            f"{external_id!r} is not a Kubernetes backend handle id (<job name>/<job uid>)"
+        )
+    return name, uid
+
+
+def _label_error(message: str) -> UnsupportedCapabilityError:
+    return UnsupportedCapabilityError(message, capability="labels")
+
+
+def validate_label_key(key: str) -> None:
+    prefix, sep, name = key.rpartition("/")
+    if sep and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        raise _label_error(f"label key {key!r} is not valid for Kubernetes: {_PREFIX_RULE}")
+    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        raise _label_error(f"label key {key!r} is not valid for Kubernetes: {_NAME_RULE}")
+
+
+def validate_label_value(key: str, value: str) -> None:
+    if len(value) > 63 or not _LABEL_NAME.fullmatch(value):
+        raise _label_error(
+            f"label {key}={value!r} is not valid for Kubernetes: {_VALUE_RULE}; shorten or "
+            "encode the value before submitting"
+        )
+
+
+def validate_labels(labels: Mapping[str, str]) -> None:
+    """Raise UnsupportedCapabilityError naming the rule a label breaks (before any API call)."""
+    for key, value in labels.items():
+        validate_label_key(key)
+        validate_label_value(key, value)
+        if key == MANAGED_BY_LABEL:
+            raise _label_error(
+                f"label key {key!r} is reserved: the Kubernetes backend sets it on every Job "
+                "it creates; remove it from the spec's labels"
+            )
+
+
+def is_valid_label(key: str, value: str) -> bool:
+    try:
+        validate_label_key(key)
+        validate_label_value(key, value)
+    except UnsupportedCapabilityError:
+        return False
+    return True
