@@ -10,7 +10,8 @@ return type, :class:`RuntimeCalls` bridges it:
 - ``delete_job`` without ``propagation_policy`` and returning None: called without it, and
   None means "requested";
 - no ``list_pods``: a failed Job is explained by ``describe_failure`` (or the legacy
-  ``diagnose``), one call per newly failed Job, and ``read_log_tail`` takes the Job's name.
+  ``diagnose``), one call per newly failed Job, and ``read_log_tail`` takes the Job's name;
+- a built-in ``ConnectionError`` from any method becomes ``BackendUnavailableError``.
 
 A method inherited unchanged from the :class:`KubernetesRuntime` protocol (a 0.3.0 runtime
 that subclasses it after changing imports) counts as absent.
@@ -25,7 +26,7 @@ from typing import Any
 
 from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo
 from altar.backends.kubernetes.runtime import KubernetesRuntime, PropagationPolicy
-from altar.execution import TaskFailure, TaskState
+from altar.execution import BackendUnavailableError, TaskFailure, TaskState
 
 __all__ = ["RuntimeCalls"]
 
@@ -56,12 +57,20 @@ class RuntimeCalls:
                 f"{type(self.runtime).__name__} has no {name}() method; a KubernetesRuntime "
                 "needs create_job, list_jobs and delete_job"
             )
-        if inspect.iscoroutinefunction(method):
-            return await method(*args, **kwargs)
-        result = await asyncio.to_thread(method, *args, **kwargs)
-        if inspect.isawaitable(result):  # e.g. a partial over a coroutine function
-            result = await result
-        return result
+        try:
+            if inspect.iscoroutinefunction(method):
+                return await method(*args, **kwargs)
+            result = await asyncio.to_thread(method, *args, **kwargs)
+            if inspect.isawaitable(result):  # e.g. a partial over a coroutine function
+                result = await result
+            return result
+        except BackendUnavailableError:
+            raise
+        except ConnectionError as error:
+            # The API could not be asked: transient, never a missing Job.
+            raise BackendUnavailableError(
+                f"Kubernetes API unreachable during {name}: {error}"
+            ) from error
 
     # -- jobs --
 
