@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from altar.backends.kubernetes import (
     MANIFEST_DIGEST_ANNOTATION,
+    AsyncKubernetesRuntime,
     K8sJobExistsError,
     K8sJobInfo,
     KubernetesExecutionBackend,
@@ -441,3 +442,42 @@ class TestLegacyRuntimeContract(ExecutionBackendContract):  # type: ignore[misc,
             replace(spec, resources=ResourceRequest(cpu=0.0001)),
             replace(spec, inputs=[Transfer("w", "../outside/w.bin", digest=digest)]),
         ]
+
+
+class MinimalRuntime(AsyncKubernetesRuntime):
+    """Only 0.3.0's abstract methods and the legacy ``diagnose``: every default is used."""
+
+    def __init__(self) -> None:
+        self.cluster = LegacyRuntime()
+
+    async def create_job(self, manifest: dict[str, Any], *, namespace: str) -> str:
+        return await self.cluster.create_job(manifest, namespace=namespace)
+
+    async def list_jobs(
+        self, *, namespace: str, label_selector: str | None = None
+    ) -> list[K8sJobInfo]:
+        return await self.cluster.list_jobs(namespace=namespace, label_selector=label_selector)
+
+    async def delete_job(self, name: str, *, namespace: str, uid: str | None = None) -> None:
+        await self.cluster.delete_job(name, namespace=namespace, uid=uid)
+
+    async def diagnose(self, name: str, *, namespace: str) -> tuple[bool, str | None]:
+        return (False, f"node running {name} was drained")
+
+
+@pytest.mark.asyncio
+async def test_a_runtime_on_the_0_3_0_base_class_uses_its_defaults() -> None:
+    runtime = MinimalRuntime()
+    backend = KubernetesExecutionBackend(runtime=runtime, pvc_name="altar-data")
+    handle = await backend.submit(spec())
+    assert parse_external_id(handle.external_id)[1] == runtime.cluster.job(handle).uid
+    assert await backend.submit(spec()) == handle  # adopted through the default read_job
+    runtime.cluster.finish(handle, exit_code=9)
+    [status] = await backend.poll([handle])
+    name = parse_external_id(handle.external_id)[0]
+    assert status.failure == TaskFailure(
+        "job_failed", f"node running {name} was drained", deterministic=False
+    )
+    assert await backend.failure_detail(handle) is None
+    await backend.cancel(handle)
+    assert runtime.cluster.jobs == {}

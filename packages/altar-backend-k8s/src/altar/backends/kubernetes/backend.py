@@ -36,6 +36,7 @@ from altar.backends.kubernetes.naming import (
     parse_external_id,
 )
 from altar.backends.kubernetes.runtime import (
+    AsyncKubernetesRuntime,
     K8sJobExistsError,
     KubernetesRuntime,
     PropagationPolicy,
@@ -80,7 +81,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
         self,
         *,
         namespace: str | None = None,
-        runtime: KubernetesRuntime | object | None = None,
+        runtime: KubernetesRuntime | AsyncKubernetesRuntime | None = None,
         kubeconfig: str | None = None,
         context: str | None = None,
         mount_root: str = CONTAINER_MOUNT_ROOT,
