@@ -774,3 +774,25 @@ async def test_a_handle_returned_just_before_a_crash_is_kept(
     assert provider.submits == {"a": 1, "b": 1, "c": 1}
     # c's submit had not returned when the run died: in doubt, submitted again, launched once
     assert [t.in_doubt for t in result.tasks] == [0, 0, 1]
+
+
+@pytest.mark.asyncio
+async def test_the_first_poll_interval_defaults_to_the_backends_own(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    timeline = Timeline(monkeypatch, fake_backend_class)
+    timeline.backend_class.poll_interval_s = 0.25
+    provider.duration = 3
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"),
+            timeline.backend_class(provider=provider),
+            run_dir=tmp_path / "run",
+            max_poll_interval_s=8.0,
+        ),
+        timeout=30,  # a hang guard, not a measurement
+    )
+    assert result.ok
+    waits = [e[1] for e in timeline.entries if e[0] == "wait"]
+    assert waits[:3] == [0.25, 0.25, 0.25]  # submit lands, first poll due, a change
+    assert waits[3] == 0.5  # then it backs off from there

@@ -745,7 +745,7 @@ async def run_plan(
     run_dir: str | Path,
     max_parallel: int | None = None,
     max_retries: int | None = None,
-    poll_interval_s: float = 0.2,
+    poll_interval_s: float | None = None,
     max_poll_interval_s: float = 5.0,
     on_event: Callable[[RunEvent], None] | None = None,
     backend_options: Mapping[str, Any] | None = None,
@@ -755,11 +755,14 @@ async def run_plan(
     ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2).
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
-    Polling starts every ``poll_interval_s`` and doubles up to ``max_poll_interval_s`` while
-    nothing changes; each tick makes one ``poll`` call for every open task. Submits run
-    concurrently in the background; a slot freed by a finished task is refilled at once.
+    Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
+    doubles up to ``max_poll_interval_s`` while nothing changes; each tick makes one ``poll``
+    call for every open task. Submits run concurrently in the background; a slot freed by a
+    finished task is refilled at once.
     """
     run_dir = Path(run_dir)
+    if poll_interval_s is None:
+        poll_interval_s = backend.poll_interval_s
     if max_parallel is None:
         max_parallel = plan.max_parallel
     if max_retries is None:
