@@ -65,6 +65,8 @@ def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
     provider.duration = 2
 
     class Fake(fake_backend_class):
+        poll_interval_s = 0.0
+
         def __init__(self, *, slots: int | None = None, poll_s: float = 0.0) -> None:
             super().__init__(provider=provider)
             provider.slots = slots
@@ -73,7 +75,6 @@ def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
     registry.register("fake", Fake)
     monkeypatch.setattr(registry_module, "default_registry", registry)
     monkeypatch.setattr(cli, "default_registry", registry)
-    monkeypatch.setattr(cli, "POLL_INTERVAL_S", 0.0)
     monkeypatch.setattr(cli, "MAX_POLL_INTERVAL_S", 0.0)
     return provider
 

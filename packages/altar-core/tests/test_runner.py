@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import json
 import os
 
@@ -14,6 +15,7 @@ from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import (
     CANCEL_REQUEST,
     StagingError,
+    _Run,
     cancel_run,
     run_plan,
     run_status,
@@ -253,6 +255,117 @@ async def test_capacity_and_max_parallel_limit_live_tasks(
     assert provider.max_live == limit
 
 
+class Timeline:
+    """The runner's backend calls and waits, in order, on a fake clock.
+
+    A wait is recorded with the backoff interval and the tasks whose submit is in flight. With a
+    submit in flight the wait lasts until it lands (no clock time passes); otherwise the clock
+    jumps ahead by the wait's length, so no test sleeps.
+    """
+
+    def __init__(self, monkeypatch, fake_backend_class):
+        self.entries: list[tuple] = []
+        self.clock = 0.0
+        entries = self.entries
+        real_wait = _Run.wait
+
+        async def wait(run, seconds):
+            submitting = tuple(r.id for r in run.records.values() if r.state == "submitting")
+            entries.append(("wait", run.interval, submitting))
+            if submitting:
+                return await real_wait(run, 3600.0)  # ended by the landing
+            self.clock += max(0.0, seconds)
+            return False
+
+        monkeypatch.setattr(_Run, "wait", wait)
+        monkeypatch.setattr(_Run, "now", lambda run: self.clock)
+
+        class Recording(fake_backend_class):
+            async def submit(self, spec):
+                handle = await super().submit(spec)
+                entries.append(("submit", spec.labels["task"]))
+                return handle
+
+            async def poll(self, handles):
+                statuses = await super().poll(handles)
+                keys = [self.provider.tasks[h.external_id].key for h in handles]
+                states = [status.state.value for status in statuses]
+                entries.append(("poll", dict(zip(keys, states, strict=True))))
+                return statuses
+
+        self.backend_class = Recording
+
+
+@pytest.mark.asyncio
+async def test_a_freed_slot_is_refilled_without_waiting(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    timeline = Timeline(monkeypatch, fake_backend_class)
+    provider.duration = 4  # polls 1-3 see it running, poll 4 sees it finished
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a", "b", "c"),
+            timeline.backend_class(provider=provider),
+            run_dir=tmp_path / "run",
+            max_parallel=1,
+            poll_interval_s=1.0,
+            max_poll_interval_s=8.0,
+        ),
+        timeout=30,  # a hang guard, not a measurement
+    )
+    assert result.ok
+    entries = timeline.entries
+    for done, refill in (("a", "b"), ("b", "c")):
+        finished = next(
+            i for i, e in enumerate(entries) if e[0] == "poll" and e[1].get(done) == "succeeded"
+        )
+        # the next submit was already under way when the run first waited: no backoff first
+        assert entries[finished + 1] == ("wait", 1.0, (refill,))
+        assert entries[finished + 2] == ("submit", refill)
+    assert timeline.clock == 3 * 8.0  # 1 + 1 + 2 + 4 per task, and no clock time for a refill
+    # while a task runs unchanged the waits grow, and a change resets them
+    before_b = entries[: entries.index(("submit", "b"))]
+    assert [e[1:] for e in before_b if e[0] == "wait"] == [
+        (1.0, ("a",)),  # a's submit lands
+        (1.0, ()),  # until the first poll is due
+        (1.0, ()),  # after poll 1: a is running, a change
+        (2.0, ()),  # poll 2: nothing changed
+        (4.0, ()),  # poll 3: nothing changed
+        (1.0, ("b",)),  # poll 4: a finished; b was submitted at once
+    ]
+    # no tick is wasted: after every poll the run waits or submits, never polls again at once
+    for before, after in itertools.pairwise(entries):
+        assert not (before[0] == "poll" and after[0] == "poll"), entries
+
+
+@pytest.mark.asyncio
+async def test_a_slow_submit_holds_up_neither_polling_nor_the_other_slots(
+    tmp_path, provider, fake_backend_class
+):
+    provider.slots = 2  # capacity() reports what is live; a submit in flight is not yet
+    gate = asyncio.Event()
+    order: list[str] = []
+
+    class SlowA(fake_backend_class):
+        async def submit(self, spec):
+            key = spec.labels["task"]
+            if key == "a":
+                await gate.wait()  # a's submit lands only once c was submitted
+            handle = await super().submit(spec)
+            order.append(key)
+            if key == "c":
+                gate.set()
+            return handle
+
+    result = await asyncio.wait_for(  # a hang guard: the old tick waited for every submit
+        run_plan(simple_plan("a", "b", "c"), SlowA(provider=provider), run_dir=tmp_path / "r"),
+        timeout=30,
+    )
+    assert result.ok
+    assert order == ["b", "c", "a"]  # b ran and finished, c took its slot, a still submitting
+    assert provider.max_live == 2  # a's submit in flight counted against capacity
+
+
 @pytest.mark.asyncio
 async def test_backend_unavailable_during_poll_is_waited_out(
     tmp_path, provider, fake_backend_class
@@ -299,7 +412,7 @@ async def test_staging_failure_is_one_error_and_is_retried_on_resume(
 # -- kill and resume --------------------------------------------------------------------
 
 
-async def run_until(plan, backend, run_dir, stop_when):
+async def run_until(plan, backend, run_dir, stop_when, poll_interval_s=0.0):
     """Start a run and cancel its task (a crash, as far as the runner can tell) on an event."""
     task: asyncio.Task | None = None
 
@@ -308,7 +421,7 @@ async def run_until(plan, backend, run_dir, stop_when):
             task.cancel()
 
     task = asyncio.ensure_future(
-        run_plan(plan, backend, run_dir=run_dir, on_event=on_event, poll_interval_s=0.0)
+        run_plan(plan, backend, run_dir=run_dir, on_event=on_event, poll_interval_s=poll_interval_s)
     )
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -499,6 +612,7 @@ async def test_status_polls_open_tasks_without_writing(tmp_path, provider, fake_
         fake_backend_class(provider=provider),
         tmp_path / "r",
         lambda e: e.kind == "submitted" and e.task_id == "b",
+        poll_interval_s=60.0,  # stopped before the first poll
     )
     before = journal_bytes(tmp_path / "r")
     status = await run_status(tmp_path / "r", fake_backend_class(provider=provider))
@@ -561,6 +675,7 @@ async def test_the_log_replays_over_the_snapshot_and_a_torn_line_is_ignored(
         fake_backend_class(provider=provider),
         tmp_path / "r",
         lambda e: e.kind == "submitted" and e.task_id == "b",
+        poll_interval_s=60.0,  # stopped before the first poll
     )
     snapshot = json.loads((tmp_path / "r" / JOURNAL_NAME).read_text())
     assert snapshot["tasks"]["b"]["state"] == "queued"  # the snapshot predates the submits
@@ -689,6 +804,7 @@ async def test_a_handle_returned_just_before_a_crash_is_kept(
             return handle
 
     plan = simple_plan("a", "b", "c")
+    provider.hang_submits = {"c"}  # still inside submit when the run dies
     runner.append(
         asyncio.ensure_future(
             run_plan(plan, CrashAfterSubmit(provider=provider), run_dir=tmp_path / "r", **FAST)
@@ -705,3 +821,25 @@ async def test_a_handle_returned_just_before_a_crash_is_kept(
     assert provider.submits == {"a": 1, "b": 1, "c": 1}
     # c's submit had not returned when the run died: in doubt, submitted again, launched once
     assert [t.in_doubt for t in result.tasks] == [0, 0, 1]
+
+
+@pytest.mark.asyncio
+async def test_the_first_poll_interval_defaults_to_the_backends_own(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    timeline = Timeline(monkeypatch, fake_backend_class)
+    timeline.backend_class.poll_interval_s = 0.25
+    provider.duration = 3
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"),
+            timeline.backend_class(provider=provider),
+            run_dir=tmp_path / "run",
+            max_poll_interval_s=8.0,
+        ),
+        timeout=30,  # a hang guard, not a measurement
+    )
+    assert result.ok
+    waits = [e[1] for e in timeline.entries if e[0] == "wait"]
+    assert waits[:3] == [0.25, 0.25, 0.25]  # submit lands, first poll due, a change
+    assert waits[3] == 0.5  # then it backs off from there

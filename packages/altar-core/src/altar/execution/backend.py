@@ -40,6 +40,9 @@ class ExecutionBackend(ABC):
 
     name: ClassVar[str]
     input_digest_verification: ClassVar[DigestVerification | None] = None
+    #: How soon a driver polls again after a change (it backs off from there while nothing
+    #: changes). A backend whose poll is one cheap request for all tasks may lower it.
+    poll_interval_s: ClassVar[float] = 0.2
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:

@@ -43,8 +43,8 @@ from altar.execution.types import is_sha256_digest
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-#: First poll interval; it doubles while nothing changes, up to MAX_POLL_INTERVAL_S.
-POLL_INTERVAL_S = 0.2
+#: Longest pause between polls; the first comes after the backend's own ``poll_interval_s``
+#: and the pause doubles while nothing changes.
 MAX_POLL_INTERVAL_S = 5.0
 
 
@@ -237,7 +237,6 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             max_retries=args.max_retries,
             on_event=show,
             backend_options=options,
-            poll_interval_s=POLL_INTERVAL_S,
             max_poll_interval_s=MAX_POLL_INTERVAL_S,
         )
     except (asyncio.CancelledError, KeyboardInterrupt):
@@ -355,7 +354,6 @@ async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         reference,
         workdir=workdir,
         on_event=on_event,
-        poll_interval_s=POLL_INTERVAL_S,
         max_poll_interval_s=MAX_POLL_INTERVAL_S,
     )
     if args.json:

@@ -111,7 +111,7 @@ async def compare_backends(
     on_event: Callable[[str, RunEvent], None] | None = None,
     max_parallel: int | None = None,
     max_retries: int | None = None,
-    poll_interval_s: float = 0.2,
+    poll_interval_s: float | None = None,
     max_poll_interval_s: float = 5.0,
 ) -> ComparisonReport:
     """Run ``plan`` on ``backend``, then on ``reference``, and report every difference.

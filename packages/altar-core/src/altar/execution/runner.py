@@ -1,5 +1,12 @@
 """Run a plan on a backend: stage once, submit within limits, poll with backoff, collect, clean up.
 
+The run is a loop of ticks. Each tick starts the submits that fit (they run in the background,
+concurrently, so a slow submit never holds up polling), makes one ``poll`` call for every open
+task and collects what succeeded. Between ticks it waits: the interval starts at
+``poll_interval_s``, doubles while nothing changes and resets on any change; a submit that lands
+ends the wait early (its task is polled at once), and a tick that finds a task finished refills
+the freed slot straight away, without waiting at all.
+
 The run keeps a journal (:mod:`altar.execution.journal`) in its run directory. Start the same
 plan again with the same run directory and the run resumes: it polls the tasks it already
 submitted and never has one task running twice at once (see the journal module for the one
@@ -184,6 +191,11 @@ def _short(external_id: str) -> str:
     return external_id[:12] if len(external_id) > 24 else external_id
 
 
+def _resolve(future: asyncio.Future[bool] | None, value: bool) -> None:
+    if future is not None and not future.done():
+        future.set_result(value)
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
@@ -216,6 +228,11 @@ class _Run:
         # Kept current by set_state, so an event's counts cost O(states), not O(tasks).
         self._counts: Counter[str] = Counter(record.state for record in self.records.values())
         self._commit: asyncio.Future[None] | None = None
+        self._submits: set[asyncio.Task[bool]] = set()  # submits in flight, and landed unreaped
+        self._landed = False  # a submit landed with news since the tick began
+        self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
+        self.interval = poll_interval_s  # the backoff: from the last poll to the next
+        self.last_poll = -float("inf")  # loop time
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -280,6 +297,15 @@ class _Run:
 
     def in_flight(self) -> list[TaskRecord]:
         return [r for r in self.records.values() if r.state in (SUBMITTING, PENDING, RUNNING)]
+
+    def has_room(self) -> bool:
+        """A task is ready and ``max_parallel`` leaves a slot for it (capacity is asked later)."""
+        if self.max_parallel is not None and len(self.in_flight()) >= self.max_parallel:
+            return False
+        return bool(self.ready())
+
+    def pool(self, record: TaskRecord) -> str:
+        return self.tasks[record.id].spec.resources.gpu or "cpu"
 
     # -- phases -------------------------------------------------------------------------
 
@@ -359,9 +385,13 @@ class _Run:
         if not capacity.pools:
             return ready  # autoscaling or no report: submit everything allowed
         free = dict(capacity.pools)
+        for record in self.records.values():
+            # a submit still in flight may not show in the report yet: count it as taken
+            if record.state == SUBMITTING and self.pool(record) in free:
+                free[self.pool(record)] -= 1
         chosen = []
         for record in ready:
-            pool = self.tasks[record.id].spec.resources.gpu or "cpu"
+            pool = self.pool(record)
             if pool not in free:
                 chosen.append(record)  # unreported pool: the backend decides at submit
             elif free[pool] > 0:
@@ -369,7 +399,15 @@ class _Run:
                 chosen.append(record)
         return chosen
 
-    async def submit(self, batch: list[TaskRecord]) -> bool:
+    def launch(self, batch: list[TaskRecord]) -> None:
+        """Journal the intent of every submit in ``batch`` (one fsync), then start them all.
+
+        The submits run concurrently in the background; :meth:`reap` collects them. One that
+        lands with news (a handle, a failure) ends the loop's wait; one that finds the provider
+        unavailable does not, so the loop backs off before trying again.
+        """
+        if not batch:
+            return
         now = time.time()
         for record in batch:
             number = len(record.attempts) + 1
@@ -377,8 +415,62 @@ class _Run:
             self.set_state(record, SUBMITTING)
             self.changed(record)
         self.flush()  # the intent is durable before any submit is called
-        outcomes = await asyncio.gather(*(self._submit_one(record) for record in batch))
-        return any(outcomes)
+        for record in batch:
+            task = asyncio.ensure_future(self._submit_one(record))
+            self._submits.add(task)
+            task.add_done_callback(self._on_landed)
+
+    def _on_landed(self, task: asyncio.Task[bool]) -> None:
+        if task.cancelled() or task.exception() is not None or task.result():
+            self._landed = True  # an error is raised by the loop's next reap
+            _resolve(self._waiter, True)
+
+    def reap(self) -> None:
+        """Forget the submits that landed; raise the error of one that failed (a journal error)."""
+        for task in [t for t in self._submits if t.done()]:
+            self._submits.discard(task)
+            task.result()
+
+    async def drain(self) -> None:
+        """Wait for every submit in flight to land (before cancelling or cleaning up)."""
+        if self._submits:
+            await asyncio.wait(self._submits)
+        self.reap()
+
+    async def abandon(self) -> None:
+        """Stop the submits in flight (the run is ending early); their attempts stay in doubt."""
+        tasks = list(self._submits)
+        self._submits.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for task in tasks:  # retrieved, so none is reported as never retrieved
+            if not task.cancelled():
+                task.exception()
+
+    def now(self) -> float:
+        """The clock of the poll schedule (the event loop's; a test may fake it)."""
+        return asyncio.get_running_loop().time()
+
+    async def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if a submit landed meanwhile (or before)."""
+        if self._landed:
+            return True
+        seconds = max(0.0, seconds)
+        if not self._submits:
+            await asyncio.sleep(seconds)
+            return False
+        # a plain future, not asyncio.timeout: that would swallow a cancel requested before it
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(seconds, _resolve, waiter, False)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     async def _submit_one(self, record: TaskRecord) -> bool:
         attempt = record.attempts[-1]
@@ -428,18 +520,19 @@ class _Run:
             self.emit("failed", f"{record.id} failed: {failure.reason}", record)
         self.changed(record)
 
-    async def poll(self) -> bool:
+    async def poll(self) -> tuple[bool, bool]:
+        """One ``poll`` call for every open task: (anything changed, any attempt finished)."""
         open_records = [
             r for r in self.records.values() if r.state in (PENDING, RUNNING) and r.last
         ]
         if not open_records:
-            return False
+            return False, False
         handles: list[TaskHandle] = [r.attempts[-1].handle for r in open_records]  # type: ignore[misc]
         try:
             statuses = await self.backend.poll(handles)
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"poll: {_one_line(error)}")
-            return False
+            return False, False
         if len(statuses) != len(handles):
             raise RuntimeError(
                 f"backend {self.backend.name!r} returned {len(statuses)} statuses for "
@@ -478,7 +571,7 @@ class _Run:
             record.detail = detail or failure.detail
             self._fail_attempt(record, attempt, failure)
         self.flush()
-        return progress
+        return progress, bool(finished)
 
     async def _detail(self, record: TaskRecord, status: TaskStatus) -> str | None:
         if status.state is not TaskState.FAILED:
@@ -568,31 +661,39 @@ class _Run:
         try:
             self.resume()
             await self.stage()
-            interval = self.poll_interval_s
             cancel_file = self.journal.run_dir / CANCEL_REQUEST
             while True:
                 if cancel_file.exists():
+                    await self.drain()
                     await self.cancel_all("cancelled by `altar cancel`")
                     cancel_file.unlink(missing_ok=True)
                     break
+                self._landed = False
+                self.reap()
                 self.skip_blocked()
-                progress = await self.collect()
+                collected = await self.collect()
                 batch = await self.choose(self.ready())
-                if batch:
-                    progress = await self.submit(batch) or progress
-                progress = await self.poll() or progress
-                progress = await self.collect() or progress
+                self.launch(batch)
+                changed = finished = False
+                due = self.now() >= self.last_poll + self.interval
+                if due:  # a tick woken early by a submit landing does not poll before its time
+                    self.last_poll = self.now()
+                    changed, finished = await self.poll()
+                collected = await self.collect() or collected
                 self.skip_blocked()
                 self.checkpoint()
-                if all(_settled(record) for record in self.records.values()):
+                self.reap()
+                if not self._submits and all(_settled(r) for r in self.records.values()):
                     break
-                if progress:
-                    interval = self.poll_interval_s
-                    if self.ready():
-                        continue  # a task just became ready: submit it without waiting
-                else:
-                    interval = min(self.max_poll_interval_s, interval * 2)
-                await asyncio.sleep(interval)
+                if changed or collected or batch:
+                    self.interval = self.poll_interval_s
+                    if (finished or collected) and self.has_room():
+                        continue  # a slot was freed or a task became ready: fill it now
+                elif due:
+                    self.interval = min(self.max_poll_interval_s, self.interval * 2)
+                if await self.wait(self.last_poll + self.interval - self.now()):
+                    self.interval = self.poll_interval_s  # a submit landed: its task is news
+            await self.drain()
             await self.cleanup()
             self.journal.finished = True
             self.journal.save()
@@ -601,9 +702,12 @@ class _Run:
             self.emit("done", f"{len(result.tasks)} task(s): {summary}")
             return result
         finally:
-            # a cancelled or crashed run keeps what it learned (no await here)
-            with contextlib.suppress(JournalError):
-                self.flush()
+            try:
+                await self.abandon()
+            finally:
+                # a cancelled or crashed run keeps what it learned
+                with contextlib.suppress(JournalError):
+                    self.flush()
 
 
 def _open_journal(
@@ -649,7 +753,7 @@ async def run_plan(
     run_dir: str | Path,
     max_parallel: int | None = None,
     max_retries: int | None = None,
-    poll_interval_s: float = 0.2,
+    poll_interval_s: float | None = None,
     max_poll_interval_s: float = 5.0,
     on_event: Callable[[RunEvent], None] | None = None,
     backend_options: Mapping[str, Any] | None = None,
@@ -659,10 +763,14 @@ async def run_plan(
     ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2).
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
-    Polling starts every ``poll_interval_s`` and doubles up to ``max_poll_interval_s`` while
-    nothing changes; each tick makes one ``poll`` call for every open task.
+    Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
+    doubles up to ``max_poll_interval_s`` while nothing changes; each tick makes one ``poll``
+    call for every open task. Submits run concurrently in the background; a slot freed by a
+    finished task is refilled at once.
     """
     run_dir = Path(run_dir)
+    if poll_interval_s is None:
+        poll_interval_s = backend.poll_interval_s
     if max_parallel is None:
         max_parallel = plan.max_parallel
     if max_retries is None:

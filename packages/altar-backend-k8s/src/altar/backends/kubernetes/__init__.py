@@ -27,7 +27,12 @@ from altar.backends.kubernetes.naming import (
     job_name,
     parse_external_id,
 )
-from altar.backends.kubernetes.runtime import K8sApiError, K8sJobExistsError, KubernetesRuntime
+from altar.backends.kubernetes.runtime import (
+    AsyncKubernetesRuntime,
+    K8sApiError,
+    K8sJobExistsError,
+    KubernetesRuntime,
+)
 
 __all__ = [
     "DEFAULT_DIGEST_VERIFIER_IMAGE",
@@ -37,6 +42,7 @@ __all__ = [
     "NAMESPACE_ENV",
     "PVC_ENV",
     "VERIFY_INPUTS_CONTAINER",
+    "AsyncKubernetesRuntime",
     "ContainerExit",
     "JobCondition",
     "K8sApiError",

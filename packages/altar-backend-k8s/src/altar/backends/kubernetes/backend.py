@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
+from altar.backends.kubernetes.calls import RuntimeCalls
 from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo, classify_failure
 from altar.backends.kubernetes.manifest import (
     CPU_POOL,
@@ -34,6 +36,7 @@ from altar.backends.kubernetes.naming import (
     parse_external_id,
 )
 from altar.backends.kubernetes.runtime import (
+    AsyncKubernetesRuntime,
     K8sJobExistsError,
     KubernetesRuntime,
     PropagationPolicy,
@@ -55,7 +58,6 @@ __all__ = ["NAMESPACE_ENV", "PVC_ENV", "KubernetesExecutionBackend"]
 
 NAMESPACE_ENV = "ALTAR_K8S_NAMESPACE"
 PVC_ENV = "ALTAR_K8S_PVC"
-_T = TypeVar("_T")
 _OUTCOME_CACHE_LIMIT = 10_000
 
 
@@ -79,7 +81,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
         self,
         *,
         namespace: str | None = None,
-        runtime: KubernetesRuntime | None = None,
+        runtime: KubernetesRuntime | AsyncKubernetesRuntime | None = None,
         kubeconfig: str | None = None,
         context: str | None = None,
         mount_root: str = CONTAINER_MOUNT_ROOT,
@@ -112,6 +114,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
 
             runtime = ClientRuntime(kubeconfig=kubeconfig, context=context)
         self._runtime = runtime
+        self._calls = RuntimeCalls(runtime, namespace=self.namespace)
         self.options = ManifestOptions(
             mount_root=mount_root,
             pvc_name=pvc_name if pvc_name is not None else os.environ.get(PVC_ENV) or None,
@@ -144,14 +147,10 @@ class KubernetesExecutionBackend(ExecutionBackend):
     def close(self) -> None:
         """Close the runtime's API connections, if it holds any."""
         close = getattr(self._runtime, "close", None)
-        if callable(close):
+        if callable(close) and not inspect.iscoroutinefunction(close):
             close()
 
     # -- helpers --
-
-    async def _call(self, method: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
-        """Run a blocking runtime call in a worker thread, keeping the event loop free."""
-        return await asyncio.to_thread(method, *args, **kwargs)
 
     def path_resolver(self) -> PathResolver:
         return PathResolver(self.options.mount_root)
@@ -196,14 +195,12 @@ class KubernetesExecutionBackend(ExecutionBackend):
             if pause:
                 await asyncio.sleep(pause)
             try:
-                return await self._call(
-                    self._runtime.create_job, manifest, namespace=self.namespace
-                )
+                return await self._calls.create_job(manifest)
             except K8sJobExistsError as conflict:
                 last = conflict
                 if conflict.being_deleted:
                     continue
-            existing = await self._call(self._runtime.read_job, name, namespace=self.namespace)
+            existing = await self._calls.read_job(name)
             if existing is None or existing.deleting:
                 continue  # gone since the conflict, or on its way out: create again
             if not existing.state.is_terminal:
@@ -225,12 +222,8 @@ class KubernetesExecutionBackend(ExecutionBackend):
             # Finished: delete exactly this attempt (a newer one by another driver survives).
             if existing.state is TaskState.SUCCEEDED and existing.uid:
                 self._remember_outcome((name, existing.uid), None)
-            await self._call(
-                self._runtime.delete_job,
-                name,
-                namespace=self.namespace,
-                uid=existing.uid,
-                propagation_policy=self.delete_propagation,
+            await self._calls.delete_job(
+                name, uid=existing.uid, propagation_policy=self.delete_propagation
             )
         total = sum(self._recreate_waits_s)
         raise K8sJobExistsError(
@@ -265,9 +258,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 ids.append(None)
         legacy = any(i is not None and i[1] is None for i in ids)
         selector = self._selector(handles, legacy)
-        jobs = await self._call(
-            self._runtime.list_jobs, namespace=self.namespace, label_selector=selector
-        )
+        jobs = await self._calls.list_jobs(selector)
         by_name = {job.name: job for job in jobs}
         newly_failed: dict[tuple[str, str], K8sJobInfo] = {}
         for ident in ids:
@@ -284,15 +275,23 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 else:
                     newly_failed[key] = job
         failures: dict[tuple[str, str], TaskFailure] = {}
-        if newly_failed:
-            pods = await self._call(
-                self._runtime.list_pods, namespace=self.namespace, label_selector=selector
-            )
+        if newly_failed and self._calls.lists_pods:
+            pods = await self._calls.list_pods(selector)
             pods_by_uid: dict[str | None, list[K8sPodInfo]] = {}
             for pod in pods:
                 pods_by_uid.setdefault(pod.job_uid, []).append(pod)
             for key, job in newly_failed.items():
                 failure = classify_failure(job, pods_by_uid.get(job.uid, []))
+                failures[key] = failure
+                # Pods of a Job that is only FailureTarget may still be terminating: keep
+                # asking until the answer is final.
+                if job.replaceable or failure.reason != "job_failed":
+                    self._remember_outcome(key, failure)
+        elif newly_failed:
+            # A 0.3.0 runtime lists no pods: it explains each failed Job itself, once.
+            for key, job in newly_failed.items():
+                described = await self._calls.describe_failure(job)
+                failure = described or classify_failure(job, [])
                 failures[key] = failure
                 # Pods of a Job that is only FailureTarget may still be terminating: keep
                 # asking until the answer is final.
@@ -400,11 +399,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
         """Free slots per pool from ``max_slots``, counting only this backend's active Jobs."""
         if self.max_slots is None:
             return Capacity()
-        jobs = await self._call(
-            self._runtime.list_jobs,
-            namespace=self.namespace,
-            label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
-        )
+        jobs = await self._calls.list_jobs(f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
         active: dict[str, int] = {}
         for job in jobs:
             if job.state.is_terminal or job.deleting:
@@ -428,12 +423,8 @@ class KubernetesExecutionBackend(ExecutionBackend):
             name, uid = parse_external_id(handle.external_id)
         except ValueError:
             return
-        deleted = await self._call(
-            self._runtime.delete_job,
-            name,
-            namespace=self.namespace,
-            uid=uid,
-            propagation_policy=self.delete_propagation,
+        deleted = await self._calls.delete_job(
+            name, uid=uid, propagation_policy=self.delete_propagation
         )
         if deleted and uid is not None and (name, uid) not in self._outcomes:
             self._remember_outcome(
@@ -452,22 +443,14 @@ class KubernetesExecutionBackend(ExecutionBackend):
             except ValueError:
                 continue
         legacy = any(uid is None for _, uid in ids)
-        jobs = await self._call(
-            self._runtime.list_jobs,
-            namespace=self.namespace,
-            label_selector=self._selector(handles, legacy),
-        )
+        jobs = await self._calls.list_jobs(self._selector(handles, legacy))
         by_name = {job.name: job for job in jobs}
         for name, uid in ids:
             job = by_name.get(name)
             if job is None or not job.replaceable or (uid is not None and job.uid != uid):
                 continue
-            await self._call(
-                self._runtime.delete_job,
-                name,
-                namespace=self.namespace,
-                uid=job.uid,
-                propagation_policy=self.delete_propagation,
+            await self._calls.delete_job(
+                name, uid=job.uid, propagation_policy=self.delete_propagation
             )
             self._submitted.pop((name, job.uid or ""), None)
 
@@ -477,21 +460,19 @@ class KubernetesExecutionBackend(ExecutionBackend):
             name, uid = parse_external_id(handle.external_id)
         except ValueError:
             return None
+        if not self._calls.reads_pod_logs:
+            # A 0.3.0 runtime picks the pod and container from the Job's name itself.
+            text = await self._calls.read_job_log_tail(name, lines=self.log_tail_lines)
+            return text.rstrip("\n") if text else None
         selector = f"controller-uid={uid}" if uid else f"job-name={name}"
-        pods = await self._call(
-            self._runtime.list_pods, namespace=self.namespace, label_selector=selector
-        )
+        pods = await self._calls.list_pods(selector)
         if not pods:
             return None
         pod = max(pods, key=lambda p: p.created)
         container = MAIN_CONTAINER
         if any(e.name == VERIFY_INPUTS_CONTAINER and e.exit_code != 0 for e in pod.init_exits):
             container = VERIFY_INPUTS_CONTAINER
-        text = await self._call(
-            self._runtime.read_log_tail,
-            pod.name,
-            namespace=self.namespace,
-            container=container,
-            lines=self.log_tail_lines,
+        text = await self._calls.read_pod_log_tail(
+            pod.name, container=container, lines=self.log_tail_lines
         )
         return text.rstrip("\n") if text else None

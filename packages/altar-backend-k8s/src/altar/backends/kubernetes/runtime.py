@@ -5,6 +5,10 @@ from worker threads. :class:`~altar.backends.kubernetes.client.ClientRuntime` im
 with the official ``kubernetes`` client; tests use it against the fake API server, and a
 custom runtime only has to honour the rules below.
 
+A runtime written for altar 0.3.0 (``async def`` methods, 0.3.0's method set) works too:
+:class:`AsyncKubernetesRuntime` is that base class, and the backend awaits each coroutine
+method directly (see :mod:`altar.backends.kubernetes.calls`).
+
 - ``create_job`` raises :class:`K8sJobExistsError` when the name is taken (the API's 409 with
   reason ``AlreadyExists``), with ``being_deleted=True`` when the holder is being deleted.
 - ``read_job``/``list_jobs`` report every Job's annotations and uid; a missing Job is None.
@@ -15,11 +19,19 @@ custom runtime only has to honour the rules below.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Literal, Protocol
 
 from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo
+from altar.execution import TaskFailure
 
-__all__ = ["K8sApiError", "K8sJobExistsError", "KubernetesRuntime", "PropagationPolicy"]
+__all__ = [
+    "AsyncKubernetesRuntime",
+    "K8sApiError",
+    "K8sJobExistsError",
+    "KubernetesRuntime",
+    "PropagationPolicy",
+]
 
 PropagationPolicy = Literal["Background", "Foreground"]
 
@@ -83,3 +95,45 @@ class KubernetesRuntime(Protocol):
     def read_log_tail(
         self, pod_name: str, *, namespace: str, container: str, lines: int
     ) -> str | None: ...
+
+
+class AsyncKubernetesRuntime(ABC):
+    """altar 0.3.0's runtime base class: ``async`` methods, no pod listing.
+
+    The same rules apply as for :class:`KubernetesRuntime` (conflict → ``K8sJobExistsError``,
+    annotations and uid reported, uid precondition on delete). Without ``list_pods`` the
+    backend asks :meth:`describe_failure` once per newly failed Job. A subclass may add our
+    ``list_pods`` and per-pod ``read_log_tail(pod, *, namespace, container, lines)`` as
+    coroutines to get the two-request poll.
+    """
+
+    @abstractmethod
+    async def create_job(self, manifest: dict[str, Any], *, namespace: str) -> str | K8sJobInfo:
+        """Create the Job; return its name (the backend reads it back) or its K8sJobInfo."""
+
+    @abstractmethod
+    async def list_jobs(
+        self, *, namespace: str, label_selector: str | None = None
+    ) -> list[K8sJobInfo]: ...
+
+    async def read_job(self, name: str, *, namespace: str) -> K8sJobInfo | None:
+        """The Job, or None if it is missing or being deleted (default: scan ``list_jobs``)."""
+        jobs = await self.list_jobs(namespace=namespace)
+        return next((job for job in jobs if job.name == name), None)
+
+    @abstractmethod
+    async def delete_job(self, name: str, *, namespace: str, uid: str | None = None) -> bool | None:
+        """Delete the Job (only the object ``uid`` if given); a missing Job is not an error."""
+
+    async def read_log_tail(self, name: str, *, namespace: str, lines: int) -> str | None:
+        """The last ``lines`` of the Job's failed container log (default: None)."""
+        return None
+
+    async def describe_failure(self, name: str, *, namespace: str) -> TaskFailure:
+        """Why the Job failed (default: ``job_failed`` with :meth:`diagnose`'s answer)."""
+        deterministic, error = await self.diagnose(name, namespace=namespace)
+        return TaskFailure("job_failed", error, deterministic=deterministic)
+
+    async def diagnose(self, name: str, *, namespace: str) -> tuple[bool, str | None]:
+        """Legacy: ``(deterministic, error)``; only the default describe_failure calls it."""
+        return (True, None)

@@ -78,6 +78,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
 
     name: ClassVar[str] = "local"
     input_digest_verification = "staging"
+    # One list request covers every handle, so polling often is cheap; short tasks are then
+    # noticed (and their slots refilled) within 50 ms instead of 200 ms.
+    poll_interval_s: ClassVar[float] = 0.05
 
     def __init__(
         self,
