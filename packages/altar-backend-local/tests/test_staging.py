@@ -273,10 +273,12 @@ def test_uris(tmp_path: Path) -> None:
     assert local_path("file:///a%20b/c") == "/a b/c"
     assert local_path("file://localhost/x") == "/x"
     assert local_path("rel/x") == os.path.abspath("rel/x")
-    with pytest.raises(UnsupportedCapabilityError, match="'gs' scheme"):
+    with pytest.raises(UnsupportedCapabilityError, match="'gs' scheme") as caught:
         local_path("gs://bucket/x")
-    with pytest.raises(UnsupportedCapabilityError, match="host"):
+    assert caught.value.capability == "transfer_uri"  # the name the Modal backend uses too
+    with pytest.raises(UnsupportedCapabilityError, match="host") as caught:
         local_path("file://elsewhere/x")
+    assert caught.value.capability == "transfer_uri"
 
 
 def test_weakness_11_concurrent_stagings_of_one_file_from_many_threads(

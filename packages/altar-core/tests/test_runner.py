@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from altar.execution import ContainerTaskSpec, JournalError, ResourceRequest, Transfer
+from altar.execution import ContainerTaskSpec, JournalError, ResourceRequest, Transfer, runner
 from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import (
@@ -162,6 +162,53 @@ async def test_deterministic_failure_stops_the_task_and_skips_dependents(
     assert by_id["summary"].detail == "dependency fold-1 failed"
     assert "summary" not in provider.submits
     assert by_id["fold-0"].status == "succeeded"
+
+
+@pytest.mark.asyncio
+async def test_every_event_counts_the_task_states_of_that_moment(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    # The runner keeps the counts as states change instead of recounting every task per event;
+    # each event must still carry exactly what a recount would give.
+    provider.script = {
+        "fold-1": ["exit_3"],
+        "flaky": ["timeout", "ok"],
+        "gpu": ["reject"],
+        "down": ["unavailable", "ok"],
+    }
+    recounts = []
+    original_emit = runner._Run.emit
+
+    def emit(self, kind, message, record=None):
+        recount = {}
+        for rec in self.records.values():
+            recount[rec.state] = recount.get(rec.state, 0) + 1
+        recounts.append(recount)
+        original_emit(self, kind, message, record)
+
+    monkeypatch.setattr(runner._Run, "emit", emit)
+    plan = demo_plan(tmp_path)
+    plan = Plan(
+        "fake",
+        {},
+        [
+            *plan.tasks,
+            PlanTask("flaky", spec("flaky")),
+            PlanTask("gpu", spec("gpu", resources=ResourceRequest(gpu="a100"))),
+            PlanTask("down", spec("down")),
+        ],
+    )
+    events = []
+    result = await run_plan(
+        plan,
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "run",
+        on_event=events.append,
+        **FAST,
+    )
+    assert [e.counts for e in events] == recounts
+    assert {"retry", "skipped", "failed", "succeeded"} <= {e.kind for e in events}
+    assert events[-1].counts == result.counts() == {"succeeded": 4, "failed": 2, "skipped": 1}
 
 
 @pytest.mark.asyncio

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +225,8 @@ class _Run:
         self.started = time.monotonic()
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.records = journal.tasks
+        # Kept current by set_state, so an event's counts cost O(states), not O(tasks).
+        self._counts: Counter[str] = Counter(record.state for record in self.records.values())
         self._commit: asyncio.Future[None] | None = None
         self._submits: set[asyncio.Task[bool]] = set()  # submits in flight, and landed unreaped
         self._landed = False  # a submit landed with news since the tick began
@@ -236,9 +239,7 @@ class _Run:
     def emit(self, kind: str, message: str, record: TaskRecord | None = None) -> None:
         if self.on_event is None:
             return
-        counts: dict[str, int] = {}
-        for rec in self.records.values():
-            counts[rec.state] = counts.get(rec.state, 0) + 1
+        counts = {state: n for state, n in self._counts.items() if n}
         self.on_event(
             RunEvent(
                 kind=kind,
@@ -250,6 +251,12 @@ class _Run:
                 elapsed_s=time.monotonic() - self.started,
             )
         )
+
+    def set_state(self, record: TaskRecord, state: str) -> None:
+        """Every change of a record's state goes through here (the counts follow it)."""
+        self._counts[record.state] -= 1
+        self._counts[state] += 1
+        record.state = state
 
     def changed(self, record: TaskRecord) -> None:
         self.journal.mark(record)
@@ -324,7 +331,7 @@ class _Run:
             last = record.last
             if record.state == SUBMITTING and last is not None and last.handle is None:
                 # the process stopped inside submit: submit again (see the journal module)
-                record.state = QUEUED
+                self.set_state(record, QUEUED)
                 record.in_doubt += 1
                 record.attempts.pop()
                 self.changed(record)
@@ -346,7 +353,7 @@ class _Run:
             for dep in self.plan.dependencies.get(record.id, ()):
                 dep_state = self.records[dep].state
                 if dep_state in (FAILED, SKIPPED, CANCELLED):
-                    record.state = SKIPPED
+                    self.set_state(record, SKIPPED)
                     record.detail = f"dependency {dep} {dep_state}"
                     self.changed(record)
                     self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
@@ -405,7 +412,7 @@ class _Run:
         for record in batch:
             number = len(record.attempts) + 1
             record.attempts.append(Attempt(number=number, submitted_at=now))
-            record.state = SUBMITTING
+            self.set_state(record, SUBMITTING)
             self.changed(record)
         self.flush()  # the intent is durable before any submit is called
         for record in batch:
@@ -472,7 +479,7 @@ class _Run:
             handle = await self.backend.submit(spec)
         except BackendUnavailableError as error:
             record.attempts.pop()
-            record.state = QUEUED
+            self.set_state(record, QUEUED)
             self.changed(record)
             self.flush()
             self.emit("backend_unavailable", f"{record.id}: submit: {_one_line(error)}", record)
@@ -491,7 +498,7 @@ class _Run:
         attempt.handle = handle
         attempt.submitted_at = time.time()  # accepted now; the intent was written before
         attempt.state = PENDING
-        record.state = PENDING
+        self.set_state(record, PENDING)
         self.changed(record)
         await self.commit()
         self.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
@@ -502,14 +509,14 @@ class _Run:
         attempt.failure = failure
         attempt.finished_at = attempt.finished_at or time.time()
         if not failure.deterministic and len(record.attempts) <= self.max_retries:
-            record.state = QUEUED
+            self.set_state(record, QUEUED)
             self.emit(
                 "retry",
                 f"{record.id} attempt {attempt.number} failed ({failure.reason}); retrying",
                 record,
             )
         else:
-            record.state = FAILED
+            self.set_state(record, FAILED)
             self.emit("failed", f"{record.id} failed: {failure.reason}", record)
         self.changed(record)
 
@@ -547,7 +554,8 @@ class _Run:
                 attempt.finished_at = now
                 finished.append((record, status))
             attempt.state = new
-            record.state = new if not status.state.is_terminal else record.state
+            if not status.state.is_terminal:
+                self.set_state(record, new)
             if not status.state.is_terminal:
                 self.emit("state", f"{record.id} {new}", record)
         details = await asyncio.gather(
@@ -556,7 +564,7 @@ class _Run:
         for (record, status), detail in zip(finished, details, strict=True):
             attempt = record.attempts[-1]
             if status.state is TaskState.SUCCEEDED:
-                record.state = SUCCEEDED
+                self.set_state(record, SUCCEEDED)
                 attempt.failure = None
                 continue
             failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
@@ -594,7 +602,7 @@ class _Run:
             self.emit("backend_unavailable", f"{record.id}: collect: {_one_line(error)}", record)
             return
         except Exception as error:
-            record.state = FAILED
+            self.set_state(record, FAILED)
             record.detail = _one_line(error)
             if record.last is not None:
                 record.last.failure = TaskFailure(
@@ -620,7 +628,7 @@ class _Run:
                 last.state = FAILED
                 last.failure = TaskFailure("cancelled", reason)
                 last.finished_at = time.time()
-            record.state = CANCELLED
+            self.set_state(record, CANCELLED)
             record.detail = reason
             self.changed(record)
             self.emit("cancelled", f"{record.id} cancelled", record)

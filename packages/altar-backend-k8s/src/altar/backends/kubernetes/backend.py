@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from altar.backends.kubernetes.calls import RuntimeCalls
-from altar.backends.kubernetes.jobs import K8sJobInfo, classify_failure
+from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo, classify_failure
 from altar.backends.kubernetes.manifest import (
     CPU_POOL,
     DEFAULT_DIGEST_VERIFIER_IMAGE,
@@ -277,8 +277,11 @@ class KubernetesExecutionBackend(ExecutionBackend):
         failures: dict[tuple[str, str], TaskFailure] = {}
         if newly_failed and self._calls.lists_pods:
             pods = await self._calls.list_pods(selector)
+            pods_by_uid: dict[str | None, list[K8sPodInfo]] = {}
+            for pod in pods:
+                pods_by_uid.setdefault(pod.job_uid, []).append(pod)
             for key, job in newly_failed.items():
-                failure = classify_failure(job, [p for p in pods if p.job_uid == job.uid])
+                failure = classify_failure(job, pods_by_uid.get(job.uid, []))
                 failures[key] = failure
                 # Pods of a Job that is only FailureTarget may still be terminating: keep
                 # asking until the answer is final.

@@ -88,8 +88,10 @@ class Poller:
 
     def observe(self, ids: Sequence[str]) -> dict[str, Observation]:
         """Current observations for full or prefix container ids (one list request)."""
-        wanted = [i for i in dict.fromkeys(ids) if self.cached(i) is None]
-        result = {i: obs for i in ids if (obs := self.cached(i)) is not None}
+        unique = dict.fromkeys(ids)
+        with self._lock:  # one look-up per id, under one acquisition
+            result = {i: obs for i in unique if (obs := self._terminal.get(i)) is not None}
+        wanted = [i for i in unique if i not in result]
         if not wanted:
             return result
         summaries = self.runtime.list_containers(wanted)

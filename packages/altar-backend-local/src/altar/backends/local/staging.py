@@ -72,14 +72,14 @@ def local_path(uri: str) -> str:
             raise UnsupportedCapabilityError(
                 f"input {uri!r} names host {parsed.netloc!r}; the local backend reads only "
                 "files on this machine",
-                capability="transfer-uri",
+                capability="transfer_uri",
             )
         return unquote(parsed.path)
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, not a scheme
         raise UnsupportedCapabilityError(
             f"input {uri!r} uses the {parsed.scheme!r} scheme; the local backend stages only "
             "local paths and file:// URIs (download it first)",
-            capability="transfer-uri",
+            capability="transfer_uri",
         )
     return os.path.abspath(uri)
 
