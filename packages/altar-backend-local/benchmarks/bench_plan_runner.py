@@ -69,7 +69,7 @@ def baseline(tasks: int, image: str) -> float:
     return time.perf_counter() - started
 
 
-def ours(tasks: int, image: str, poll_interval_s: float) -> float:
+def ours(tasks: int, image: str, poll_interval_s: float | None) -> float:
     specs = [
         ContainerTaskSpec(kind="trivial", image=image, command=["true"], labels={"n": str(i)})
         for i in range(tasks)
@@ -93,9 +93,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--poll-interval", type=float, default=0.2, help="the runner's first poll interval (s)"
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="the runner's first poll interval (s); default: the backend's own "
+        f"({LocalDockerExecutionBackend.poll_interval_s:g} s)",
     )
     args = parser.parse_args()
+    poll_s = args.poll_interval
+    if poll_s is None:
+        poll_s = LocalDockerExecutionBackend.poll_interval_s
     host = docker_host()
     image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
     print(
@@ -115,7 +122,7 @@ def main() -> None:
     print(f"|{'-' * 46}|{'-' * 10}|{'-' * 9}|{'-' * 6}|")
     for name, seconds, runs in (
         (f"xargs -P {SLOTS} docker run --rm (baseline)", base_s, len(theirs)),
-        (f"plan runner + local, {SLOTS} slots, poll {args.poll_interval:g} s", ours_s, len(mine)),
+        (f"plan runner + local, {SLOTS} slots, poll {poll_s:g} s", ours_s, len(mine)),
     ):
         print(f"| {name:<44} | {seconds:8.2f} | {args.tasks / seconds:7.2f} | {runs:4} |")
     print()
