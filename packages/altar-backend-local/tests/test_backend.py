@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
+from altar.execution.plan import plan_from_specs
+from altar.execution.runner import run_plan
 
 
 def spec(**overrides: object) -> ContainerTaskSpec:
@@ -400,6 +403,18 @@ async def test_capacity_counts_active_containers(
 
 
 @pytest.mark.asyncio
+async def test_capacity_leaves_submits_in_flight_to_the_driver(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    """A created, not yet started container is a submit in flight: the runner counts it."""
+    handles = [await backend.submit(spec()) for _ in range(2)]
+    engine.set_state(handles[0].external_id, "created")
+    assert (await backend.capacity()).pools == {"cpu": 3}
+    engine.set_state(handles[0].external_id, "running")
+    assert (await backend.capacity()).pools == {"cpu": 2}
+
+
+@pytest.mark.asyncio
 async def test_weakness_15_watchdog_kills_at_the_deadline_without_a_poll(tmp_path: object) -> None:
     import time
 
@@ -460,3 +475,48 @@ async def test_short_container_ids_are_found_too(
     engine.finish(handle.external_id, 4)
     statuses = await backend.poll([short, handle])
     assert [s.failure.reason if s.failure else None for s in statuses] == ["exit_4", "exit_4"]
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+@pytest.mark.asyncio
+async def test_the_runner_refills_a_slot_while_the_other_submit_is_starting(
+    tmp_path: Path,
+) -> None:
+    """Both slots stay busy: a finished task's slot is refilled during the other's start.
+
+    Counting the other task's ``created`` container as well as its submit in flight left the
+    slot idle for the whole start (a third of each task's time on a real engine).
+    """
+    engine = FakeDockerRuntime(hold_starts=True)
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "data", runtime=engine, slots=2, watchdog=False
+    )
+    plan = plan_from_specs(
+        [spec(labels={"n": str(i)}) for i in range(3)], backend_type="local", max_parallel=2
+    )
+    run = asyncio.ensure_future(run_plan(plan, backend, run_dir=tmp_path / "run"))
+    try:
+        await _until(lambda: len(engine.held_starts()) == 2, "two starts are in flight")
+        first, second = engine.held_starts()
+        engine.release_start(first)
+        engine.finish(first, 0)
+        await _until(lambda: len(engine.held_starts()) == 2, "the freed slot is refilled")
+        assert second in engine.held_starts()  # still starting: the refill did not wait for it
+    finally:
+        engine.hold_starts = False
+        engine.release_start()
+    while not run.done():  # every task ends as soon as it runs
+        for container in list(engine.containers.values()):
+            if container.state == "running":
+                engine.finish(container.id, 0)
+        await asyncio.sleep(0.01)
+    result = await run
+    assert result.ok
+    assert engine.requests["create"] == 3

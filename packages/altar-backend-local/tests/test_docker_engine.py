@@ -392,6 +392,30 @@ async def test_capacity_counts_live_containers(tmp_path: Path, api: docker.APICl
         await backend.cancel(handle)
 
 
+def test_the_engine_lists_a_submit_in_flight_as_created(
+    api: docker.APIClient, docker_host: str
+) -> None:
+    """capacity() leaves ``created`` containers to the driver: the engine must report them so."""
+    runtime = DockerSdkRuntime(docker_host)
+    created = api.create_container(
+        IMAGE,
+        ["sleep", "300"],
+        labels={"altar.test": SESSION, "altar.backend": "local"},
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    try:
+
+        def state() -> str:
+            live = runtime.list_live("altar.backend=local")
+            return next(c.state for c in live if c.id == created["Id"])
+
+        assert state() == "created"
+        api.start(created["Id"])
+        assert state() == "running"
+    finally:
+        api.remove_container(created["Id"], force=True)
+
+
 @pytest.mark.asyncio
 async def test_created_is_pending_and_paused_is_running(
     backend: LocalDockerExecutionBackend, api: docker.APIClient

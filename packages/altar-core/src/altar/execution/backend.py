@@ -58,7 +58,12 @@ class ExecutionBackend(ABC):
         """Return one current status per handle, in the same order, without waiting."""
 
     async def capacity(self) -> Capacity:
-        """Free slots per pool; an empty report means autoscaling or unknown."""
+        """Free slots per pool; an empty report means autoscaling or unknown.
+
+        A driver subtracts its own submits still in flight from this report, so count a task
+        here once its submit has returned: counting it earlier makes the driver count it twice
+        and leave a slot idle.
+        """
         return Capacity()
 
     async def stage_inputs(self, transfers: list[Transfer]) -> None:  # noqa: B027 (optional hook)

@@ -193,9 +193,16 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         return statuses
 
     async def capacity(self) -> Capacity:
+        """``slots`` minus this backend's started containers on the engine.
+
+        A container still ``created`` is a submit in flight (submit starts what it creates), and
+        the driver already counts its own submits in flight: counting them here too kept a slot
+        idle for the whole of each start.
+        """
         label = f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}"
         live = await self._thread(lambda: self.runtime.list_live(label))
-        return Capacity(pools={"cpu": max(0, self.slots - len(live))})
+        started = sum(1 for container in live if container.state != "created")
+        return Capacity(pools={"cpu": max(0, self.slots - started)})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         if not _CONTAINER_ID.fullmatch(handle.external_id):

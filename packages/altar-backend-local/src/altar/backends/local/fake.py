@@ -6,6 +6,8 @@ It behaves like the Docker Engine 20.10 the backend talks to, not like the backe
 refusals (CPU quota above the host's CPUs, a device request without a GPU runtime), and an
 engine that cannot be reached. Tests script outcomes through :meth:`FakeDockerRuntime.finish`,
 :meth:`oom_kill`, :meth:`expire` and :meth:`write_log`, and count requests per operation.
+With ``hold_starts`` a created container stays ``created`` (its start request in flight, as a
+real start is for a good fraction of a second) until :meth:`release_start`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class FakeDockerRuntime:
         gpu_devices: int = 0,
         event_window: int = 256,
         clock_skew_s: float = 0.0,
+        hold_starts: bool = False,
     ) -> None:
         # None: every image can be pulled; a set: only these exist and pulling fails (offline).
         self.images = set(images) if images is not None else None
@@ -64,6 +67,8 @@ class FakeDockerRuntime:
         self.containers: dict[str, FakeContainer] = {}
         self.events: collections.deque[ContainerEvent] = collections.deque(maxlen=event_window)
         self.requests: collections.Counter[str] = collections.Counter()
+        self.hold_starts = hold_starts
+        self._starts: dict[str, threading.Event] = {}
         self._lock = threading.RLock()
 
     # -- engine behaviour ---------------------------------------------------------------------
@@ -129,10 +134,27 @@ class FakeDockerRuntime:
                     f"{request.gpu_count - 1}: unknown device",
                 )
             container_id = secrets.token_hex(32)
-            self.containers[container_id] = FakeContainer(
-                container_id, request, created=int(self.now())
-            )
-            return container_id
+            container = FakeContainer(container_id, request, created=int(self.now()))
+            self.containers[container_id] = container
+            if not self.hold_starts:
+                return container_id
+            container.state = "created"
+            started = self._starts[container_id] = threading.Event()
+        started.wait()
+        return container_id
+
+    def held_starts(self) -> list[str]:
+        """Containers created and waiting in :meth:`run` for :meth:`release_start`."""
+        with self._lock:
+            return [cid for cid, event in self._starts.items() if not event.is_set()]
+
+    def release_start(self, container_id: str | None = None) -> None:
+        """Let one held start (or all of them) complete: the container is running on return."""
+        with self._lock:
+            for cid, event in self._starts.items():
+                if container_id in (None, cid) and not event.is_set():
+                    self.containers[cid].state = "running"
+                    event.set()
 
     def list_containers(self, ids: Sequence[str]) -> list[ContainerSummary]:
         with self._lock:
