@@ -71,6 +71,9 @@ class FakeProvider:
     max_live: int = 0
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     unavailable_polls: int = 0
+    unavailable_cancels: int = 0
+    cancels_in_flight: int = 0
+    max_cancels_in_flight: int = 0
     hang_submits: set[str] = field(default_factory=set)
     output_bytes: dict[str, bytes] = field(default_factory=dict)
 
@@ -184,8 +187,18 @@ class FakeBackend(ExecutionBackend):
         return PathResolver(self.provider.mount_root)
 
     async def cancel(self, handle: TaskHandle) -> None:
-        self.provider.cancelled.append(handle.external_id)
-        task = self.provider.tasks.get(handle.external_id)
+        p = self.provider
+        if p.unavailable_cancels:
+            p.unavailable_cancels -= 1
+            raise BackendUnavailableError("fake provider refused the connection")
+        p.cancels_in_flight += 1
+        p.max_cancels_in_flight = max(p.max_cancels_in_flight, p.cancels_in_flight)
+        try:
+            await asyncio.sleep(0.01)  # a round trip to the provider
+        finally:
+            p.cancels_in_flight -= 1
+        p.cancelled.append(handle.external_id)
+        task = p.tasks.get(handle.external_id)
         if task is not None:
             task.cancelled = True
 

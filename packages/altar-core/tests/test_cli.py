@@ -215,7 +215,14 @@ def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
     ]
     code, out, _ = run_cli(["status", tmp_path / "r", "--json"], capsys)
     assert json.loads(out)["counts"] == {"queued": 2, "running": 2}
-    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)
+    fake_registry.unavailable_cancels = 1  # the provider refuses one of the two cancels
+    code, out, err = run_cli(["cancel", tmp_path / "r"], capsys)
+    assert code == 1
+    assert out == ""
+    assert err.startswith(f"altar: could not cancel 1 task(s) of {tmp_path / 'r'}: fold-")
+    assert err.count("\n") == 1
+    assert len(fake_registry.cancelled) == 1
+    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)  # retries the one left
     assert code == 0
     assert out == f"cancelled 4 task(s) of {tmp_path / 'r'}\n"
     assert len(fake_registry.cancelled) == 2

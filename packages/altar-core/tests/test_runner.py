@@ -843,3 +843,72 @@ async def test_the_first_poll_interval_defaults_to_the_backends_own(
     waits = [e[1] for e in timeline.entries if e[0] == "wait"]
     assert waits[:3] == [0.25, 0.25, 0.25]  # submit lands, first poll due, a change
     assert waits[3] == 0.5  # then it backs off from there
+
+
+@pytest.mark.asyncio
+async def test_cancel_reaches_every_task_at_once(tmp_path, provider, fake_backend_class):
+    provider.duration = 1000
+    plan = simple_plan(*(f"t{i}" for i in range(40)))
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "t39",
+    )
+    assert await cancel_run(tmp_path / "r", fake_backend_class(provider=provider)) == "cancelled"
+    assert sorted(provider.cancelled) == sorted(provider.tasks)
+    assert provider.max_cancels_in_flight == 32  # bounded, not one by one
+    assert Journal.load(tmp_path / "r").finished
+
+
+@pytest.mark.asyncio
+async def test_a_failed_cancel_leaves_the_task_open_and_a_second_cancel_retries_it(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 1000
+    plan = simple_plan("a", "b", "c")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "c",
+    )
+    provider.unavailable_cancels = 1
+    with pytest.raises(runner.CancelIncompleteError, match="could not cancel 1 task") as caught:
+        await cancel_run(tmp_path / "r", fake_backend_class(provider=provider))
+    (still_open,) = caught.value.task_ids
+    status = await run_status(tmp_path / "r")
+    statuses = {t.id: t.status for t in status.tasks}
+    assert statuses.pop(still_open) in ("pending", "running")  # as last seen: it may still run
+    assert list(statuses.values()) == ["cancelled", "cancelled"]
+    journal = Journal.load(tmp_path / "r")
+    assert not journal.finished
+    assert not journal.tasks[still_open].cleaned
+    assert await cancel_run(tmp_path / "r", fake_backend_class(provider=provider)) == "cancelled"
+    assert sorted(provider.cancelled) == sorted(provider.tasks)
+    assert [t.status for t in (await run_status(tmp_path / "r")).tasks] == ["cancelled"] * 3
+
+
+@pytest.mark.asyncio
+async def test_a_driven_run_reports_a_cancel_that_failed(tmp_path, provider, fake_backend_class):
+    provider.duration = 1000
+    provider.unavailable_cancels = 1
+    plan = simple_plan("a", "b")
+    seen = []
+
+    def on_event(event):
+        seen.append(event)
+        if event.kind == "submitted" and event.task_id == "b":
+            (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
+
+    result = await run_plan(
+        plan,
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        on_event=on_event,
+        **FAST,
+    )
+    assert sorted(t.status for t in result.tasks) == ["cancelled", "running"]
+    (failed,) = [e for e in seen if e.kind == "cancel_failed"]
+    assert "BackendUnavailableError: fake provider refused the connection" in failed.message
+    assert not Journal.load(tmp_path / "r").finished

@@ -37,7 +37,14 @@ from altar.execution.progress import (
     format_table,
 )
 from altar.execution.registry import create_backend, default_registry
-from altar.execution.runner import RunEvent, StagingError, cancel_run, run_plan, run_status
+from altar.execution.runner import (
+    CancelIncompleteError,
+    RunEvent,
+    StagingError,
+    cancel_run,
+    run_plan,
+    run_status,
+)
 from altar.execution.types import is_sha256_digest
 
 __all__ = ["main"]
@@ -400,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         err.write(f"altar: error: {error}\n")
         return EXIT_USAGE
-    except (StagingError, BackendUnavailableError) as error:
+    except (StagingError, BackendUnavailableError, CancelIncompleteError) as error:
         err.write(f"altar: {' '.join(str(error).split())}\n")
         return EXIT_FAILED
     except AltarError as error:

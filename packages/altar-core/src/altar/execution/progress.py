@@ -35,6 +35,7 @@ NOTABLE = frozenset(
         "failed",
         "skipped",
         "cancelled",
+        "cancel_failed",
         "backend_unavailable",
         "cleanup_failed",
     }

@@ -52,6 +52,7 @@ from altar.execution.types import TaskFailure, TaskHandle, TaskState, TaskStatus
 
 __all__ = [
     "CANCEL_REQUEST",
+    "CancelIncompleteError",
     "RunEvent",
     "RunResult",
     "StagingError",
@@ -64,11 +65,24 @@ __all__ = [
 
 CANCEL_REQUEST = "cancel-requested"
 DEFAULT_MAX_RETRIES = 2
+_CANCELS_AT_ONCE = 32  # a provider round trip each; a bound keeps a big run polite
 TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
 
 
 class StagingError(AltarError):
     """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+class CancelIncompleteError(AltarError):
+    """Some tasks could not be cancelled (the provider refused or could not be reached).
+
+    They keep their state in the journal, since they may still be running; cancelling the run
+    again retries them. ``task_ids`` names them.
+    """
+
+    def __init__(self, message: str, task_ids: list[str]) -> None:
+        super().__init__(message)
+        self.task_ids = task_ids
 
 
 @dataclass(frozen=True)
@@ -77,7 +91,7 @@ class RunEvent:
 
     ``kind`` is one of ``staging``, ``staged``, ``resumed``, ``submitted``, ``in_doubt``,
     ``state`` (a task changed state), ``retry``, ``succeeded``, ``failed``, ``skipped``,
-    ``cancelled``, ``backend_unavailable``, ``cleanup_failed``, ``done``.
+    ``cancelled``, ``cancel_failed``, ``backend_unavailable``, ``cleanup_failed``, ``done``.
     """
 
     kind: str
@@ -617,22 +631,41 @@ class _Run:
         took = f" in {duration:.1f}s" if duration is not None else ""
         self.emit("succeeded", f"{record.id} succeeded{took}", record)
 
-    async def cancel_all(self, reason: str) -> None:
-        for record in self.records.values():
-            if record.final:
-                continue
-            last = record.last
-            if last is not None and last.handle is not None and record.state in (PENDING, RUNNING):
-                with contextlib.suppress(Exception):
-                    await self.backend.cancel(last.handle)
-                last.state = FAILED
-                last.failure = TaskFailure("cancelled", reason)
-                last.finished_at = time.time()
-            self.set_state(record, CANCELLED)
-            record.detail = reason
-            self.changed(record)
-            self.emit("cancelled", f"{record.id} cancelled", record)
+    async def cancel_all(self, reason: str) -> list[str]:
+        """Cancel every unfinished task, many at once; return the ids whose cancel failed.
+
+        A task whose cancel failed keeps its state (it may still be running), so that
+        cancelling again retries it; each failure is reported as a ``cancel_failed`` event.
+        """
+        unfinished = [record for record in self.records.values() if not record.final]
+        limit = asyncio.Semaphore(_CANCELS_AT_ONCE)
+
+        async def cancel(record: TaskRecord) -> bool:
+            async with limit:
+                return await self._cancel_one(record, reason)
+
+        cancelled = await asyncio.gather(*(cancel(record) for record in unfinished))
         self.flush()
+        return [record.id for record, ok in zip(unfinished, cancelled, strict=True) if not ok]
+
+    async def _cancel_one(self, record: TaskRecord, reason: str) -> bool:
+        last = record.last
+        if last is not None and last.handle is not None and record.state in (PENDING, RUNNING):
+            try:
+                await self.backend.cancel(last.handle)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.emit("cancel_failed", f"{record.id}: cancel: {_one_line(error)}", record)
+                return False
+            last.state = FAILED
+            last.failure = TaskFailure("cancelled", reason)
+            last.finished_at = time.time()
+        self.set_state(record, CANCELLED)
+        record.detail = reason
+        self.changed(record)
+        self.emit("cancelled", f"{record.id} cancelled", record)
+        return True
 
     async def cleanup(self) -> None:
         # a backend that names tasks by spec hands out one external_id for every attempt
@@ -653,7 +686,7 @@ class _Run:
                 self.emit("cleanup_failed", f"cleanup: {_one_line(error)}")
                 return
         for record in self.records.values():
-            record.cleaned = True
+            record.cleaned = record.final  # one still running (its cancel failed) is cleaned later
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -695,7 +728,7 @@ class _Run:
                     self.interval = self.poll_interval_s  # a submit landed: its task is news
             await self.drain()
             await self.cleanup()
-            self.journal.finished = True
+            self.journal.finished = all(record.final for record in self.records.values())
             self.journal.save()
             result = _results(self.journal, time.monotonic() - self.started)
             summary = ", ".join(f"{n} {state}" for state, n in result.counts().items())
@@ -826,7 +859,9 @@ async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = Non
 async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:
     """Cancel a run: directly if no process drives it, else ask the driving process to.
 
-    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case.
+    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case, which
+    raises :class:`CancelIncompleteError` if some tasks could not be cancelled (call it again
+    to retry them).
     """
     run_dir = Path(run_dir)
     journal = Journal.load(run_dir)
@@ -847,8 +882,14 @@ async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = Non
             max_poll_interval_s=0.0,
             on_event=None,
         )
-        await plan_free.cancel_all("cancelled by `altar cancel`")
+        failed = await plan_free.cancel_all("cancelled by `altar cancel`")
         await plan_free.cleanup()
-        journal.finished = True
+        journal.finished = not failed
         journal.save()
+    if failed:
+        raise CancelIncompleteError(
+            f"could not cancel {len(failed)} task(s) of {run_dir}: {', '.join(failed)}; they "
+            "may still be running (see `altar status`); cancel again to retry them",
+            failed,
+        )
     return "cancelled"
