@@ -481,3 +481,35 @@ async def test_a_runtime_on_the_0_3_0_base_class_uses_its_defaults() -> None:
     assert await backend.failure_detail(handle) is None
     await backend.cancel(handle)
     assert runtime.cluster.jobs == {}
+
+
+@dataclass
+class UidlessRuntime(LegacyRuntime):
+    """A 0.3.0 runtime that never reports uids (``K8sJobInfo.uid`` defaulted to None in 0.3.0)."""
+
+    @staticmethod
+    def _info(job: _Job) -> K8sJobInfo:
+        return replace(LegacyRuntime._info(job), uid=None)
+
+
+@pytest.mark.asyncio
+async def test_a_runtime_without_uids_still_explains_each_failure() -> None:
+    runtime = UidlessRuntime()
+    backend = KubernetesExecutionBackend(runtime=runtime, recreate_waits_s=(0.0,))
+    handle = await backend.submit(spec())
+    assert "/" not in handle.external_id  # no uid: the bare 0.3.0 name
+    runtime.finish(handle, exit_code=3)
+    [status] = await backend.poll([handle])
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.exit_code) == ("exit_3", 3)
+    assert status.failure.deterministic
+    # without a uid an attempt cannot be told apart, so nothing is remembered: after a
+    # replacement the handle follows the new Job instead of reporting the old failure
+    again = await backend.submit(spec())
+    assert again.external_id == handle.external_id
+    [status] = await backend.poll([handle])
+    assert status.state is TaskState.PENDING
+    runtime.finish(again, exit_code=4)
+    [status] = await backend.poll([again])
+    assert status.failure is not None
+    assert status.failure.reason == "exit_4"

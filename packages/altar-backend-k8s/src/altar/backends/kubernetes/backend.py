@@ -261,31 +261,41 @@ class KubernetesExecutionBackend(ExecutionBackend):
         jobs = await self._calls.list_jobs(selector)
         by_name = {job.name: job for job in jobs}
         newly_failed: dict[tuple[str, str], K8sJobInfo] = {}
+        failures: dict[tuple[str, str], TaskFailure] = {}
         for ident in ids:
             job = by_name.get(ident[0]) if ident else None
-            if job is None or job.state is not TaskState.FAILED or not job.uid:
+            if job is None or job.state is not TaskState.FAILED:
                 continue
             if ident and ident[1] is not None and ident[1] != job.uid:
                 continue
-            key = (job.name, job.uid)
-            if key not in self._outcomes:
-                quick = self._failure_without_pods(job)
-                if quick is not None:
+            # A runtime that reports no uid (allowed for 0.3.0 runtimes) cannot tell attempts
+            # apart, so its failures are explained on every poll and never remembered.
+            key = (job.name, job.uid or "")
+            if job.uid and key in self._outcomes:
+                continue
+            quick = self._failure_without_pods(job)
+            if quick is not None:
+                failures[key] = quick
+                if job.uid:
                     self._remember_outcome(key, quick)
-                else:
-                    newly_failed[key] = job
-        failures: dict[tuple[str, str], TaskFailure] = {}
+            else:
+                newly_failed[key] = job
         if newly_failed and self._calls.lists_pods:
             pods = await self._calls.list_pods(selector)
             pods_by_uid: dict[str | None, list[K8sPodInfo]] = {}
             for pod in pods:
                 pods_by_uid.setdefault(pod.job_uid, []).append(pod)
             for key, job in newly_failed.items():
-                failure = classify_failure(job, pods_by_uid.get(job.uid, []))
+                own = (
+                    pods_by_uid.get(job.uid, [])
+                    if job.uid
+                    else [p for p in pods if p.job_name == job.name]
+                )
+                failure = classify_failure(job, own)
                 failures[key] = failure
                 # Pods of a Job that is only FailureTarget may still be terminating: keep
                 # asking until the answer is final.
-                if job.replaceable or failure.reason != "job_failed":
+                if job.uid and (job.replaceable or failure.reason != "job_failed"):
                     self._remember_outcome(key, failure)
         elif newly_failed:
             # A 0.3.0 runtime lists no pods: it explains each failed Job itself, once.
@@ -295,7 +305,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 failures[key] = failure
                 # Pods of a Job that is only FailureTarget may still be terminating: keep
                 # asking until the answer is final.
-                if job.replaceable or failure.reason != "job_failed":
+                if job.uid and (job.replaceable or failure.reason != "job_failed"):
                     self._remember_outcome(key, failure)
         return [
             self._status(handle, ident, by_name, failures)
