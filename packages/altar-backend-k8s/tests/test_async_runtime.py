@@ -513,3 +513,52 @@ async def test_a_runtime_without_uids_still_explains_each_failure() -> None:
     [status] = await backend.poll([again])
     assert status.failure is not None
     assert status.failure.reason == "exit_4"
+
+
+class ApiException(Exception):  # noqa: N818 (the shape of kubernetes_asyncio's)
+    """What a 0.3.0 runtime on ``kubernetes_asyncio`` lets escape for an HTTP error."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"({status})\nReason: {reason}\n")
+        self.status = status
+        self.reason = reason
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiException(503, "Service Unavailable"),
+        ApiException(500, "Internal Server Error"),
+        ApiException(429, "Too Many Requests"),
+        TimeoutError("the API server did not answer within 30 s"),
+    ],
+    ids=["503", "500", "429", "timeout"],
+)
+@pytest.mark.asyncio
+async def test_a_0_3_0_runtimes_server_errors_and_timeouts_are_transient(
+    backend: KubernetesExecutionBackend, runtime: LegacyRuntime, error: Exception
+) -> None:
+    handle = await backend.submit(spec())
+
+    async def failing(**_: Any) -> list[K8sJobInfo]:
+        raise error
+
+    runtime.list_jobs = failing  # type: ignore[assignment]
+    with pytest.raises(BackendUnavailableError, match="list_jobs") as raised:
+        await backend.poll([handle])
+    assert raised.value.__cause__ is error
+
+
+@pytest.mark.asyncio
+async def test_a_0_3_0_runtimes_client_errors_are_not_transient(
+    backend: KubernetesExecutionBackend, runtime: LegacyRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    refused = ApiException(403, "Forbidden")
+
+    async def failing(**_: Any) -> list[K8sJobInfo]:
+        raise refused
+
+    runtime.list_jobs = failing  # type: ignore[assignment]
+    with pytest.raises(ApiException):
+        await backend.poll([handle])

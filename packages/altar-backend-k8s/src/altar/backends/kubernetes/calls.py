@@ -11,7 +11,9 @@ return type, :class:`RuntimeCalls` bridges it:
   None means "requested";
 - no ``list_pods``: a failed Job is explained by ``describe_failure`` (or the legacy
   ``diagnose``), one call per newly failed Job, and ``read_log_tail`` takes the Job's name;
-- a built-in ``ConnectionError`` from any method becomes ``BackendUnavailableError``.
+- a built-in ``ConnectionError`` or ``TimeoutError`` from any method, or an exception with an
+  HTTP ``status`` of 429 or 5xx (the clients' ``ApiException``), becomes
+  ``BackendUnavailableError``.
 
 A method inherited unchanged from the :class:`KubernetesRuntime` protocol (a 0.3.0 runtime
 that subclasses it after changing imports) counts as absent.
@@ -66,10 +68,20 @@ class RuntimeCalls:
             return result
         except BackendUnavailableError:
             raise
-        except ConnectionError as error:
+        except (ConnectionError, TimeoutError) as error:
             # The API could not be asked: transient, never a missing Job.
             raise BackendUnavailableError(
                 f"Kubernetes API unreachable during {name}: {error}"
+            ) from error
+        except Exception as error:
+            status = _http_status(error)
+            if status is None or not (status == 429 or status >= 500):
+                raise
+            # A 0.3.0 runtime on kubernetes(_asyncio) lets the client's ApiException escape:
+            # throttling and server errors are transient too.
+            reason = getattr(error, "reason", None) or type(error).__name__
+            raise BackendUnavailableError(
+                f"Kubernetes API {name} failed with HTTP {status} ({reason}); retry later"
             ) from error
 
     # -- jobs --
@@ -147,6 +159,12 @@ class RuntimeCalls:
             "read_log_tail", name, namespace=self.namespace, lines=lines
         )
         return text
+
+
+def _http_status(error: BaseException) -> int | None:
+    """The HTTP status of a client ``ApiException`` (``kubernetes`` or ``kubernetes_asyncio``)."""
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
 
 
 def _accepts(method: Callable[..., Any], keyword: str) -> bool:
