@@ -515,7 +515,7 @@ async def test_a_runtime_without_uids_still_explains_each_failure() -> None:
     assert status.failure.reason == "exit_4"
 
 
-class ApiException(Exception):  # noqa: N818 (the shape of kubernetes_asyncio's)
+class ApiException(Exception):
     """What a 0.3.0 runtime on ``kubernetes_asyncio`` lets escape for an HTTP error."""
 
     def __init__(self, status: int, reason: str) -> None:
