@@ -23,7 +23,7 @@ def test_runs_without_any_asyncio_configuration(pytester: pytest.Pytester) -> No
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
     # Every test collected is the subclass's: the imported base class contributes none.
     assert outcomes["passed"] >= 40
-    result.stdout.fnmatch_lines(["*max_timeout_s is None*"])
+    result.stdout.fnmatch_lines(["*max_timeout_s and unlimited_timeout_s are None*"])
     assert "ExecutionBackendContract::" not in result.stdout.str()
 
 

@@ -194,6 +194,15 @@ CASES = {
         frozenset({"test_timeout_above_the_provider_maximum_is_rejected"}),
         contract_body="unlimited_timeout_s = 3600\nmax_timeout_s = 3600",
     ),
+    "clamps-a-timeout-above-the-cap-declared-as-unlimited-timeout-only": Broken(
+        """
+        def _timeout_for(self, spec):
+            return min(spec.timeout_s or self.max_timeout_s, self.max_timeout_s)
+        """,
+        frozenset({"test_timeout_above_the_provider_maximum_is_rejected"}),
+        # what the seed tells a capped backend to set: the cap checks must still run
+        contract_body="unlimited_timeout_s = 3600",
+    ),
     "collects-no-bytes": Broken(
         """
         async def collect_outputs(self, transfers):

@@ -170,7 +170,11 @@ class ExecutionBackendContract:
     """The limit a ``timeout_s=None`` task gets; set it when the provider caps task lifetime."""
 
     max_timeout_s: ClassVar[int | None] = None
-    """The longest explicit ``timeout_s`` the provider accepts; a longer one must raise."""
+    """The longest explicit ``timeout_s`` the provider accepts; a longer one must raise.
+
+    Defaults to ``unlimited_timeout_s``: a capped provider gives a task without a limit its
+    maximum, so that maximum is also the longest explicit limit (see :meth:`timeout_cap`).
+    """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -248,6 +252,11 @@ class ExecutionBackendContract:
         return []
 
     # ------------------------------------------------------------------ helpers
+
+    def timeout_cap(self) -> int | None:
+        """The longest ``timeout_s`` the provider accepts: ``max_timeout_s``, else
+        ``unlimited_timeout_s`` (None: the provider does not cap task lifetime)."""
+        return self.max_timeout_s if self.max_timeout_s is not None else self.unlimited_timeout_s
 
     def _launched(self, backend: ExecutionBackend, handle: TaskHandle, what: str) -> LaunchedTask:
         launched = self.launched_task(backend, handle)
@@ -750,20 +759,28 @@ class ExecutionBackendContract:
     async def test_timeout_above_the_provider_maximum_is_rejected(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
-        if self.max_timeout_s is None:
-            pytest.skip("max_timeout_s is None: the provider does not cap task lifetime")
+        cap = self.timeout_cap()
+        if cap is None:
+            pytest.skip(
+                "max_timeout_s and unlimited_timeout_s are None: the provider does not cap "
+                "task lifetime"
+            )
         # UnsupportedCapabilityError is a ValueError; the message names the maximum.
-        with pytest.raises(ValueError, match=str(self.max_timeout_s)):
-            await backend.submit(replace(spec, timeout_s=self.max_timeout_s + 1))
+        with pytest.raises(ValueError, match=str(cap)):
+            await backend.submit(replace(spec, timeout_s=cap + 1))
 
     @asyncio_test
     async def test_timeout_at_the_provider_maximum_is_accepted(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
-        if self.max_timeout_s is None:
-            pytest.skip("max_timeout_s is None: the provider does not cap task lifetime")
-        handle = await backend.submit(replace(spec, timeout_s=self.max_timeout_s))
-        assert self.launched_timeout(backend, handle) == self.max_timeout_s
+        cap = self.timeout_cap()
+        if cap is None:
+            pytest.skip(
+                "max_timeout_s and unlimited_timeout_s are None: the provider does not cap "
+                "task lifetime"
+            )
+        handle = await backend.submit(replace(spec, timeout_s=cap))
+        assert self.launched_timeout(backend, handle) == cap
 
     @asyncio_test
     async def test_oom_kill_is_reported_as_oom_killed(

@@ -38,7 +38,7 @@ class InProcessBackendContract(ExecutionBackendContract):
 
     @pytest.fixture
     def backend(self, tmp_path: Any) -> ExecutionBackend:
-        options = {"max_timeout_s": self.max_timeout_s, **self.backend_options}
+        options = {"max_timeout_s": self.timeout_cap(), **self.backend_options}
         return self.backend_class(data_root=tmp_path / "in-process-data", **options)
 
     def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
