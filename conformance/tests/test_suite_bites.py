@@ -111,6 +111,24 @@ CASES = {
         """,
         frozenset({"test_cancel_of_a_missing_task_does_not_raise"}),
     ),
+    "cancel-only-marks-the-task-in-this-process": Broken(
+        """
+        async def cancel(self, handle):
+            # never tells the provider: the task keeps running (and billing) elsewhere
+            self.__dict__.setdefault("cancelled", set()).add(handle.external_id)
+
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            cancelled = self.__dict__.get("cancelled", set())
+            return [
+                TaskStatus(s.handle, TaskState.FAILED, TaskFailure("cancelled", "cancelled"))
+                if s.handle.external_id in cancelled
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset({"test_cancel_stops_a_running_task_and_is_idempotent"}),
+    ),
     "reports-a-missing-task-as-running-forever": Broken(
         """
         async def poll(self, handles):

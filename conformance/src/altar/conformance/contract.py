@@ -653,6 +653,14 @@ class ExecutionBackendContract:
         assert status.state is TaskState.FAILED, (
             f"a cancelled task must read as FAILED, not {status.state}"
         )
+        fresh = self.reopen(backend)
+        if fresh is not None:
+            # What the provider says, not what this process remembers: the task must be stopped.
+            elsewhere = await _poll_one(fresh, handle)
+            assert elsewhere.state is TaskState.FAILED, (
+                f"after cancel, a fresh backend still reads the task as {elsewhere.state}; "
+                "cancel must stop the task at the provider, not only in this process"
+            )
 
     @asyncio_test
     async def test_cancel_of_a_missing_task_does_not_raise(self, backend: ExecutionBackend) -> None:
