@@ -72,6 +72,10 @@ class TestModalBackendContract(ExecutionBackendContract):  # type: ignore[misc, 
         _fake(backend).oom_kill(handle.external_id)
         return True
 
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        _fake(backend).unreachable = True
+        return True
+
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         return [
             dataclasses.replace(spec, resources=ResourceRequest(gpu="no-such-pool")),
