@@ -263,6 +263,8 @@ async def test_poll_uses_at_most_two_requests_whatever_the_number_of_handles(
             1,
         ),
         (lambda f, n: f.fail_without_pods(n), "job_failed", False, None),
+        (lambda f, n: f.evict(n), "job_failed", False, None),
+        (lambda f, n: f.evict(n, init_running=True), "job_failed", False, None),
     ],
 )
 async def test_failure_classification(

@@ -71,12 +71,16 @@ class ContainerExit:
 
 @dataclass(frozen=True)
 class K8sPodInfo:
+    """One Pod of a Job. ``disruption`` is set when the pod was stopped from outside (evicted
+    by the kubelet, preempted, or a ``DisruptionTarget`` condition): its reason and message."""
+
     name: str
     job_uid: str | None
     job_name: str | None
     created: str = ""
     init_exits: tuple[ContainerExit, ...] = ()
     container_exits: tuple[ContainerExit, ...] = ()
+    disruption: str | None = None
 
 
 def _true(conditions: Sequence[JobCondition], *types: str) -> JobCondition | None:
@@ -156,7 +160,25 @@ def pod_info_from_object(pod: Mapping[str, Any]) -> K8sPodInfo:
         created=str(meta.get("creationTimestamp") or ""),
         init_exits=_exits(status.get("initContainerStatuses")),
         container_exits=_exits(status.get("containerStatuses")),
+        disruption=_disruption(status),
     )
+
+
+def _disruption(status: Mapping[str, Any]) -> str | None:
+    """Why the pod was stopped from outside (eviction, preemption), or None."""
+    target = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if status.get("reason") == "Evicted" or target is not None:
+        reason = status.get("reason") or (target or {}).get("reason") or "DisruptionTarget"
+        message = status.get("message") or (target or {}).get("message") or ""
+        return f"{reason}: {message}" if message else str(reason)
+    return None
 
 
 def _detail(message: str | None, fallback: str) -> str:
@@ -167,7 +189,8 @@ def _detail(message: str | None, fallback: str) -> str:
 def classify_failure(job: K8sJobInfo, pods: Sequence[K8sPodInfo]) -> TaskFailure:
     """Why a failed Job failed, from its conditions and its pods' terminated containers.
 
-    First match wins: deadline → ``timeout``; the verifier exited non-zero →
+    First match wins: deadline → ``timeout``; the newest pod was evicted or preempted (and
+    not OOM-killed) → ``job_failed``; the verifier exited non-zero →
     ``input_digest_mismatch``; the main container was OOM-killed → ``oom_killed``; it exited
     non-zero → ``exit_<n>``; otherwise ``job_failed``. Pods are read newest first.
     """
@@ -178,6 +201,18 @@ def classify_failure(job: K8sJobInfo, pods: Sequence[K8sPodInfo]) -> TaskFailure
             detail=_detail(failed.message, f"job {job.name} exceeded its activeDeadlineSeconds"),
         )
     ordered = sorted(pods, key=lambda p: p.created, reverse=True)
+    newest = ordered[0] if ordered else None
+    if newest is not None and newest.disruption is not None and not any(
+        e.reason == "OOMKilled" for e in newest.container_exits
+    ):
+        # Evicted or preempted: the kill code (137/143) of its containers says nothing about
+        # the command or its inputs, and another node may well run it.
+        return TaskFailure(
+            "job_failed",
+            detail=_detail(
+                None, f"job {job.name}: pod {newest.name} was stopped ({newest.disruption})"
+            ),
+        )
     for pod in ordered:
         for exit_ in pod.init_exits:
             if exit_.name == VERIFY_INPUTS_CONTAINER and exit_.exit_code != 0:

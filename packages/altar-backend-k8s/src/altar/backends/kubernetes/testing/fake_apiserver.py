@@ -10,8 +10,8 @@ foreground deletion), a failed precondition is 409 ``Conflict``, a missing objec
 
 There is no scheduler or kubelet. Creating a Job creates its one Pod (pending, counted in
 ``status.active``) as the Job controller would; tests then drive outcomes with
-:meth:`FakeApiServer.finish_job`, :meth:`expire_job`, :meth:`fail_verification` and
-:meth:`oom_kill`, which set container states and Job conditions the way Kubernetes 1.31+ does
+:meth:`FakeApiServer.finish_job`, :meth:`expire_job`, :meth:`fail_verification`,
+:meth:`oom_kill` and :meth:`evict`, which set container states and Job conditions the way Kubernetes 1.31+ does
 (``FailureTarget``/``SuccessCriteriaMet`` first, then ``Failed``/``Complete``).
 Every request is recorded in :attr:`FakeApiServer.requests`.
 """
@@ -526,6 +526,51 @@ class FakeApiServer:
                 succeeded=False,
                 reason="DeadlineExceeded",
                 message="Job was active longer than specified deadline",
+                settled=True,
+            )
+
+    def evict(
+        self,
+        name: str,
+        *,
+        namespace: str = "default",
+        uid: str | None = None,
+        init_running: bool = False,
+    ) -> None:
+        """The kubelet evicts the Job's pod under node pressure; the Job fails.
+
+        As the eviction manager does: the pod's phase becomes ``Failed`` with reason
+        ``Evicted``, a message and a ``DisruptionTarget`` condition, and its containers are
+        killed (exit 137, reason ``Error``). ``init_running`` evicts it while ``verify-inputs``
+        still runs, so the init container is the one killed.
+        """
+        with self._lock:
+            job = self._find_job(namespace, name, uid)
+            killed = _terminated(137, "Error")
+            if init_running:
+                self._terminate_pod(job, init=killed, main=None, phase="Failed")
+            else:
+                self._terminate_pod(job, init=None, main=killed, phase="Failed")
+            pod = self._pod_for(job)
+            message = "The node was low on resource: memory. Threshold quantity: 100Mi."
+            pod["status"].update(
+                reason="Evicted",
+                message=message,
+                conditions=[
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "TerminationByKubelet",
+                        "message": message,
+                        "lastTransitionTime": _now(),
+                    }
+                ],
+            )
+            self._set_terminal(
+                job,
+                succeeded=False,
+                reason="BackoffLimitExceeded",
+                message="Job has reached the specified backoff limit",
                 settled=True,
             )
 
