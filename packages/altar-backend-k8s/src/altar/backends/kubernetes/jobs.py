@@ -202,8 +202,10 @@ def classify_failure(job: K8sJobInfo, pods: Sequence[K8sPodInfo]) -> TaskFailure
         )
     ordered = sorted(pods, key=lambda p: p.created, reverse=True)
     newest = ordered[0] if ordered else None
-    if newest is not None and newest.disruption is not None and not any(
-        e.reason == "OOMKilled" for e in newest.container_exits
+    if (
+        newest is not None
+        and newest.disruption is not None
+        and not any(e.reason == "OOMKilled" for e in newest.container_exits)
     ):
         # Evicted or preempted: the kill code (137/143) of its containers says nothing about
         # the command or its inputs, and another node may well run it.

@@ -11,8 +11,9 @@ foreground deletion), a failed precondition is 409 ``Conflict``, a missing objec
 There is no scheduler or kubelet. Creating a Job creates its one Pod (pending, counted in
 ``status.active``) as the Job controller would; tests then drive outcomes with
 :meth:`FakeApiServer.finish_job`, :meth:`expire_job`, :meth:`fail_verification`,
-:meth:`oom_kill` and :meth:`evict`, which set container states and Job conditions the way Kubernetes 1.31+ does
-(``FailureTarget``/``SuccessCriteriaMet`` first, then ``Failed``/``Complete``).
+:meth:`oom_kill` and :meth:`evict`, which set container states and Job conditions the way
+Kubernetes 1.31+ does (``FailureTarget``/``SuccessCriteriaMet`` first, then
+``Failed``/``Complete``).
 Every request is recorded in :attr:`FakeApiServer.requests`.
 """
 
