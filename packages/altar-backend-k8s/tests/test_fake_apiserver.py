@@ -78,6 +78,30 @@ def test_duplicate_is_409_already_exists_and_missing_is_404(batch: Any) -> None:
     assert status_of(missing.value)["reason"] == "NotFound"
 
 
+@pytest.mark.parametrize(
+    ("name", "labels", "complaint"),
+    [
+        ("a", {"fold": "not valid!"}, 'metadata.labels: Invalid value: "not valid!"'),
+        ("a", {"x" * 64: "1"}, "name part must be no more than 63 characters"),
+        ("a", {"Bad_Prefix/k": "1"}, "prefix part a lowercase RFC 1123 subdomain"),
+        ("a", {"k": "v" * 64}, "must be no more than 63 characters"),
+        ("Upper", {}, 'metadata.name: Invalid value: "Upper"'),
+        ("n" * 64, {}, "spec.template.labels"),
+    ],
+)
+def test_invalid_names_and_labels_are_422_invalid(
+    batch: Any, name: str, labels: dict[str, str], complaint: str
+) -> None:
+    with pytest.raises(ApiException) as invalid:
+        batch.create_namespaced_job("default", client.V1Job.from_dict(job(name, **labels)))
+    assert invalid.value.status == 422
+    body = status_of(invalid.value)
+    assert body["reason"] == "Invalid"
+    assert body["message"].startswith(f'Job.batch "{name}" is invalid: ')
+    assert complaint in body["message"]
+    assert batch.list_namespaced_job("default").items == []
+
+
 def test_uid_precondition_failure_is_409_conflict(batch: Any) -> None:
     batch.create_namespaced_job("default", client.V1Job.from_dict(job("a")))
     options = client.V1DeleteOptions(

@@ -48,6 +48,26 @@ JsonDict = dict[str, Any]
 _JOB_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _JOBS_PATH = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
+# apimachinery's validation patterns (pkg/util/validation), as the real API server applies them
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE_RULE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+_QUALIFIED_NAME_RULE = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
 _UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 _NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 
@@ -653,6 +673,7 @@ class FakeApiServer:
                     _details("", "Job", "batch"),
                 )
         name = meta["name"]
+        _validate_job(body)
         if meta.get("namespace") not in (None, namespace):
             raise _ApiError(
                 400,
@@ -793,6 +814,54 @@ class FakeApiServer:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
         return text
+
+
+def _label_errors(field_path: str, labels: Any) -> list[str]:
+    errors = []
+    for key, value in (labels or {}).items():
+        prefix, slash, name = str(key).rpartition("/")
+        if slash and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+            errors.append(f'{field_path}: Invalid value: "{key}": prefix part {_SUBDOMAIN_RULE}')
+        if len(name) > 63:
+            errors.append(
+                f'{field_path}: Invalid value: "{key}": name part must be no more than 63 '
+                "characters"
+            )
+        elif not _QUALIFIED_NAME.fullmatch(name):
+            errors.append(f'{field_path}: Invalid value: "{key}": {_QUALIFIED_NAME_RULE}')
+        text = str(value)
+        if len(text) > 63:
+            errors.append(
+                f'{field_path}: Invalid value: "{text}": must be no more than 63 characters'
+            )
+        elif not _LABEL_VALUE.fullmatch(text):
+            errors.append(f'{field_path}: Invalid value: "{text}": {_LABEL_VALUE_RULE}')
+    return errors
+
+
+def _validate_job(body: JsonDict) -> None:
+    """422 ``Invalid`` for what the real API server refuses in the parts Altar sets."""
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    errors = []
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+        errors.append(f'metadata.name: Invalid value: "{name}": {_SUBDOMAIN_RULE}')
+    elif len(name) > 63:
+        # the Job controller copies the name into the pods' job-name label
+        errors.append(
+            f'spec.template.labels: Invalid value: "{name}": must be no more than 63 characters'
+        )
+    errors += _label_errors("metadata.labels", meta.get("labels"))
+    template = ((body.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    errors += _label_errors("spec.template.labels", template.get("labels"))
+    if errors:
+        joined = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+        raise _ApiError(
+            422,
+            "Invalid",
+            f'Job.batch "{name}" is invalid: {joined}',
+            _details(name, "Job", "batch"),
+        )
 
 
 def _first(query: dict[str, list[str]], key: str) -> str | None:
