@@ -15,10 +15,11 @@ Every asynchronous test carries its own ``pytest.mark.asyncio`` marker, so the s
 whatever ``asyncio_mode`` the implementer configured (or none). Optional hooks left at their
 defaults make the tests that need them skip with a reason; they never pass silently.
 
-Tests that script a task's lifecycle (finish, expire, OOM-kill, restart) submit the ``spec``
-fixture with only its labels or ``timeout_s`` changed, so a fake may give the fixture's
-command its own meaning. Tests that only read back what was launched also change the image,
-command, environment and resources.
+Tests that script a task's lifecycle (finish, expire, OOM-kill, restart, a failed input
+check) submit the ``spec`` fixture with its image and command unchanged (only its labels,
+``timeout_s``, memory request or inputs change), so a fake may give the fixture's command its
+own meaning. Tests that only read back what was launched also change the command,
+environment and resources; the image always comes from ``spec``.
 """
 
 from __future__ import annotations
