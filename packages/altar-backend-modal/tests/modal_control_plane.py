@@ -86,6 +86,7 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self.apps: dict[str, str] = {}
         self.unavailable = False  # answer sandbox RPCs with UNAVAILABLE, as a failing gateway
         self.schedule_delay_s = 0.0  # how long a new sandbox waits for a worker (no task id)
+        self.refuse_create: str | None = None  # answer SandboxCreate with INVALID_ARGUMENT
         self.volume_ids: dict[str, str] = {}
         self.volumes: dict[str, dict[str, VolumeFile]] = {}
         self.blocks: dict[str, bytes] = {}  # sha256 hex -> bytes, served over HTTP
@@ -245,6 +246,8 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
     async def SandboxCreate(self, stream: Any) -> None:
         request = await stream.recv_message()
         self._record("SandboxCreate", request)
+        if self.refuse_create is not None:
+            raise GRPCError(Status.INVALID_ARGUMENT, self.refuse_create)
         sandbox = FakeSandbox(
             sandbox_id=_id("sb"),
             app_id=request.app_id,

@@ -26,6 +26,7 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     TransferIntegrityError,
+    UnsupportedCapabilityError,
 )
 from modal_proto import api_pb2
 
@@ -287,5 +288,22 @@ async def test_an_unavailable_control_plane_is_backend_unavailable(
         control_plane.servicer.unavailable = True
         with pytest.raises(BackendUnavailableError, match="server error"):
             await backend.poll([TaskHandle("modal", "sb-" + "u" * 22)])
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_a_sandbox_modal_refuses_is_a_refused_spec_not_a_retryable_error(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    try:
+        backend = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client))
+        control_plane.servicer.refuse_create = "GPU type 'A10X' is not supported"
+        # The runner fails a ValueError deterministically; any other error would be retried,
+        # and Modal refuses the same request again.
+        with pytest.raises(UnsupportedCapabilityError, match="A10X") as refused:
+            await backend.submit(_spec(["true"]))
+        assert isinstance(refused.value.__cause__, modal.exception.InvalidError)
     finally:
         await client.close.aio()

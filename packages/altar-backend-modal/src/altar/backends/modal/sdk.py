@@ -26,7 +26,7 @@ from altar.backends.modal.runtime import (
     SandboxRequest,
     SandboxResult,
 )
-from altar.execution import BackendUnavailableError
+from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
 from grpclib.exceptions import StreamTerminatedError
 
 import modal
@@ -116,6 +116,24 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
         raise BackendUnavailableError(f"cannot reach Modal: {error}") from error
 
 
+@contextlib.contextmanager
+def _refused_as_unsupported() -> Iterator[None]:
+    """A sandbox request Modal refuses (``InvalidError``) → UnsupportedCapabilityError.
+
+    The same request is refused again, so it must read as a refused spec (a ValueError, failed
+    without retries), not as an error worth retrying. ``ConflictError`` (the sandbox ended
+    before it was scheduled) is not a refusal of the request and passes through.
+    """
+    try:
+        yield
+    except modal_errors.ConflictError:
+        raise
+    except modal_errors.InvalidError as error:
+        raise UnsupportedCapabilityError(
+            f"Modal refused the sandbox request: {error}", capability="sandbox"
+        ) from error
+
+
 class ModalSdkRuntime:
     """The real runtime. Credentials come from the SDK's usual config (``MODAL_TOKEN_ID`` …).
 
@@ -163,7 +181,7 @@ class ModalSdkRuntime:
         volumes: dict[str | Any, Any] = {}
         if request.volume_name is not None:
             volumes[request.mount_root] = self._volume(request.volume_name)
-        with _modal_errors():
+        with _refused_as_unsupported(), _modal_errors():
             # Tags go in with the create call: nothing after it can fail and orphan the
             # sandbox. The SDK itself terminates a sandbox that was created but never scheduled.
             sandbox = await modal.Sandbox.create.aio(
