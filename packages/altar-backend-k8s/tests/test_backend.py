@@ -497,3 +497,27 @@ async def test_a_job_removed_by_its_ttl_reads_as_missing_in_a_fresh_process(
     assert status.failure is not None
     assert status.failure.reason == "container_missing"
     assert not status.failure.deterministic
+
+
+async def test_a_container_the_kubelet_lost_is_job_failed_not_an_exit_code() -> None:
+    from altar.backends.kubernetes import ContainerExit, JobCondition, K8sJobInfo, K8sPodInfo
+    from altar.backends.kubernetes.jobs import classify_failure
+
+    job = K8sJobInfo(
+        "score-1",
+        TaskState.FAILED,
+        uid="u1",
+        conditions=(JobCondition("Failed", "True", "BackoffLimitExceeded"),),
+    )
+    # what the kubelet records when the node went away under a running container
+    lost = ContainerExit(
+        "main",
+        137,
+        "ContainerStatusUnknown",
+        "The container could not be located when the pod was terminated",
+    )
+    pod = K8sPodInfo("score-1-abcde", "u1", "score-1", container_exits=(lost,))
+    failure = classify_failure(job, [pod])
+    assert failure.reason == "job_failed"
+    assert not failure.deterministic
+    assert "could not be located" in (failure.detail or "")

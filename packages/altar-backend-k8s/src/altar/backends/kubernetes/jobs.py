@@ -241,6 +241,15 @@ def classify_failure(job: K8sJobInfo, pods: Sequence[K8sPodInfo]) -> TaskFailure
                     ),
                     exit_code=exit_.exit_code,
                 )
+            if exit_.reason == "ContainerStatusUnknown":
+                # the kubelet lost the container (its node went away): 137 is its placeholder
+                return TaskFailure(
+                    "job_failed",
+                    detail=_detail(
+                        exit_.message,
+                        f"container {exit_.name} of pod {pod.name} was lost with its node",
+                    ),
+                )
             if exit_.exit_code != 0:
                 return TaskFailure(
                     f"exit_{exit_.exit_code}",
