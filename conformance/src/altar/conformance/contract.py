@@ -235,7 +235,8 @@ class ExecutionBackendContract:
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
         """A fresh backend instance on the same fake provider (a process restart), or None.
 
-        The restart tests then pass the fresh instance to the other hooks.
+        The restart tests then pass the fresh instance to the other hooks; the cancel test
+        polls a cancelled task through it, to see what the provider (not the process) says.
         """
         return None
 
