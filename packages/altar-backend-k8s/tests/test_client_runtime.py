@@ -6,10 +6,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from altar.backends.kubernetes import K8sJobExistsError
+from altar.backends.kubernetes import K8sConfigError, K8sJobExistsError
 from altar.backends.kubernetes.client import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer
-from altar.execution import BackendUnavailableError
+from altar.execution import AltarError, BackendUnavailableError
 
 
 def manifest(name: str = "a") -> dict[str, object]:
@@ -108,8 +108,16 @@ def test_unreachable_server_is_backend_unavailable(tmp_path: Path) -> None:
 
 def test_missing_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     runtime = ClientRuntime(kubeconfig=str(tmp_path / "nope"))
-    with pytest.raises(BackendUnavailableError, match="cannot load a Kubernetes configuration"):
+    # Not transient: the runner would wait forever for a configuration that never appears.
+    with pytest.raises(K8sConfigError, match="cannot load a Kubernetes configuration") as raised:
         runtime.list_jobs(namespace="default")
+    assert not isinstance(raised.value, BackendUnavailableError)
+    assert isinstance(raised.value, AltarError)  # `altar run`: one line, exit 2
+    assert isinstance(raised.value, ValueError)  # runner: the submit is refused, not retried
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [}")
+    with pytest.raises(K8sConfigError, match="cannot load"):
+        ClientRuntime(kubeconfig=str(broken)).list_jobs(namespace="default")
 
 
 def test_log_tail(runtime: ClientRuntime, fake_apiserver: FakeApiServer) -> None:

@@ -30,6 +30,7 @@ from altar.backends.kubernetes.naming import (
 from altar.backends.kubernetes.runtime import (
     AsyncKubernetesRuntime,
     K8sApiError,
+    K8sConfigError,
     K8sJobExistsError,
     KubernetesRuntime,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "ContainerExit",
     "JobCondition",
     "K8sApiError",
+    "K8sConfigError",
     "K8sJobExistsError",
     "K8sJobInfo",
     "K8sPodInfo",

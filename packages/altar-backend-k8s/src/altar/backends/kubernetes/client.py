@@ -20,7 +20,12 @@ from altar.backends.kubernetes.jobs import (
     job_info_from_object,
     pod_info_from_object,
 )
-from altar.backends.kubernetes.runtime import K8sApiError, K8sJobExistsError, PropagationPolicy
+from altar.backends.kubernetes.runtime import (
+    K8sApiError,
+    K8sConfigError,
+    K8sJobExistsError,
+    PropagationPolicy,
+)
 from altar.execution import BackendUnavailableError
 
 __all__ = ["ClientRuntime"]
@@ -88,6 +93,7 @@ class ClientRuntime:
             return self._api_client
 
     def _load_client(self) -> Any:
+        import yaml  # type: ignore[import-untyped]
         from urllib3.util import Retry
 
         from kubernetes import client, config
@@ -111,9 +117,18 @@ class ClientRuntime:
                 context=self._context,
                 client_configuration=configuration,
             )
-        except (config.ConfigException, OSError) as error:
+        except (
+            config.ConfigException,
+            OSError,
+            yaml.YAMLError,
+            # a file that parses but is not a kubeconfig (e.g. `clusters: 5`)
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+        ) as error:
             where = self._kubeconfig or "$KUBECONFIG or ~/.kube/config"
-            raise BackendUnavailableError(
+            raise K8sConfigError(
                 f"cannot load a Kubernetes configuration from {where} (and not running in a "
                 f"cluster): {error}"
             ) from error

@@ -23,11 +23,12 @@ from abc import ABC, abstractmethod
 from typing import Any, Literal, Protocol
 
 from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo
-from altar.execution import TaskFailure
+from altar.execution import AltarError, TaskFailure
 
 __all__ = [
     "AsyncKubernetesRuntime",
     "K8sApiError",
+    "K8sConfigError",
     "K8sJobExistsError",
     "KubernetesRuntime",
     "PropagationPolicy",
@@ -64,6 +65,15 @@ class K8sApiError(RuntimeError):
         super().__init__(message)
         self.status = status
         self.reason = reason
+
+
+class K8sConfigError(AltarError, ValueError):
+    """No usable Kubernetes configuration (kubeconfig missing or invalid, not in a cluster).
+
+    Not transient, unlike BackendUnavailableError: waiting does not make a kubeconfig appear.
+    A ValueError, so a submit that meets it is refused rather than retried, and an AltarError,
+    so ``altar`` reports it in one line.
+    """
 
 
 class KubernetesRuntime(Protocol):
