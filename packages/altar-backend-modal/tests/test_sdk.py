@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpclib
 import modal.exception as modal_errors
 import pytest
-from altar.backends.modal.runtime import ResultStatus, SandboxNotFoundError
+from altar.backends.modal.runtime import ModalCredentialsError, ResultStatus, SandboxNotFoundError
 from altar.backends.modal.sdk import _modal_errors, result_from_proto
-from altar.execution import BackendUnavailableError
+from altar.execution import AltarError, BackendUnavailableError
 from grpclib.exceptions import StreamTerminatedError
 from modal_proto import api_pb2
 
@@ -54,7 +54,6 @@ def test_the_installed_proto_has_no_status_we_do_not_decode() -> None:
     "error",
     [
         modal_errors.ConnectionError("Could not connect to the Modal server."),
-        modal_errors.AuthError("Token missing"),
         modal_errors.ServiceError("upstream connect error"),
         modal_errors.InternalError("internal"),
         modal_errors.ResourceExhaustedError("Insufficient capacity to create sandbox."),
@@ -85,3 +84,15 @@ def test_local_file_errors_are_not_mistaken_for_an_outage() -> None:
 def test_invalid_requests_are_not_hidden() -> None:
     with pytest.raises(modal_errors.InvalidError), _modal_errors("sb-x"):
         raise modal_errors.InvalidError("bad gpu")
+
+
+def test_refused_credentials_are_a_permanent_one_line_error() -> None:
+    # Waiting does not make a token appear: `altar run` must stop, not retry forever.
+    with (
+        pytest.raises(ModalCredentialsError, match="modal token new") as raised,
+        _modal_errors("sb-x"),
+    ):
+        raise modal_errors.AuthError("Token missing. Could not authenticate client.")
+    assert not isinstance(raised.value, BackendUnavailableError)
+    assert isinstance(raised.value, AltarError)
+    assert isinstance(raised.value, ValueError)

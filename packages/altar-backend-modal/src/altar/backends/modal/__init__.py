@@ -13,6 +13,7 @@ from altar.backends.modal.backend import (
 )
 from altar.backends.modal.mapping import DEFAULT_POOL_ACCELERATORS, MODAL_MAX_SANDBOX_TIMEOUT_S
 from altar.backends.modal.runtime import (
+    ModalCredentialsError,
     ModalRuntime,
     ResultStatus,
     SandboxNotFoundError,
@@ -28,6 +29,7 @@ __all__ = [
     "MODAL_MAX_SANDBOX_TIMEOUT_S",
     "STAGING_RECORD_FORMAT",
     "STAGING_RECORD_SUFFIX",
+    "ModalCredentialsError",
     "ModalExecutionBackend",
     "ModalRuntime",
     "ResultStatus",

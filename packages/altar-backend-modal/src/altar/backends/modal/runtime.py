@@ -9,7 +9,9 @@ Errors a runtime raises:
 
 - :class:`SandboxNotFoundError` (a ``LookupError``) for a sandbox id Modal does not know;
 - :class:`~altar.execution.BackendUnavailableError` when Modal could not be asked (network,
-  authentication, server errors). It is transient and never means "missing".
+  server errors, no capacity). It is transient and never means "missing".
+- :class:`ModalCredentialsError` when Modal refuses the credentials (missing, invalid or
+  revoked token): not transient, the user has to act.
 """
 
 from __future__ import annotations
@@ -19,13 +21,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from altar.execution import AltarError
+
 __all__ = [
+    "ModalCredentialsError",
     "ModalRuntime",
     "ResultStatus",
     "SandboxNotFoundError",
     "SandboxRequest",
     "SandboxResult",
 ]
+
+
+class ModalCredentialsError(AltarError, ValueError):
+    """Modal refused the credentials. Not transient, unlike BackendUnavailableError.
+
+    A ValueError, so a submit that meets it is refused rather than retried, and an AltarError,
+    so ``altar`` reports it in one line.
+    """
 
 
 class SandboxNotFoundError(LookupError):

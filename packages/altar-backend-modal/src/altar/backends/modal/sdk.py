@@ -21,6 +21,7 @@ from typing import Any
 
 import grpclib
 from altar.backends.modal.runtime import (
+    ModalCredentialsError,
     ResultStatus,
     SandboxNotFoundError,
     SandboxRequest,
@@ -92,7 +93,7 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
             raise
         raise SandboxNotFoundError(str(error) or f"Sandbox {sandbox_id} not found") from error
     except modal_errors.AuthError as error:
-        raise BackendUnavailableError(
+        raise ModalCredentialsError(
             f"Modal refused the credentials ({error}); run `modal token new` or set "
             "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"
         ) from error
