@@ -214,6 +214,11 @@ async def test_unsupported_specs_make_no_request(
     backend = make_backend(pvc_name=None, pools={"a100": {"node_selector": {"gpu": "a100"}}})
     bad = [
         spec(labels={"fold": "not valid!"}),
+        # the Job controller owns these pod labels; the API server refuses any other value
+        spec(labels={"job-name": "mine"}),
+        spec(labels={"batch.kubernetes.io/job-name": "mine"}),
+        spec(labels={"controller-uid": "1234"}),
+        spec(labels={"batch.kubernetes.io/controller-uid": "1234"}),
         spec(resources=ResourceRequest(gpu="h100")),
         spec(inputs=[Transfer("w", "models/w.bin", digest="sha256:" + "0" * 64)]),
     ]

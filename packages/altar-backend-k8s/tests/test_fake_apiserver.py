@@ -102,6 +102,24 @@ def test_invalid_names_and_labels_are_422_invalid(
     assert batch.list_namespaced_job("default").items == []
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "job-name",
+        "batch.kubernetes.io/job-name",
+        "controller-uid",
+        "batch.kubernetes.io/controller-uid",
+    ],
+)
+def test_job_controller_labels_set_by_hand_are_422_invalid(batch: Any, key: str) -> None:
+    with pytest.raises(ApiException) as invalid:
+        batch.create_namespaced_job("default", client.V1Job.from_dict(job("a", **{key: "mine"})))
+    assert invalid.value.status == 422
+    message = status_of(invalid.value)["message"]
+    assert f'spec.template.metadata.labels[{key}]: Invalid value: "mine": must be \'' in message
+    assert batch.list_namespaced_job("default").items == []
+
+
 def test_uid_precondition_failure_is_409_conflict(batch: Any) -> None:
     batch.create_namespaced_job("default", client.V1Job.from_dict(job("a")))
     options = client.V1DeleteOptions(

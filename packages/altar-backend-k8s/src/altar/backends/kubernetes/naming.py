@@ -94,6 +94,16 @@ def validate_label_value(key: str, value: str) -> None:
         )
 
 
+# The Job controller sets these on every pod (to the Job's uid and name); the API server
+# refuses a Job whose template holds any other value.
+_JOB_CONTROLLER_LABELS = (
+    "batch.kubernetes.io/controller-uid",
+    "controller-uid",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+)
+
+
 def validate_labels(labels: Mapping[str, str]) -> None:
     """Raise UnsupportedCapabilityError naming the rule a label breaks (before any API call)."""
     for key, value in labels.items():
@@ -103,6 +113,12 @@ def validate_labels(labels: Mapping[str, str]) -> None:
             raise _label_error(
                 f"label key {key!r} is reserved: the Kubernetes backend sets it on every Job "
                 "it creates; remove it from the spec's labels"
+            )
+        if key in _JOB_CONTROLLER_LABELS:
+            raise _label_error(
+                f"label key {key!r} is reserved: Kubernetes' Job controller sets it on every "
+                "pod (to the Job's uid or name) and the API server refuses any other value; "
+                "rename the label"
             )
 
 

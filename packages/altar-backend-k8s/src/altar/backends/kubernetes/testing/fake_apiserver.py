@@ -673,7 +673,8 @@ class FakeApiServer:
                     _details("", "Job", "batch"),
                 )
         name = meta["name"]
-        _validate_job(body)
+        uid = str(uuid.uuid4())
+        _validate_job(body, uid)
         if meta.get("namespace") not in (None, namespace):
             raise _ApiError(
                 400,
@@ -693,7 +694,7 @@ class FakeApiServer:
         meta = job["metadata"]
         meta.update(
             namespace=namespace,
-            uid=str(uuid.uuid4()),
+            uid=uid,
             resourceVersion=self._next_version(),
             generation=1,
             creationTimestamp=_now(),
@@ -839,11 +840,22 @@ def _label_errors(field_path: str, labels: Any) -> list[str]:
     return errors
 
 
-def _validate_job(body: JsonDict) -> None:
+def _validate_job(body: JsonDict, uid: str) -> None:
     """422 ``Invalid`` for what the real API server refuses in the parts Altar sets."""
     meta = body.get("metadata") or {}
     name = str(meta.get("name") or "")
     errors = []
+    template_labels = (((body.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "labels"
+    ) or {}
+    # The Job controller's own pod labels: the API server adds them, and a template that sets
+    # one already must hold the exact value (batch validation's ValidateHasLabel).
+    for key, expected in (*((k, uid) for k in _UID_LABELS), *((k, name) for k in _NAME_LABELS)):
+        if key in template_labels and template_labels[key] != expected:
+            errors.append(
+                f"spec.template.metadata.labels[{key}]: Invalid value: "
+                f"\"{template_labels[key]}\": must be '{expected}'"
+            )
     if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         errors.append(f'metadata.name: Invalid value: "{name}": {_SUBDOMAIN_RULE}')
     elif len(name) > 63:
