@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,8 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
+from altar.execution.plan import plan_from_specs
+from altar.execution.runner import run_plan
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 
@@ -436,3 +439,39 @@ async def test_created_is_pending_and_paused_is_running(
     finally:
         api.unpause(handle.external_id)
         await backend.cancel(handle)
+
+
+@pytest.mark.asyncio
+async def test_a_run_interrupted_while_a_container_starts_resumes_without_a_second_one(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    """Ctrl-C during a submit: the engine starts the container anyway, so the run keeps its id."""
+    run_label = uuid.uuid4().hex[:12]
+    plan = plan_from_specs(
+        [spec(["sleep", "1"], labels={"altar.test": SESSION, "run": run_label})],
+        backend_type="local",
+    )
+    runs: list[asyncio.Task[object]] = []
+
+    class InterruptedWhileStarting(LocalDockerExecutionBackend):
+        async def submit(self, task_spec: ContainerTaskSpec) -> TaskHandle:
+            runs[0].cancel()  # the user presses Ctrl-C just as the container is being created
+            return await super().submit(task_spec)
+
+    first = InterruptedWhileStarting(data_root=tmp_path / "data", watchdog=False)
+    runs.append(asyncio.ensure_future(run_plan(plan, first, run_dir=tmp_path / "run")))
+    with pytest.raises(asyncio.CancelledError):
+        await runs[0]
+    second = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    result = await run_plan(plan, second, run_dir=tmp_path / "run")
+    assert result.ok
+    assert [task.in_doubt for task in result.tasks] == [0]
+    started = api.containers(all=True, filters={"label": [f"run={run_label}"]})
+    assert started == []  # the one container ran, and the run cleaned it up
+    events = api.events(
+        since=int(time.time()) - 120,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": [f"run={run_label}"]},
+        decode=True,
+    )
+    assert len(list(events)) == 1

@@ -75,6 +75,8 @@ class FakeProvider:
     cancels_in_flight: int = 0
     max_cancels_in_flight: int = 0
     hang_submits: set[str] = field(default_factory=set)
+    slow_submits: dict[str, float] = field(default_factory=dict)  # accepted at once, returns later
+    in_submit: set[str] = field(default_factory=set)  # accepted, but submit has not returned
     output_bytes: dict[str, bytes] = field(default_factory=dict)
 
     def live(self) -> list[FakeTask]:
@@ -118,6 +120,12 @@ class FakeBackend(ExecutionBackend):
         p.tasks[task.id] = task
         p.launched[task.id] = list(spec.command)
         p.max_live = max(p.max_live, len(p.live()))
+        if key in p.slow_submits:  # like a container created, then started: it runs already
+            p.in_submit.add(task.id)
+            try:
+                await asyncio.sleep(p.slow_submits.pop(key))
+            finally:
+                p.in_submit.discard(task.id)
         return TaskHandle(self.name, task.id, dict(spec.labels), spec.plugin_identity)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
@@ -126,7 +134,7 @@ class FakeBackend(ExecutionBackend):
         if p.unavailable_polls:
             p.unavailable_polls -= 1
             raise BackendUnavailableError("fake provider timed out")
-        live = {t.id for t in p.live()}
+        live = {t.id for t in p.live()} - p.in_submit
         asked = {h.external_id for h in handles}
         assert live <= asked, f"poll skipped live tasks {sorted(live - asked)}"
         result = []

@@ -38,6 +38,7 @@ NOTABLE = frozenset(
         "cancel_failed",
         "backend_unavailable",
         "cleanup_failed",
+        "stopping",
     }
 )
 _DETAIL_WIDTH = 60

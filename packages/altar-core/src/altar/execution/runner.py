@@ -66,6 +66,10 @@ __all__ = [
 CANCEL_REQUEST = "cancel-requested"
 DEFAULT_MAX_RETRIES = 2
 _CANCELS_AT_ONCE = 32  # a provider round trip each; a bound keeps a big run polite
+# A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
+# a provider that already accepted one keeps running it, so its handle is worth journaling (a
+# resumed run then polls it instead of submitting it again and running the task twice).
+SUBMIT_GRACE_S = 10.0
 TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
 
 
@@ -91,7 +95,8 @@ class RunEvent:
 
     ``kind`` is one of ``staging``, ``staged``, ``resumed``, ``submitted``, ``in_doubt``,
     ``state`` (a task changed state), ``retry``, ``succeeded``, ``failed``, ``skipped``,
-    ``cancelled``, ``cancel_failed``, ``backend_unavailable``, ``cleanup_failed``, ``done``.
+    ``cancelled``, ``cancel_failed``, ``backend_unavailable``, ``cleanup_failed``, ``stopping``
+    (the run is ending early and waits for its submits in flight), ``done``.
     """
 
     kind: str
@@ -452,13 +457,27 @@ class _Run:
         self.reap()
 
     async def abandon(self) -> None:
-        """Stop the submits in flight (the run is ending early); their attempts stay in doubt."""
+        """End the submits in flight (the run is ending early).
+
+        Each gets up to :data:`SUBMIT_GRACE_S` to return, so its handle is journaled; the ones
+        still in flight after that are cancelled and their attempts stay in doubt.
+        """
         tasks = list(self._submits)
         self._submits.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        in_flight = sum(1 for task in tasks if not task.done())
+        try:
+            if in_flight:
+                self.emit(
+                    "stopping",
+                    f"stopping: waiting up to {SUBMIT_GRACE_S:g}s for {in_flight} submit(s) in "
+                    "flight to return, so their tasks are not started twice on resume",
+                )
+                await asyncio.wait(tasks, timeout=SUBMIT_GRACE_S)
+        finally:  # also when the wait itself is interrupted (a second Ctrl-C)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
         for task in tasks:  # retrieved, so none is reported as never retrieved
             if not task.cancelled():
                 task.exception()
