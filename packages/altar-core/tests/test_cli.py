@@ -222,16 +222,37 @@ def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
     assert err.startswith(f"altar: could not cancel 1 task(s) of {tmp_path / 'r'}: fold-")
     assert err.count("\n") == 1
     assert len(fake_registry.cancelled) == 1
-    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)  # retries the one left
+    fake_registry.unavailable_cancels = 1  # and again, asking for JSON
+    code, out, err = run_cli(["cancel", tmp_path / "r", "--json"], capsys)
+    assert code == 1
+    assert err == ""
+    report = json.loads(out)
+    assert report["outcome"] == "incomplete"
+    assert report["cancelled"] == 3
+    assert report["run_dir"] == str(tmp_path / "r")
+    assert len(report["still_open"]) == 1
+    assert report["still_open"][0].startswith("fold-")
+    code, out, _ = run_cli(["cancel", tmp_path / "r", "--json"], capsys)  # retries the one left
+    assert code == 0
+    assert json.loads(out) == {
+        "run_dir": str(tmp_path / "r"),
+        "outcome": "cancelled",
+        "cancelled": 4,
+        "still_open": [],
+    }
+    assert len(fake_registry.cancelled) == 2
+    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)  # nothing left: still fine
     assert code == 0
     assert out == f"cancelled 4 task(s) of {tmp_path / 'r'}\n"
-    assert len(fake_registry.cancelled) == 2
     # a run another process drives is asked to cancel instead
     with run_lock(tmp_path / "r2"):
         (tmp_path / "r2" / JOURNAL_NAME).write_bytes((tmp_path / "r" / JOURNAL_NAME).read_bytes())
         code, out, _ = run_cli(["cancel", tmp_path / "r2"], capsys)
+        assert code == 0
+        assert "asked the altar process driving" in out
+        code, out, _ = run_cli(["cancel", tmp_path / "r2", "--json"], capsys)
     assert code == 0
-    assert "asked the altar process driving" in out
+    assert json.loads(out)["outcome"] == "requested"
     assert (tmp_path / "r2" / "cancel-requested").exists()
 
 
