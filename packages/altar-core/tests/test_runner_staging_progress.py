@@ -65,11 +65,14 @@ async def test_reports_from_a_staging_thread_become_throttled_events(
     done = [event.bytes_done for event in progress]
     assert all(a <= b for a, b in itertools.pairwise(done))
     assert any(0 < d < 6 * MiB for d in done)  # shown while the first file was copied
-    assert 6 * MiB in done  # its completion is shown at once
+    # its completion is shown at once (a loop slower than the reports may fold in a few of the
+    # next file's reports, 20 ms apart)
+    assert any(6 * MiB <= d <= 6 * MiB + 3 * (4 * MiB // 30) for d in done), done
     assert progress[-1].bytes_done == 10 * MiB
     assert progress[-1].message == "staging 10.0 MiB of 10.0 MiB (100%)"
     for before, event in itertools.pairwise(progress):
-        if event.bytes_done not in (6 * MiB, 10 * MiB):  # other events wait out the interval
+        completing = 6 * MiB <= event.bytes_done <= 6 * MiB + 3 * (4 * MiB // 30)
+        if not completing and event.bytes_done != 10 * MiB:  # others wait out the interval
             assert event.elapsed_s - before.elapsed_s >= runner.STAGING_PROGRESS_INTERVAL_S - 0.05
 
 
@@ -77,7 +80,7 @@ async def test_reports_from_a_staging_thread_become_throttled_events(
 async def test_the_total_is_unknown_until_every_size_is(tmp_path, provider, fake_backend_class):
     remote = [Transfer(f"s3://bucket/{name}", f"ref/{name}") for name in ("a", "b")]
     provider.stage_bytes = {"ref/a": 3 * MiB, "ref/b": 1 * MiB}
-    provider.stage_chunks = 3
+    provider.stage_chunks, provider.stage_step_s = 5, 0.02
     events = await run(tmp_path, fake_backend_class(provider=provider), plan_with_inputs(*remote))
     progress = [event for event in events if event.kind == "staging_progress"]
     assert progress[0].bytes_total is None  # only "a" has reported its size
