@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import os
 import threading
 import time
@@ -22,6 +23,9 @@ from altar.execution import (
     has_verification_record,
 )
 from altar.execution.digest import verification_record_line
+from altar.execution.transfer_progress import TransferProgress, reporting_to
+
+MiB = 1 << 20
 
 
 def sha(data: bytes) -> str:
@@ -346,3 +350,59 @@ async def test_collect_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert (tmp_path / "copy/scores.tsv").read_bytes() == b"score\n1\n"
     with pytest.raises(FileNotFoundError, match="was not written"):
         await backend.collect_outputs([Transfer(str(out), "jobs/J/missing.tsv")])
+
+
+# -- progress -------------------------------------------------------------------------------
+
+
+def reports_by_label(seen: list[TransferProgress]) -> dict[str, list[tuple[int, int | None]]]:
+    by_label: dict[str, list[tuple[int, int | None]]] = {}
+    for progress in seen:
+        by_label.setdefault(progress.label, []).append((progress.done, progress.total))
+    return by_label
+
+
+@pytest.mark.asyncio
+async def test_staging_reports_progress_while_copying_and_once_when_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = 40 * MiB + 3  # more than one reporting step of copy_and_verify
+    genome = make(tmp_path / "src/genome.fa", b"ACGT" * (size // 4) + b"ACG")
+    small = make(tmp_path / "src/small.txt", b"tiny")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    transfers = [
+        Transfer(str(genome), "ref/genome.fa", digest=sha(genome.read_bytes())),
+        Transfer(str(small), "ref/small.txt"),
+    ]
+    seen: list[TransferProgress] = []
+    lock = threading.Lock()
+
+    def callback(progress: TransferProgress) -> None:
+        with lock:
+            seen.append(progress)
+
+    with reporting_to(callback):
+        await backend.stage_inputs(transfers)
+    reports = reports_by_label(seen)
+    assert set(reports) == {"ref/genome.fa", "ref/small.txt"}
+    genome_done = [done for done, _ in reports["ref/genome.fa"]]
+    assert len(genome_done) >= 2  # during the copy, not only at its end
+    assert all(a < b for a, b in itertools.pairwise(genome_done))
+    assert genome_done[-1] == size
+    assert {total for _, total in reports["ref/genome.fa"]} == {size}
+    assert reports["ref/small.txt"] == [(4, 4)]
+
+    # staged again: the index vouches, nothing is read, each input is reported done once
+    seen.clear()
+    forbid_reading(monkeypatch)
+    with reporting_to(callback):
+        await backend.stage_inputs(transfers)
+    assert [a for _, a in backend.last_staging] == [StageAction.SKIPPED] * 2
+    assert reports_by_label(seen) == {"ref/genome.fa": [(size, size)], "ref/small.txt": [(4, 4)]}
+
+
+def test_staging_without_a_listener_reports_to_nobody(root: Path, weights: Path) -> None:
+    transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
+    assert Stager(str(root)).stage(transfer) is StageAction.COPIED  # no callback: no error

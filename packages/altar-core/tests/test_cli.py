@@ -509,7 +509,8 @@ def test_run_shows_staging_progress_and_json_output_is_unchanged(fake_registry, 
     reference.write_bytes(b"A" * (3 << 20))
     plan = tmp_path / "stage.toml"
     plan.write_text(
-        "[backend]\ntype = 'fake'\n\n[[tasks]]\nkind = 'align'\nimage = 'busybox:latest'\ncommand = ['true']\n"
+        "[backend]\ntype = 'fake'\n\n"
+        "[[tasks]]\nkind = 'align'\nimage = 'busybox:latest'\ncommand = ['true']\n"
         f"inputs = [{{ uri = {json.dumps(str(reference))}, logical_path = 'ref/genome.fa' }}]\n"
     )
     fake_registry.stage_bytes = {"ref/genome.fa": 3 << 20}
@@ -524,4 +525,5 @@ def test_run_shows_staging_progress_and_json_output_is_unchanged(fake_registry, 
     assert code == 0, err
     data = json.loads(out)
     assert list(data) == ["run_dir", "backend", "ok", "elapsed_s", "counts", "tasks"]
-    assert " MiB" not in out and " MiB" not in err
+    assert " MiB" not in out
+    assert " MiB" not in err

@@ -57,7 +57,8 @@ async def test_reports_from_a_staging_thread_become_throttled_events(
         kinds.index("staging_progress"),
         len(kinds) - kinds[::-1].index("staging_progress"),
     )
-    assert kinds.index("staging") < first and last <= kinds.index("staged")
+    assert kinds.index("staging") < first
+    assert last <= kinds.index("staged")
     progress = [event for event in events if event.kind == "staging_progress"]
     assert 3 <= len(progress) <= 8, [e.message for e in progress]  # not one per report
     # the local sizes are known before the first byte moves
@@ -92,7 +93,8 @@ async def test_the_total_is_unknown_until_every_size_is(tmp_path, provider, fake
         tmp_path / "again", fake_backend_class(provider=provider), plan_with_inputs(*remote)
     )
     progress = [event for event in events if event.kind == "staging_progress"]
-    assert progress and all(event.bytes_total is None for event in progress)
+    assert progress
+    assert all(event.bytes_total is None for event in progress)
     assert progress[-1].bytes_done == 4 * MiB
     assert progress[-1].message == "staging 4.0 MiB so far"
 
