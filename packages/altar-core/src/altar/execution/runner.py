@@ -827,7 +827,9 @@ class _StagingProgress:
     unknown. Bytes count once in place, copied or found already staged, as the backend reports.
     """
 
-    def __init__(self, run: _Run, loop: asyncio.AbstractEventLoop, sizes: dict[str, int | None]):
+    def __init__(
+        self, run: _Run, loop: asyncio.AbstractEventLoop, sizes: dict[str, int | None]
+    ) -> None:
         self.run = run
         self.loop = loop
         self.totals = dict(sizes)
