@@ -277,6 +277,24 @@ async def test_the_watchdog_kills_at_the_deadline_without_polls(
 
 
 @pytest.mark.asyncio
+async def test_a_deadline_label_inherited_from_the_image_is_no_limit(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    """The engine merges image labels into the container's (a ``docker commit`` of a task keeps
+    its ``altar.timeout_s``); a spec without a timeout must still run without a limit."""
+    tag = "altar-test-deadline-label:local"
+    dockerfile = f"FROM {IMAGE}\nLABEL altar.timeout_s=1\n"
+    for _ in api.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True):
+        pass
+    try:
+        handle = await backend.submit(spec(["sleep", "4"], image=tag))
+        status = await settle(backend, handle, limit_s=30)
+        assert status.state is TaskState.SUCCEEDED, status.failure
+    finally:
+        api.remove_image(tag, force=True)
+
+
+@pytest.mark.asyncio
 async def test_missing_containers(
     backend: LocalDockerExecutionBackend, api: docker.APIClient
 ) -> None:

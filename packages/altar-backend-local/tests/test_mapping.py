@@ -53,8 +53,16 @@ def test_image_command_env_and_labels_pass_through_unchanged() -> None:
 
 def test_no_timeout_means_no_deadline_label() -> None:
     request = render(ContainerTaskSpec(kind="k", image="i", command=[]))
-    assert TIMEOUT_LABEL not in request.labels
     assert timeout_from_labels(request.labels) is None
+
+
+def test_no_timeout_blanks_a_deadline_the_image_could_carry() -> None:
+    """Docker merges the image's labels into the container's: a deadline label must always be
+    set by the backend, so an image (e.g. a ``docker commit`` of a task) cannot impose one."""
+    request = render(ContainerTaskSpec(kind="k", image="i", command=[]))
+    assert request.labels[TIMEOUT_LABEL] == ""
+    image_labels = {TIMEOUT_LABEL: "2", BACKEND_LABEL: "other"}
+    assert timeout_from_labels({**image_labels, **request.labels}) is None
 
 
 @pytest.mark.parametrize("key", [TIMEOUT_LABEL, BACKEND_LABEL])

@@ -88,8 +88,10 @@ def render_request(
             )
     labels = dict(spec.labels)
     labels[BACKEND_LABEL] = BACKEND_LABEL_VALUE
-    if spec.timeout_s is not None:
-        labels[TIMEOUT_LABEL] = str(spec.timeout_s)
+    # Always set, empty for no limit: the engine merges the image's labels into the
+    # container's, so an image carrying this label (a `docker commit` of a task) would
+    # otherwise impose its deadline on a task that has none.
+    labels[TIMEOUT_LABEL] = str(spec.timeout_s) if spec.timeout_s is not None else ""
     return ContainerRequest(
         image=spec.image,
         command=list(spec.command),
