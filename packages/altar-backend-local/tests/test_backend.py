@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -432,6 +433,36 @@ async def test_weakness_15_watchdog_kills_at_the_deadline_without_a_poll(tmp_pat
         assert status.failure.reason == "timeout"
     finally:
         backend.close()
+
+
+def _watchdog_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "altar-local-watchdog"}
+
+
+@pytest.mark.asyncio
+async def test_the_watchdog_thread_ends_once_nothing_is_left_to_watch(tmp_path: Path) -> None:
+    """Nothing calls close() (the runner does not): the thread, which holds the engine client,
+    must not outlive the deadlines it watches, nor wait out the deadline of a cancelled or
+    finished task."""
+    before = _watchdog_threads()
+    engine = FakeDockerRuntime()
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine)
+    expired = await backend.submit(spec(timeout_s=1))
+    await _until(lambda: engine.containers[expired.external_id].state == "exited", "killed")
+    await _until(lambda: not (_watchdog_threads() - before), "the watchdog thread ended")
+
+    cancelled = await backend.submit(spec(timeout_s=3600))
+    finished = await backend.submit(spec(timeout_s=3600))
+    assert _watchdog_threads() - before
+    await backend.cancel(cancelled)
+    engine.finish(finished.external_id, 0)
+    assert (await backend.poll([finished]))[0].state is TaskState.SUCCEEDED
+    await _until(lambda: not (_watchdog_threads() - before), "the watchdog thread ended")
+
+    again = await backend.submit(spec(timeout_s=1))  # a new deadline starts a new thread
+    await _until(lambda: engine.containers[again.external_id].state == "exited", "killed again")
+    backend.close()
+    assert not (_watchdog_threads() - before)
 
 
 def test_options_are_validated(tmp_path: object) -> None:

@@ -190,6 +190,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 handle.external_id, "not a Docker container id"
             )
             statuses.append(TaskStatus(handle, observation.state, observation.failure))
+        if self._watchdog is not None:
+            self._watchdog.forget(s.handle.external_id for s in statuses if s.state.is_terminal)
         return statuses
 
     async def capacity(self) -> Capacity:
@@ -222,6 +224,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         if not _CONTAINER_ID.fullmatch(handle.external_id):
             return
         await self._thread(lambda: self.runtime.remove(handle.external_id))
+        if self._watchdog is not None:
+            self._watchdog.forget([handle.external_id])
         if self._poller.cached(handle.external_id) is None:
             self._poller.remember(
                 handle.external_id,
@@ -268,7 +272,10 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         await _bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
 
     def close(self) -> None:
-        """Stop the watchdog thread (containers keep running; poll still enforces deadlines)."""
+        """Stop the watchdog for good (containers keep running; poll still enforces deadlines).
+
+        Optional: the watchdog's thread also ends by itself once nothing is left to watch.
+        """
         if self._watchdog is not None:
             self._watchdog.stop()
 
