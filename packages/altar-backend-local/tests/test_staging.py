@@ -332,6 +332,27 @@ async def test_stage_inputs_refuses_two_sources_for_one_path(tmp_path: Path) -> 
         await backend.stage_inputs([Transfer(str(a), "x"), Transfer(str(b), "x")])
 
 
+@pytest.mark.parametrize("other", ["/x/y", "x//y", "./x/y", "x/z/../y"])
+@pytest.mark.asyncio
+async def test_stage_inputs_refuses_two_sources_for_one_path_however_it_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """Two spellings of one logical path are one destination: which source a task read would
+    depend on the order the concurrent copies finished in."""
+    monkeypatch.chdir(tmp_path)
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    a = make(tmp_path / "a", b"a")
+    b = make(tmp_path / "b", b"b")
+    with pytest.raises(ValueError, match="two inputs claim"):
+        await backend.stage_inputs([Transfer(str(a), "x/y"), Transfer(str(b), other)])
+    assert not (tmp_path / "d/x/y").exists()
+    # One source, spelled two ways, for one path is no conflict.
+    await backend.stage_inputs([Transfer(str(a), "x/y"), Transfer("./a", other)])
+    assert (tmp_path / "d/x/y").read_bytes() == b"a"
+
+
 @pytest.mark.asyncio
 async def test_collect_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # a relative uri names a file under the working directory

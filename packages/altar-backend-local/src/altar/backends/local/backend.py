@@ -19,7 +19,7 @@ from altar.backends.local.mapping import (
 )
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
-from altar.backends.local.staging import StageAction, Stager
+from altar.backends.local.staging import StageAction, Stager, local_path
 from altar.backends.local.states import DEADLINE_SLACK_S
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
@@ -257,10 +257,18 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         await self._thread(self.runtime.ping)
         unique: dict[str, Transfer] = {}
         for transfer in transfers:
-            known = unique.setdefault(transfer.logical_path, transfer)
-            if (known.uri, known.digest) != (transfer.uri, transfer.digest):
+            # Keyed on the destination and the source file, not their spellings: "x", "/x"
+            # and "./x" are one destination, and two sources for it would race.
+            dest = host_path(self.data_root, transfer.logical_path)
+            known = unique.setdefault(dest, transfer)
+            if (local_path(known.uri), known.digest) != (local_path(transfer.uri), transfer.digest):
+                spelled = (
+                    ""
+                    if known.logical_path == transfer.logical_path
+                    else f" (also spelled {known.logical_path!r})"
+                )
                 raise ValueError(
-                    f"two inputs claim logical path {transfer.logical_path!r}: "
+                    f"two inputs claim logical path {transfer.logical_path!r}{spelled}: "
                     f"{known.uri!r} and {transfer.uri!r}"
                 )
         await self._thread(lambda: os.makedirs(self.data_root, exist_ok=True))
