@@ -117,3 +117,6 @@ def test_host_path_refuses_to_leave_the_data_root() -> None:
         host_path("/data", "../etc/passwd")
     with pytest.raises(ValueError, match="leaves the data root"):
         host_path("/data", "a/../../x")
+    for logical in (".", "/", "a/.."):
+        with pytest.raises(ValueError, match="names the data root itself"):
+            host_path("/data", logical)

@@ -269,6 +269,19 @@ def test_escaping_logical_paths_are_refused(root: Path, weights: Path) -> None:
     assert not (root.parent / "outside.bin").exists()
 
 
+@pytest.mark.parametrize("logical", [".", "/", "a/..", "./"])
+def test_a_logical_path_naming_the_data_root_itself_is_refused(
+    root: Path, weights: Path, logical: str
+) -> None:
+    """Nothing is written beside the data root (the copy's temporary file went there), and
+    a data root that does not exist yet is not replaced by the input."""
+    for digest in (None, sha(weights.read_bytes())):
+        with pytest.raises(ValueError, match="names the data root itself"):
+            Stager(str(root)).stage(Transfer(str(weights), logical, digest=digest))
+    assert not root.exists()
+    assert sorted(p.name for p in root.parent.iterdir()) == ["src"]
+
+
 def test_uris(tmp_path: Path) -> None:
     assert local_path("file:///a%20b/c") == "/a b/c"
     assert local_path("file://localhost/x") == "/x"

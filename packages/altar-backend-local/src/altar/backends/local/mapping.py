@@ -41,10 +41,18 @@ def nano_cpus(cpu: float) -> int:
 
 
 def host_path(data_root: str, logical_path: str) -> str:
-    """Where a logical path lives on this host; refuses a path that leaves the data root."""
+    """Where a logical path's file lives on this host.
+
+    Refuses a path that leaves the data root, and one that names the data root itself (a
+    transfer is one file in it).
+    """
     root = os.path.normpath(data_root)
     path = os.path.normpath(os.path.join(root, logical_path.lstrip("/")))
-    if path != root and not path.startswith(root.rstrip(os.sep) + os.sep):
+    if path == root:
+        raise ValueError(
+            f"logical path {logical_path!r} names the data root itself, not a file in it"
+        )
+    if not path.startswith(root.rstrip(os.sep) + os.sep):
         raise ValueError(f"logical path {logical_path!r} leaves the data root {data_root!r}")
     return path
 
