@@ -322,6 +322,27 @@ async def test_an_image_the_engine_cannot_get_is_a_clear_error(tmp_path: Path) -
 
 
 @pytest.mark.asyncio
+async def test_a_gpu_task_refused_for_another_reason_is_not_blamed_on_gpus(
+    tmp_path: Path,
+) -> None:
+    """A missing image or a CPU quota the host cannot give is not "no GPUs": the message and
+    the capability must name what was actually refused."""
+    from altar.backends.local import EngineRefusedError
+
+    engine = FakeDockerRuntime(images=["busybox:latest"], gpu_devices=2)
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
+    gpu = ResourceRequest(gpu="gpu", count=1)
+    with pytest.raises(EngineRefusedError, match="docker load") as image:
+        await backend.submit(spec(image="example.org/model:1", resources=gpu))
+    assert not isinstance(image.value, UnsupportedCapabilityError)
+    with pytest.raises(UnsupportedCapabilityError, match="Range of CPUs") as cpu:
+        await backend.submit(spec(resources=ResourceRequest(gpu="gpu", count=1, cpu=64)))
+    assert cpu.value.capability != "gpu"
+    assert "GPU" not in str(cpu.value)
+    assert engine.containers == {}
+
+
+@pytest.mark.asyncio
 async def test_resubmitting_starts_another_container(
     backend: LocalDockerExecutionBackend,
 ) -> None:

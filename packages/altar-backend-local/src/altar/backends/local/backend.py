@@ -41,6 +41,10 @@ __all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend"]
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
 _CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+# How engines word a device request they cannot satisfy ('could not select device driver ""
+# with capabilities: [[gpu]]', 'nvidia-container-cli: device error: ...'); a GPU task refused
+# for anything else (a missing image, a CPU quota) is reported as that.
+_GPU_REFUSAL = re.compile(r"gpu|nvidia", re.IGNORECASE)
 _T = TypeVar("_T")
 
 
@@ -154,7 +158,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         try:
             container_id = await self._thread(lambda: self.runtime.run(request))
         except EngineRefusedError as error:
-            if request.gpu_count:
+            if request.gpu_count and _GPU_REFUSAL.search(error.explanation):
                 raise UnsupportedCapabilityError(
                     f"task {spec.kind!r} needs {request.gpu_count} GPU(s) (pool "
                     f"{spec.resources.gpu!r}) but the Docker engine cannot provide them: "
