@@ -16,6 +16,7 @@ from altar.backends.local import LocalDockerExecutionBackend, StageAction
 from altar.backends.local.fake import FakeDockerRuntime
 from altar.backends.local.staging import Stager, local_path
 from altar.execution import (
+    ContainerTaskSpec,
     Transfer,
     TransferIntegrityError,
     UnsupportedCapabilityError,
@@ -280,6 +281,68 @@ def test_a_logical_path_naming_the_data_root_itself_is_refused(
             Stager(str(root)).stage(Transfer(str(weights), logical, digest=digest))
     assert not root.exists()
     assert sorted(p.name for p in root.parent.iterdir()) == ["src"]
+
+
+def test_a_task_made_symlink_cannot_lead_staging_outside_the_data_root(
+    root: Path, weights: Path, tmp_path: Path
+) -> None:
+    """Tasks mount the data root read-write and run as its owner: a directory they replace
+    with a symlink to a host path must not make staging write there."""
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / "models").symlink_to(elsewhere)
+    for digest in (None, sha(weights.read_bytes())):
+        with pytest.raises(ValueError, match="outside the data root"):
+            Stager(str(root)).stage(Transfer(str(weights), "models/fold 0/w.bin", digest=digest))
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.asyncio
+async def test_a_task_made_symlink_cannot_collect_a_host_file(tmp_path: Path) -> None:
+    """An output a task replaced with a symlink to a host file (its private key, say) is not
+    copied out: collecting it would hand the task's output reader a file the task never saw."""
+    secret = make(tmp_path / "home/.ssh/id_ed25519", b"PRIVATE KEY")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    (tmp_path / "d/jobs/J").mkdir(parents=True)
+    (tmp_path / "d/jobs/J/scores.tsv").symlink_to(secret)
+    (tmp_path / "d/jobs/K").symlink_to(secret.parent)
+    out = tmp_path / "results/scores.tsv"
+    for logical in ("jobs/J/scores.tsv", "jobs/K/id_ed25519"):
+        with pytest.raises(ValueError, match="outside the data root"):
+            await backend.collect_outputs([Transfer(str(out), logical)])
+        assert not out.exists()
+
+
+@pytest.mark.asyncio
+async def test_submit_never_deletes_a_host_file_through_a_task_made_symlink(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    keep = make(home / "scores.tsv", b"the user's own file")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d/out").symlink_to(home)
+    spec = ContainerTaskSpec(
+        kind="k",
+        image="busybox:latest",
+        command=["true"],
+        outputs=[Transfer("results/scores.tsv", "out/scores.tsv")],
+    )
+    with pytest.raises(ValueError, match="outside the data root"):
+        await backend.submit(spec)
+    assert keep.read_bytes() == b"the user's own file"
+    # A stale output that is itself a symlink is only unlinked, never followed.
+    (tmp_path / "d/out").unlink()
+    (tmp_path / "d/out").mkdir()
+    (tmp_path / "d/out/scores.tsv").symlink_to(keep)
+    await backend.submit(spec)
+    assert not (tmp_path / "d/out/scores.tsv").is_symlink()
+    assert keep.read_bytes() == b"the user's own file"
 
 
 def test_uris(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from altar.backends.local.docker_runtime import DockerSdkRuntime
 from altar.backends.local.mapping import (
     BACKEND_LABEL,
     BACKEND_LABEL_VALUE,
+    contained_host_path,
     host_path,
     render_request,
 )
@@ -142,7 +143,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         """
         os.makedirs(self.data_root, exist_ok=True)
         for transfer in spec.outputs:
-            path = host_path(self.data_root, transfer.logical_path)
+            path = contained_host_path(self.data_root, transfer.logical_path)
             if os.path.islink(path) or os.path.isfile(path):
                 os.unlink(path)
 

@@ -13,6 +13,7 @@ __all__ = [
     "BACKEND_LABEL_VALUE",
     "RESERVED_LABELS",
     "TIMEOUT_LABEL",
+    "contained_host_path",
     "host_path",
     "memory_bytes",
     "nano_cpus",
@@ -54,6 +55,28 @@ def host_path(data_root: str, logical_path: str) -> str:
         )
     if not path.startswith(root.rstrip(os.sep) + os.sep):
         raise ValueError(f"logical path {logical_path!r} leaves the data root {data_root!r}")
+    return path
+
+
+def contained_host_path(data_root: str, logical_path: str, *, follow_last: bool = False) -> str:
+    """:func:`host_path`, also refusing a path a symlink leads out of the data root.
+
+    Tasks mount the data root read-write and run as its owner, so a task can replace a
+    directory in it (or a file, which ``follow_last`` checks too) with a symlink to any host
+    path; the backend must not then write, delete or read there on the task's behalf.
+    """
+    path = host_path(data_root, logical_path)
+    lexical_root = os.path.normpath(data_root)
+    root = os.path.realpath(data_root)
+    probe = path if follow_last else os.path.dirname(path)
+    while probe != lexical_root and not os.path.lexists(probe):
+        probe = os.path.dirname(probe)  # only what exists can be a symlink
+    real = os.path.realpath(probe)
+    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise ValueError(
+            f"logical path {logical_path!r} leads outside the data root {data_root!r} through "
+            f"a symlink ({probe!r} resolves to {real!r}); a task may have made it"
+        )
     return path
 
 
