@@ -298,6 +298,19 @@ def test_a_task_made_symlink_cannot_lead_staging_outside_the_data_root(
     assert list(elsewhere.iterdir()) == []
 
 
+def test_a_task_made_symlink_cannot_lead_the_staging_index_outside(
+    root: Path, weights: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / ".altar-staging").symlink_to(elsewhere)
+    transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
+    assert Stager(str(root)).stage(transfer) is StageAction.COPIED
+    assert list(elsewhere.iterdir()) == []  # no index entry written there
+    assert (root / "w.bin").read_bytes() == weights.read_bytes()
+
+
 @pytest.mark.asyncio
 async def test_a_task_made_symlink_cannot_collect_a_host_file(tmp_path: Path) -> None:
     """An output a task replaced with a symlink to a host file (its private key, say) is not

@@ -139,6 +139,10 @@ class Stager:
         source_stat: os.stat_result | None,
     ) -> None:
         target = self._index_file(dest)
+        try:  # a task may have replaced the index directory with a symlink to a host path
+            contained_host_path(self.data_root, os.path.relpath(target, self.data_root))
+        except ValueError:
+            return  # the index is an optimisation: go without it
         payload = {
             "format": _INDEX_FORMAT,
             "path": os.path.relpath(dest, self.data_root),
