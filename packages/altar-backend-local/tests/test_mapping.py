@@ -83,6 +83,19 @@ def test_resources_map_to_exact_limits() -> None:
     assert nano_cpus(2) == 2_000_000_000
 
 
+@pytest.mark.parametrize("cpu", [1e-10, 1e-9, 0.001, 0.0099])
+def test_a_cpu_limit_below_dockers_floor_is_refused(cpu: float) -> None:
+    """Docker (the kernel's CFS quota) cannot go below 0.01 CPUs: below 0.5e-9 the quota was
+    0, which Docker reads as no limit at all; a little above, the engine failed the start
+    with a raw cgroup error."""
+    spec = ContainerTaskSpec(kind="k", image="i", command=[], resources=ResourceRequest(cpu=cpu))
+    with pytest.raises(UnsupportedCapabilityError, match=r"0\.01 CPUs") as caught:
+        render(spec)
+    assert caught.value.capability == "cpu"
+    ok = ContainerTaskSpec(kind="k", image="i", command=[], resources=ResourceRequest(cpu=0.01))
+    assert render(ok).nano_cpus == 10_000_000
+
+
 def test_gpu_request_asks_for_exactly_count_devices() -> None:
     spec = ContainerTaskSpec(
         kind="k", image="i", command=[], resources=ResourceRequest(gpu="a100", count=3)

@@ -29,6 +29,7 @@ TIMEOUT_LABEL = "altar.timeout_s"
 RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
 
 _GIB = 1024**3
+_MIN_NANO_CPUS = 10_000_000  # 0.01 CPUs: the engine's and the kernel's CFS quota floor
 
 
 def memory_bytes(memory_gb: float) -> int:
@@ -117,6 +118,15 @@ def render_request(
                 "never run on CPU instead",
                 capability="gpu",
             )
+    cpu_quota = nano_cpus(spec.resources.cpu) if spec.resources.cpu is not None else None
+    if cpu_quota is not None and cpu_quota < _MIN_NANO_CPUS:
+        # A quota of 0 reads as no limit at all, and the kernel refuses one below 1 ms per
+        # 100 ms period: either way the request cannot be honoured as asked.
+        raise UnsupportedCapabilityError(
+            f"task {spec.kind!r} asks for {spec.resources.cpu!r} CPUs, but Docker cannot limit "
+            "a container to fewer than 0.01 CPUs; ask for at least 0.01",
+            capability="cpu",
+        )
     labels = dict(spec.labels)
     labels[BACKEND_LABEL] = BACKEND_LABEL_VALUE
     # Always set, empty for no limit: the engine merges the image's labels into the
@@ -129,7 +139,7 @@ def render_request(
         labels=labels,
         environment=dict(spec.env),
         user=user,
-        nano_cpus=nano_cpus(spec.resources.cpu) if spec.resources.cpu is not None else None,
+        nano_cpus=cpu_quota,
         memory_bytes=(
             memory_bytes(spec.resources.memory_gb) if spec.resources.memory_gb is not None else None
         ),
