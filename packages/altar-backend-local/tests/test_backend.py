@@ -235,6 +235,21 @@ async def test_no_timeout_means_no_limit(
 
 
 @pytest.mark.asyncio
+async def test_a_deadline_label_baked_into_the_image_is_no_limit(tmp_path: Path) -> None:
+    engine = FakeDockerRuntime(image_labels={"committed:1": {"altar.timeout_s": "1"}})
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
+    handle = await backend.submit(spec(image="committed:1"))
+    engine.containers[handle.external_id].created -= 3600
+    assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    limited = await backend.submit(spec(image="committed:1", timeout_s=60))
+    engine.expire(limited.external_id)
+    status = (await backend.poll([limited]))[0]
+    assert status.failure is not None
+    assert status.failure.detail is not None
+    assert "60 s" in status.failure.detail  # the spec's limit, not the image's
+
+
+@pytest.mark.asyncio
 async def test_missing_and_malformed_ids_are_container_missing(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:
