@@ -17,6 +17,7 @@ from altar.backends.local import LocalDockerExecutionBackend, StageAction
 from altar.backends.local.fake import FakeDockerRuntime
 from altar.backends.local.staging import Stager, local_path
 from altar.execution import (
+    ContainerTaskSpec,
     Transfer,
     TransferIntegrityError,
     UnsupportedCapabilityError,
@@ -273,6 +274,94 @@ def test_escaping_logical_paths_are_refused(root: Path, weights: Path) -> None:
     assert not (root.parent / "outside.bin").exists()
 
 
+@pytest.mark.parametrize("logical", [".", "/", "a/..", "./"])
+def test_a_logical_path_naming_the_data_root_itself_is_refused(
+    root: Path, weights: Path, logical: str
+) -> None:
+    """Nothing is written beside the data root (the copy's temporary file went there), and
+    a data root that does not exist yet is not replaced by the input."""
+    for digest in (None, sha(weights.read_bytes())):
+        with pytest.raises(ValueError, match="names the data root itself"):
+            Stager(str(root)).stage(Transfer(str(weights), logical, digest=digest))
+    assert not root.exists()
+    assert sorted(p.name for p in root.parent.iterdir()) == ["src"]
+
+
+def test_a_task_made_symlink_cannot_lead_staging_outside_the_data_root(
+    root: Path, weights: Path, tmp_path: Path
+) -> None:
+    """Tasks mount the data root read-write and run as its owner: a directory they replace
+    with a symlink to a host path must not make staging write there."""
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / "models").symlink_to(elsewhere)
+    for digest in (None, sha(weights.read_bytes())):
+        with pytest.raises(ValueError, match="outside the data root"):
+            Stager(str(root)).stage(Transfer(str(weights), "models/fold 0/w.bin", digest=digest))
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_task_made_symlink_cannot_lead_the_staging_index_outside(
+    root: Path, weights: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / ".altar-staging").symlink_to(elsewhere)
+    transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
+    assert Stager(str(root)).stage(transfer) is StageAction.COPIED
+    assert list(elsewhere.iterdir()) == []  # no index entry written there
+    assert (root / "w.bin").read_bytes() == weights.read_bytes()
+
+
+@pytest.mark.asyncio
+async def test_a_task_made_symlink_cannot_collect_a_host_file(tmp_path: Path) -> None:
+    """An output a task replaced with a symlink to a host file (its private key, say) is not
+    copied out: collecting it would hand the task's output reader a file the task never saw."""
+    secret = make(tmp_path / "home/.ssh/id_ed25519", b"PRIVATE KEY")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    (tmp_path / "d/jobs/J").mkdir(parents=True)
+    (tmp_path / "d/jobs/J/scores.tsv").symlink_to(secret)
+    (tmp_path / "d/jobs/K").symlink_to(secret.parent)
+    out = tmp_path / "results/scores.tsv"
+    for logical in ("jobs/J/scores.tsv", "jobs/K/id_ed25519"):
+        with pytest.raises(ValueError, match="outside the data root"):
+            await backend.collect_outputs([Transfer(str(out), logical)])
+        assert not out.exists()
+
+
+@pytest.mark.asyncio
+async def test_submit_never_deletes_a_host_file_through_a_task_made_symlink(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    keep = make(home / "scores.tsv", b"the user's own file")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d/out").symlink_to(home)
+    spec = ContainerTaskSpec(
+        kind="k",
+        image="busybox:latest",
+        command=["true"],
+        outputs=[Transfer("results/scores.tsv", "out/scores.tsv")],
+    )
+    with pytest.raises(ValueError, match="outside the data root"):
+        await backend.submit(spec)
+    assert keep.read_bytes() == b"the user's own file"
+    # A stale output that is itself a symlink is only unlinked, never followed.
+    (tmp_path / "d/out").unlink()
+    (tmp_path / "d/out").mkdir()
+    (tmp_path / "d/out/scores.tsv").symlink_to(keep)
+    await backend.submit(spec)
+    assert not (tmp_path / "d/out/scores.tsv").is_symlink()
+    assert keep.read_bytes() == b"the user's own file"
+
+
 def test_uris(tmp_path: Path) -> None:
     assert local_path("file:///a%20b/c") == "/a b/c"
     assert local_path("file://localhost/x") == "/x"
@@ -334,6 +423,27 @@ async def test_stage_inputs_refuses_two_sources_for_one_path(tmp_path: Path) -> 
     b = make(tmp_path / "b", b"b")
     with pytest.raises(ValueError, match="two inputs claim"):
         await backend.stage_inputs([Transfer(str(a), "x"), Transfer(str(b), "x")])
+
+
+@pytest.mark.parametrize("other", ["/x/y", "x//y", "./x/y", "x/z/../y"])
+@pytest.mark.asyncio
+async def test_stage_inputs_refuses_two_sources_for_one_path_however_it_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """Two spellings of one logical path are one destination: which source a task read would
+    depend on the order the concurrent copies finished in."""
+    monkeypatch.chdir(tmp_path)
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    a = make(tmp_path / "a", b"a")
+    b = make(tmp_path / "b", b"b")
+    with pytest.raises(ValueError, match="two inputs claim"):
+        await backend.stage_inputs([Transfer(str(a), "x/y"), Transfer(str(b), other)])
+    assert not (tmp_path / "d/x/y").exists()
+    # One source, spelled two ways, for one path is no conflict.
+    await backend.stage_inputs([Transfer(str(a), "x/y"), Transfer("./a", other)])
+    assert (tmp_path / "d/x/y").read_bytes() == b"a"
 
 
 @pytest.mark.asyncio

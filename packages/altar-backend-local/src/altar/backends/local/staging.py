@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from altar.backends.local.mapping import host_path
+from altar.backends.local.mapping import contained_host_path
 from altar.execution import Transfer, TransferIntegrityError, UnsupportedCapabilityError
 from altar.execution.digest import (
     CopyResult,
@@ -146,6 +146,10 @@ class Stager:
         source_stat: os.stat_result | None,
     ) -> None:
         target = self._index_file(dest)
+        try:  # a task may have replaced the index directory with a symlink to a host path
+            contained_host_path(self.data_root, os.path.relpath(target, self.data_root))
+        except ValueError:
+            return  # the index is an optimisation: go without it
         payload = {
             "format": _INDEX_FORMAT,
             "path": os.path.relpath(dest, self.data_root),
@@ -188,7 +192,7 @@ class Stager:
     def stage(self, transfer: Transfer) -> StageAction:
         """Materialize one transfer at its logical path under the data root."""
         source = local_path(transfer.uri)
-        dest = host_path(self.data_root, transfer.logical_path)
+        dest = contained_host_path(self.data_root, transfer.logical_path)
         with _dest_lock(dest):
             if transfer.digest is not None:
                 action = self._stage_digest(transfer, transfer.digest, source, dest)
@@ -295,7 +299,7 @@ class Stager:
 
     def collect(self, transfer: Transfer) -> None:
         """Copy one output from the data root back to its ``uri``."""
-        source = host_path(self.data_root, transfer.logical_path)
+        source = contained_host_path(self.data_root, transfer.logical_path, follow_last=True)
         dest = local_path(transfer.uri)
         if not os.path.isfile(source):
             raise FileNotFoundError(
