@@ -18,11 +18,11 @@ import asyncio
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _engine import docker_host
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.execution import ContainerTaskSpec
 from altar.execution.plan import plan_from_specs
@@ -30,20 +30,6 @@ from altar.execution.runner import run_plan
 
 TARGET_RATIO = 1.3
 SLOTS = 2
-
-
-def docker_host() -> str:
-    host = os.environ.get("DOCKER_HOST")
-    services = os.environ.get("ALTAR_SERVICES_DIR") or Path(tempfile.gettempdir(), "altar-services")
-    env_file = Path(services, "env")
-    if not host and env_file.is_file():
-        for line in env_file.read_text().splitlines():
-            if line.startswith("export DOCKER_HOST="):
-                host = line.split("=", 1)[1].strip().strip("'\"")
-    if not host:
-        sys.exit("bench_plan_runner: set DOCKER_HOST (or run scripts/services up --only docker)")
-    os.environ["DOCKER_HOST"] = host
-    return host
 
 
 def baseline(tasks: int, image: str) -> float:
@@ -103,7 +89,7 @@ def main() -> None:
     poll_s = args.poll_interval
     if poll_s is None:
         poll_s = LocalDockerExecutionBackend.poll_interval_s
-    host = docker_host()
+    host = docker_host("bench_plan_runner")
     image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
     print(
         f"{args.tasks} x `true` on {host}, {SLOTS} at a time, {args.repeats} runs each ...",

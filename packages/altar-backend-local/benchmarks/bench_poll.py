@@ -18,13 +18,12 @@ import asyncio
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
+from _engine import docker_host
 from altar.backends.local import DockerSdkRuntime, LocalDockerExecutionBackend
 from altar.execution import ContainerTaskSpec, TaskHandle, TaskState
 
@@ -34,20 +33,6 @@ INSPECT_FORMAT = (
     "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}} {{.State.StartedAt}} "
     '{{.State.FinishedAt}} {{index .Config.Labels "altar.timeout_s"}}'
 )
-
-
-def docker_host() -> str:
-    host = os.environ.get("DOCKER_HOST")
-    services = os.environ.get("ALTAR_SERVICES_DIR") or Path(tempfile.gettempdir(), "altar-services")
-    env_file = Path(services, "env")
-    if not host and env_file.is_file():
-        for line in env_file.read_text().splitlines():
-            if line.startswith("export DOCKER_HOST="):
-                host = line.split("=", 1)[1].strip().strip("'\"")
-    if not host:
-        sys.exit("bench_poll: set DOCKER_HOST (or run scripts/services up --only docker)")
-    os.environ["DOCKER_HOST"] = host
-    return host
 
 
 def start_containers(
@@ -125,7 +110,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline-repeats", type=int, default=3)
     args = parser.parse_args()
-    host = docker_host()
+    host = docker_host("bench_poll")
     tag = uuid.uuid4().hex[:12]
     data_root = tempfile.mkdtemp(prefix="altar-bench-poll-")
     backend = LocalDockerExecutionBackend(data_root=data_root, watchdog=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -234,6 +235,21 @@ async def test_no_timeout_means_no_limit(
 
 
 @pytest.mark.asyncio
+async def test_a_deadline_label_baked_into_the_image_is_no_limit(tmp_path: Path) -> None:
+    engine = FakeDockerRuntime(image_labels={"committed:1": {"altar.timeout_s": "1"}})
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
+    handle = await backend.submit(spec(image="committed:1"))
+    engine.containers[handle.external_id].created -= 3600
+    assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    limited = await backend.submit(spec(image="committed:1", timeout_s=60))
+    engine.expire(limited.external_id)
+    status = (await backend.poll([limited]))[0]
+    assert status.failure is not None
+    assert status.failure.detail is not None
+    assert "60 s" in status.failure.detail  # the spec's limit, not the image's
+
+
+@pytest.mark.asyncio
 async def test_missing_and_malformed_ids_are_container_missing(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:
@@ -317,6 +333,27 @@ async def test_an_image_the_engine_cannot_get_is_a_clear_error(tmp_path: Path) -
     backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
     with pytest.raises(EngineRefusedError, match="docker load"):
         await backend.submit(spec(image="example.org/model:1"))
+    assert engine.containers == {}
+
+
+@pytest.mark.asyncio
+async def test_a_gpu_task_refused_for_another_reason_is_not_blamed_on_gpus(
+    tmp_path: Path,
+) -> None:
+    """A missing image or a CPU quota the host cannot give is not "no GPUs": the message and
+    the capability must name what was actually refused."""
+    from altar.backends.local import EngineRefusedError
+
+    engine = FakeDockerRuntime(images=["busybox:latest"], gpu_devices=2)
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine, watchdog=False)
+    gpu = ResourceRequest(gpu="gpu", count=1)
+    with pytest.raises(EngineRefusedError, match="docker load") as image:
+        await backend.submit(spec(image="example.org/model:1", resources=gpu))
+    assert not isinstance(image.value, UnsupportedCapabilityError)
+    with pytest.raises(UnsupportedCapabilityError, match="Range of CPUs") as cpu:
+        await backend.submit(spec(resources=ResourceRequest(gpu="gpu", count=1, cpu=64)))
+    assert cpu.value.capability != "gpu"
+    assert "GPU" not in str(cpu.value)
     assert engine.containers == {}
 
 
@@ -432,6 +469,36 @@ async def test_weakness_15_watchdog_kills_at_the_deadline_without_a_poll(tmp_pat
         assert status.failure.reason == "timeout"
     finally:
         backend.close()
+
+
+def _watchdog_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "altar-local-watchdog"}
+
+
+@pytest.mark.asyncio
+async def test_the_watchdog_thread_ends_once_nothing_is_left_to_watch(tmp_path: Path) -> None:
+    """Nothing calls close() (the runner does not): the thread, which holds the engine client,
+    must not outlive the deadlines it watches, nor wait out the deadline of a cancelled or
+    finished task."""
+    before = _watchdog_threads()
+    engine = FakeDockerRuntime()
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=engine)
+    expired = await backend.submit(spec(timeout_s=1))
+    await _until(lambda: engine.containers[expired.external_id].state == "exited", "killed")
+    await _until(lambda: not (_watchdog_threads() - before), "the watchdog thread ended")
+
+    cancelled = await backend.submit(spec(timeout_s=3600))
+    finished = await backend.submit(spec(timeout_s=3600))
+    assert _watchdog_threads() - before
+    await backend.cancel(cancelled)
+    engine.finish(finished.external_id, 0)
+    assert (await backend.poll([finished]))[0].state is TaskState.SUCCEEDED
+    await _until(lambda: not (_watchdog_threads() - before), "the watchdog thread ended")
+
+    again = await backend.submit(spec(timeout_s=1))  # a new deadline starts a new thread
+    await _until(lambda: engine.containers[again.external_id].state == "exited", "killed again")
+    backend.close()
+    assert not (_watchdog_threads() - before)
 
 
 def test_options_are_validated(tmp_path: object) -> None:

@@ -6,8 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from altar.backends.local import TIMEOUT_LABEL, LocalDockerExecutionBackend
+from altar.backends.local import LocalDockerExecutionBackend
 from altar.backends.local.fake import FakeDockerRuntime
+from altar.backends.local.mapping import timeout_from_labels
 from altar.conformance import ExecutionBackendContract, LaunchedTask
 from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
 
@@ -33,7 +34,7 @@ class TestLocalBackendConformance(ExecutionBackendContract):
 
     def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
         labels = _engine(backend).containers[handle.external_id].request.labels
-        return int(labels[TIMEOUT_LABEL]) if TIMEOUT_LABEL in labels else None
+        return timeout_from_labels(labels)
 
     def write_task_log(
         self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]

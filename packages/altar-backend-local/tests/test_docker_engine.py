@@ -12,12 +12,14 @@ import hashlib
 import io
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import docker
 import pytest
+import requests.exceptions
 from altar.backends.local import (
     ContainerDetail,
     ContainerEvent,
@@ -34,6 +36,8 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
+from altar.execution.plan import plan_from_specs
+from altar.execution.runner import run_plan
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 
@@ -274,6 +278,24 @@ async def test_the_watchdog_kills_at_the_deadline_without_polls(
 
 
 @pytest.mark.asyncio
+async def test_a_deadline_label_inherited_from_the_image_is_no_limit(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    """The engine merges image labels into the container's (a ``docker commit`` of a task keeps
+    its ``altar.timeout_s``); a spec without a timeout must still run without a limit."""
+    tag = "altar-test-deadline-label:local"
+    dockerfile = f"FROM {IMAGE}\nLABEL altar.timeout_s=1\n"
+    for _ in api.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True):
+        pass
+    try:
+        handle = await backend.submit(spec(["sleep", "4"], image=tag))
+        status = await settle(backend, handle, limit_s=30)
+        assert status.state is TaskState.SUCCEEDED, status.failure
+    finally:
+        api.remove_image(tag, force=True)
+
+
+@pytest.mark.asyncio
 async def test_missing_containers(
     backend: LocalDockerExecutionBackend, api: docker.APIClient
 ) -> None:
@@ -334,6 +356,29 @@ async def test_gpu_is_refused_and_nothing_is_left_running(
         )
     assert caught.value.capability == "gpu"
     assert api.containers(all=True, filters={"label": [f"marker={marker}"]}) == []
+
+
+@pytest.mark.asyncio
+async def test_a_start_cut_off_midway_leaves_no_container_behind(
+    tmp_path: Path, api: docker.APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start request times out (engine busy) after the container was created: submit
+    reports the engine unavailable, and the container it created is not left behind (a
+    start that went through after all would run a task nobody has a handle for)."""
+    runtime = DockerSdkRuntime()
+    client = runtime.client()
+    real_start = client.start
+
+    def start_then_time_out(container: str) -> None:
+        real_start(container)
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    monkeypatch.setattr(client, "start", start_then_time_out)
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=runtime, watchdog=False)
+    marker = uuid.uuid4().hex
+    with pytest.raises(BackendUnavailableError, match="read timed out"):
+        await backend.submit(spec(["sleep", "300"], labels={"altar.test": SESSION, "m": marker}))
+    assert api.containers(all=True, filters={"label": [f"m={marker}"]}) == []
 
 
 @pytest.mark.asyncio
@@ -436,3 +481,39 @@ async def test_created_is_pending_and_paused_is_running(
     finally:
         api.unpause(handle.external_id)
         await backend.cancel(handle)
+
+
+@pytest.mark.asyncio
+async def test_a_run_interrupted_while_a_container_starts_resumes_without_a_second_one(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    """Ctrl-C during a submit: the engine starts the container anyway, so the run keeps its id."""
+    run_label = uuid.uuid4().hex[:12]
+    plan = plan_from_specs(
+        [spec(["sleep", "1"], labels={"altar.test": SESSION, "run": run_label})],
+        backend_type="local",
+    )
+    runs: list[asyncio.Task[object]] = []
+
+    class InterruptedWhileStarting(LocalDockerExecutionBackend):
+        async def submit(self, task_spec: ContainerTaskSpec) -> TaskHandle:
+            runs[0].cancel()  # the user presses Ctrl-C just as the container is being created
+            return await super().submit(task_spec)
+
+    first = InterruptedWhileStarting(data_root=tmp_path / "data", watchdog=False)
+    runs.append(asyncio.ensure_future(run_plan(plan, first, run_dir=tmp_path / "run")))
+    with pytest.raises(asyncio.CancelledError):
+        await runs[0]
+    second = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    result = await run_plan(plan, second, run_dir=tmp_path / "run")
+    assert result.ok
+    assert [task.in_doubt for task in result.tasks] == [0]
+    started = api.containers(all=True, filters={"label": [f"run={run_label}"]})
+    assert started == []  # the one container ran, and the run cleaned it up
+    events = api.events(
+        since=int(time.time()) - 120,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": [f"run={run_label}"]},
+        decode=True,
+    )
+    assert len(list(events)) == 1

@@ -53,8 +53,16 @@ def test_image_command_env_and_labels_pass_through_unchanged() -> None:
 
 def test_no_timeout_means_no_deadline_label() -> None:
     request = render(ContainerTaskSpec(kind="k", image="i", command=[]))
-    assert TIMEOUT_LABEL not in request.labels
     assert timeout_from_labels(request.labels) is None
+
+
+def test_no_timeout_blanks_a_deadline_the_image_could_carry() -> None:
+    """Docker merges the image's labels into the container's: a deadline label must always be
+    set by the backend, so an image (e.g. a ``docker commit`` of a task) cannot impose one."""
+    request = render(ContainerTaskSpec(kind="k", image="i", command=[]))
+    assert request.labels[TIMEOUT_LABEL] == ""
+    image_labels = {TIMEOUT_LABEL: "2", BACKEND_LABEL: "other"}
+    assert timeout_from_labels({**image_labels, **request.labels}) is None
 
 
 @pytest.mark.parametrize("key", [TIMEOUT_LABEL, BACKEND_LABEL])
@@ -73,6 +81,19 @@ def test_resources_map_to_exact_limits() -> None:
     assert request.nano_cpus == 250_000_000
     assert memory_bytes(7.5) == int(7.5 * 1024**3)
     assert nano_cpus(2) == 2_000_000_000
+
+
+@pytest.mark.parametrize("cpu", [1e-10, 1e-9, 0.001, 0.0099])
+def test_a_cpu_limit_below_dockers_floor_is_refused(cpu: float) -> None:
+    """Docker (the kernel's CFS quota) cannot go below 0.01 CPUs: below 0.5e-9 the quota was
+    0, which Docker reads as no limit at all; a little above, the engine failed the start
+    with a raw cgroup error."""
+    spec = ContainerTaskSpec(kind="k", image="i", command=[], resources=ResourceRequest(cpu=cpu))
+    with pytest.raises(UnsupportedCapabilityError, match=r"0\.01 CPUs") as caught:
+        render(spec)
+    assert caught.value.capability == "cpu"
+    ok = ContainerTaskSpec(kind="k", image="i", command=[], resources=ResourceRequest(cpu=0.01))
+    assert render(ok).nano_cpus == 10_000_000
 
 
 def test_gpu_request_asks_for_exactly_count_devices() -> None:
@@ -109,3 +130,6 @@ def test_host_path_refuses_to_leave_the_data_root() -> None:
         host_path("/data", "../etc/passwd")
     with pytest.raises(ValueError, match="leaves the data root"):
         host_path("/data", "a/../../x")
+    for logical in (".", "/", "a/.."):
+        with pytest.raises(ValueError, match="names the data root itself"):
+            host_path("/data", logical)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import os
 import threading
 import time
@@ -16,12 +17,16 @@ from altar.backends.local import LocalDockerExecutionBackend, StageAction
 from altar.backends.local.fake import FakeDockerRuntime
 from altar.backends.local.staging import Stager, local_path
 from altar.execution import (
+    ContainerTaskSpec,
     Transfer,
     TransferIntegrityError,
     UnsupportedCapabilityError,
     has_verification_record,
 )
 from altar.execution.digest import verification_record_line
+from altar.execution.transfer_progress import TransferProgress, reporting_to
+
+MiB = 1 << 20
 
 
 def sha(data: bytes) -> str:
@@ -269,6 +274,94 @@ def test_escaping_logical_paths_are_refused(root: Path, weights: Path) -> None:
     assert not (root.parent / "outside.bin").exists()
 
 
+@pytest.mark.parametrize("logical", [".", "/", "a/..", "./"])
+def test_a_logical_path_naming_the_data_root_itself_is_refused(
+    root: Path, weights: Path, logical: str
+) -> None:
+    """Nothing is written beside the data root (the copy's temporary file went there), and
+    a data root that does not exist yet is not replaced by the input."""
+    for digest in (None, sha(weights.read_bytes())):
+        with pytest.raises(ValueError, match="names the data root itself"):
+            Stager(str(root)).stage(Transfer(str(weights), logical, digest=digest))
+    assert not root.exists()
+    assert sorted(p.name for p in root.parent.iterdir()) == ["src"]
+
+
+def test_a_task_made_symlink_cannot_lead_staging_outside_the_data_root(
+    root: Path, weights: Path, tmp_path: Path
+) -> None:
+    """Tasks mount the data root read-write and run as its owner: a directory they replace
+    with a symlink to a host path must not make staging write there."""
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / "models").symlink_to(elsewhere)
+    for digest in (None, sha(weights.read_bytes())):
+        with pytest.raises(ValueError, match="outside the data root"):
+            Stager(str(root)).stage(Transfer(str(weights), "models/fold 0/w.bin", digest=digest))
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_task_made_symlink_cannot_lead_the_staging_index_outside(
+    root: Path, weights: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / ".altar-staging").symlink_to(elsewhere)
+    transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
+    assert Stager(str(root)).stage(transfer) is StageAction.COPIED
+    assert list(elsewhere.iterdir()) == []  # no index entry written there
+    assert (root / "w.bin").read_bytes() == weights.read_bytes()
+
+
+@pytest.mark.asyncio
+async def test_a_task_made_symlink_cannot_collect_a_host_file(tmp_path: Path) -> None:
+    """An output a task replaced with a symlink to a host file (its private key, say) is not
+    copied out: collecting it would hand the task's output reader a file the task never saw."""
+    secret = make(tmp_path / "home/.ssh/id_ed25519", b"PRIVATE KEY")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    (tmp_path / "d/jobs/J").mkdir(parents=True)
+    (tmp_path / "d/jobs/J/scores.tsv").symlink_to(secret)
+    (tmp_path / "d/jobs/K").symlink_to(secret.parent)
+    out = tmp_path / "results/scores.tsv"
+    for logical in ("jobs/J/scores.tsv", "jobs/K/id_ed25519"):
+        with pytest.raises(ValueError, match="outside the data root"):
+            await backend.collect_outputs([Transfer(str(out), logical)])
+        assert not out.exists()
+
+
+@pytest.mark.asyncio
+async def test_submit_never_deletes_a_host_file_through_a_task_made_symlink(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    keep = make(home / "scores.tsv", b"the user's own file")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d/out").symlink_to(home)
+    spec = ContainerTaskSpec(
+        kind="k",
+        image="busybox:latest",
+        command=["true"],
+        outputs=[Transfer("results/scores.tsv", "out/scores.tsv")],
+    )
+    with pytest.raises(ValueError, match="outside the data root"):
+        await backend.submit(spec)
+    assert keep.read_bytes() == b"the user's own file"
+    # A stale output that is itself a symlink is only unlinked, never followed.
+    (tmp_path / "d/out").unlink()
+    (tmp_path / "d/out").mkdir()
+    (tmp_path / "d/out/scores.tsv").symlink_to(keep)
+    await backend.submit(spec)
+    assert not (tmp_path / "d/out/scores.tsv").is_symlink()
+    assert keep.read_bytes() == b"the user's own file"
+
+
 def test_uris(tmp_path: Path) -> None:
     assert local_path("file:///a%20b/c") == "/a b/c"
     assert local_path("file://localhost/x") == "/x"
@@ -332,6 +425,27 @@ async def test_stage_inputs_refuses_two_sources_for_one_path(tmp_path: Path) -> 
         await backend.stage_inputs([Transfer(str(a), "x"), Transfer(str(b), "x")])
 
 
+@pytest.mark.parametrize("other", ["/x/y", "x//y", "./x/y", "x/z/../y"])
+@pytest.mark.asyncio
+async def test_stage_inputs_refuses_two_sources_for_one_path_however_it_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str
+) -> None:
+    """Two spellings of one logical path are one destination: which source a task read would
+    depend on the order the concurrent copies finished in."""
+    monkeypatch.chdir(tmp_path)
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    a = make(tmp_path / "a", b"a")
+    b = make(tmp_path / "b", b"b")
+    with pytest.raises(ValueError, match="two inputs claim"):
+        await backend.stage_inputs([Transfer(str(a), "x/y"), Transfer(str(b), other)])
+    assert not (tmp_path / "d/x/y").exists()
+    # One source, spelled two ways, for one path is no conflict.
+    await backend.stage_inputs([Transfer(str(a), "x/y"), Transfer("./a", other)])
+    assert (tmp_path / "d/x/y").read_bytes() == b"a"
+
+
 @pytest.mark.asyncio
 async def test_collect_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # a relative uri names a file under the working directory
@@ -346,3 +460,59 @@ async def test_collect_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert (tmp_path / "copy/scores.tsv").read_bytes() == b"score\n1\n"
     with pytest.raises(FileNotFoundError, match="was not written"):
         await backend.collect_outputs([Transfer(str(out), "jobs/J/missing.tsv")])
+
+
+# -- progress -------------------------------------------------------------------------------
+
+
+def reports_by_label(seen: list[TransferProgress]) -> dict[str, list[tuple[int, int | None]]]:
+    by_label: dict[str, list[tuple[int, int | None]]] = {}
+    for progress in seen:
+        by_label.setdefault(progress.label, []).append((progress.done, progress.total))
+    return by_label
+
+
+@pytest.mark.asyncio
+async def test_staging_reports_progress_while_copying_and_once_when_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = 40 * MiB + 3  # more than one reporting step of copy_and_verify
+    genome = make(tmp_path / "src/genome.fa", b"ACGT" * (size // 4) + b"ACG")
+    small = make(tmp_path / "src/small.txt", b"tiny")
+    backend = LocalDockerExecutionBackend(
+        data_root=tmp_path / "d", runtime=FakeDockerRuntime(), watchdog=False
+    )
+    transfers = [
+        Transfer(str(genome), "ref/genome.fa", digest=sha(genome.read_bytes())),
+        Transfer(str(small), "ref/small.txt"),
+    ]
+    seen: list[TransferProgress] = []
+    lock = threading.Lock()
+
+    def callback(progress: TransferProgress) -> None:
+        with lock:
+            seen.append(progress)
+
+    with reporting_to(callback):
+        await backend.stage_inputs(transfers)
+    reports = reports_by_label(seen)
+    assert set(reports) == {"ref/genome.fa", "ref/small.txt"}
+    genome_done = [done for done, _ in reports["ref/genome.fa"]]
+    assert len(genome_done) >= 2  # during the copy, not only at its end
+    assert all(a < b for a, b in itertools.pairwise(genome_done))
+    assert genome_done[-1] == size
+    assert {total for _, total in reports["ref/genome.fa"]} == {size}
+    assert reports["ref/small.txt"] == [(4, 4)]
+
+    # staged again: the index vouches, nothing is read, each input is reported done once
+    seen.clear()
+    forbid_reading(monkeypatch)
+    with reporting_to(callback):
+        await backend.stage_inputs(transfers)
+    assert [a for _, a in backend.last_staging] == [StageAction.SKIPPED] * 2
+    assert reports_by_label(seen) == {"ref/genome.fa": [(size, size)], "ref/small.txt": [(4, 4)]}
+
+
+def test_staging_without_a_listener_reports_to_nobody(root: Path, weights: Path) -> None:
+    transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
+    assert Stager(str(root)).stage(transfer) is StageAction.COPIED  # no callback: no error

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
+from altar.execution.transfer_progress import report
 
 
 @dataclass
@@ -75,7 +77,16 @@ class FakeProvider:
     cancels_in_flight: int = 0
     max_cancels_in_flight: int = 0
     hang_submits: set[str] = field(default_factory=set)
+    slow_submits: dict[str, float] = field(default_factory=dict)  # accepted at once, returns later
+    in_submit: set[str] = field(default_factory=set)  # accepted, but submit has not returned
     output_bytes: dict[str, bytes] = field(default_factory=dict)
+    # staging "copies" these inputs (logical path -> bytes) in a worker thread, reporting
+    # progress in stage_chunks steps stage_step_s apart, the size included unless told not to
+    stage_bytes: dict[str, int] = field(default_factory=dict)
+    stage_chunks: int = 10
+    stage_step_s: float = 0.0
+    stage_reports_size: bool = True
+    stage_error: str | None = None  # raised once every input was "copied"
 
     def live(self) -> list[FakeTask]:
         return [
@@ -118,6 +129,12 @@ class FakeBackend(ExecutionBackend):
         p.tasks[task.id] = task
         p.launched[task.id] = list(spec.command)
         p.max_live = max(p.max_live, len(p.live()))
+        if key in p.slow_submits:  # like a container created, then started: it runs already
+            p.in_submit.add(task.id)
+            try:
+                await asyncio.sleep(p.slow_submits.pop(key))
+            finally:
+                p.in_submit.discard(task.id)
         return TaskHandle(self.name, task.id, dict(spec.labels), spec.plugin_identity)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
@@ -126,7 +143,7 @@ class FakeBackend(ExecutionBackend):
         if p.unavailable_polls:
             p.unavailable_polls -= 1
             raise BackendUnavailableError("fake provider timed out")
-        live = {t.id for t in p.live()}
+        live = {t.id for t in p.live()} - p.in_submit
         asked = {h.external_id for h in handles}
         assert live <= asked, f"poll skipped live tasks {sorted(live - asked)}"
         result = []
@@ -174,6 +191,24 @@ class FakeBackend(ExecutionBackend):
 
     async def stage_inputs(self, transfers: list[Transfer]) -> None:
         self.provider.stage_calls.append(list(transfers))
+        if self.provider.stage_bytes:
+            await asyncio.to_thread(self._copy_inputs, transfers)
+        if self.provider.stage_error:
+            raise OSError(self.provider.stage_error)
+
+    def _copy_inputs(self, transfers: list[Transfer]) -> None:
+        p = self.provider
+        for transfer in transfers:
+            size = p.stage_bytes.get(transfer.logical_path)
+            if size is None:
+                continue
+            for step in range(1, p.stage_chunks + 1):
+                time.sleep(p.stage_step_s)
+                report(
+                    transfer.logical_path,
+                    size * step // p.stage_chunks,
+                    size if p.stage_reports_size else None,
+                )
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
         self.provider.collect_calls.append(list(transfers))

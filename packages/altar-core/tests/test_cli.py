@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -222,16 +223,37 @@ def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
     assert err.startswith(f"altar: could not cancel 1 task(s) of {tmp_path / 'r'}: fold-")
     assert err.count("\n") == 1
     assert len(fake_registry.cancelled) == 1
-    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)  # retries the one left
+    fake_registry.unavailable_cancels = 1  # and again, asking for JSON
+    code, out, err = run_cli(["cancel", tmp_path / "r", "--json"], capsys)
+    assert code == 1
+    assert err == ""
+    report = json.loads(out)
+    assert report["outcome"] == "incomplete"
+    assert report["cancelled"] == 3
+    assert report["run_dir"] == str(tmp_path / "r")
+    assert len(report["still_open"]) == 1
+    assert report["still_open"][0].startswith("fold-")
+    code, out, _ = run_cli(["cancel", tmp_path / "r", "--json"], capsys)  # retries the one left
+    assert code == 0
+    assert json.loads(out) == {
+        "run_dir": str(tmp_path / "r"),
+        "outcome": "cancelled",
+        "cancelled": 4,
+        "still_open": [],
+    }
+    assert len(fake_registry.cancelled) == 2
+    code, out, _ = run_cli(["cancel", tmp_path / "r"], capsys)  # nothing left: still fine
     assert code == 0
     assert out == f"cancelled 4 task(s) of {tmp_path / 'r'}\n"
-    assert len(fake_registry.cancelled) == 2
     # a run another process drives is asked to cancel instead
     with run_lock(tmp_path / "r2"):
         (tmp_path / "r2" / JOURNAL_NAME).write_bytes((tmp_path / "r" / JOURNAL_NAME).read_bytes())
         code, out, _ = run_cli(["cancel", tmp_path / "r2"], capsys)
+        assert code == 0
+        assert "asked the altar process driving" in out
+        code, out, _ = run_cli(["cancel", tmp_path / "r2", "--json"], capsys)
     assert code == 0
-    assert "asked the altar process driving" in out
+    assert json.loads(out)["outcome"] == "requested"
     assert (tmp_path / "r2" / "cancel-requested").exists()
 
 
@@ -434,3 +456,74 @@ def test_ctrl_c_stops_altar_run_with_a_resume_hint(tmp_path):
     record = Journal.load(tmp_path / "r").tasks["k-0"]
     assert record.state in ("pending", "running")
     assert record.attempts[0].handle.external_id == "k"
+
+
+def staging_event(elapsed_s: float, done: int, total: int | None = 10 << 30) -> RunEvent:
+    from altar.execution.transfer_progress import format_bytes
+
+    of = f" of {format_bytes(total)} ({done * 100 // total}%)" if total else " so far"
+    return RunEvent(
+        "staging_progress",
+        f"staging {format_bytes(done)}{of}",
+        counts={"queued": 2},
+        elapsed_s=elapsed_s,
+        bytes_done=done,
+        bytes_total=total,
+    )
+
+
+def test_staging_progress_fills_the_status_line_on_a_terminal():
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=2, live=True)
+    printer(RunEvent("staging", "staging 2 input(s)", counts={"queued": 2}, elapsed_s=0))
+    printer(staging_event(1.5, (10 << 30) // 4))
+    assert stream.getvalue().endswith("\r\x1b[K   1.5s  [staging 2.5 GiB of 10.0 GiB (25%)]")
+    printer._offset -= 2
+    printer.tick()  # the clock runs on while the bytes do
+    assert stream.getvalue().endswith("\r\x1b[K   3.5s  [staging 2.5 GiB of 10.0 GiB (25%)]")
+    printer(RunEvent("staged", "staged 2 input(s)", counts={"queued": 2}, elapsed_s=4))
+    printer.close()
+    text = stream.getvalue()
+    assert "   4.0s  staged 2 input(s)\n   4.0s  [2 queued of 2]" in text
+    assert "staging 2.5 GiB" not in text.split("staged 2 input(s)")[1]
+    assert text.count("\n") == 2  # progress never scrolls the terminal
+
+
+def test_staging_progress_in_plain_output_prints_a_line_every_few_seconds():
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=2, live=False)
+    for tenth in range(5, 125, 5):  # an event every 0.5 s for 12 s
+        printer(staging_event(tenth / 10, tenth * (20 << 20)))  # 200 MiB/s
+    printer(RunEvent("staged", "staged 2 input(s)", counts={"queued": 2}, elapsed_s=12.5))
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "   0.5s  staging 100.0 MiB of 10.0 GiB (0%)",
+        "   5.5s  staging 1.1 GiB of 10.0 GiB (10%)",
+        "  10.5s  staging 2.1 GiB of 10.0 GiB (20%)",
+        "  12.5s  staged 2 input(s)",
+    ]
+
+
+def test_run_shows_staging_progress_and_json_output_is_unchanged(fake_registry, tmp_path, capsys):
+    reference = tmp_path / "ref genome.fa"
+    reference.write_bytes(b"A" * (3 << 20))
+    plan = tmp_path / "stage.toml"
+    plan.write_text(
+        "[backend]\ntype = 'fake'\n\n"
+        "[[tasks]]\nkind = 'align'\nimage = 'busybox:latest'\ncommand = ['true']\n"
+        f"inputs = [{{ uri = {json.dumps(str(reference))}, logical_path = 'ref/genome.fa' }}]\n"
+    )
+    fake_registry.stage_bytes = {"ref/genome.fa": 3 << 20}
+    code, out, err = run_cli(["run", plan, "--run-dir", tmp_path / "plain"], capsys)
+    assert code == 0, err
+    assert "staging 1 input(s)\n" in err
+    shown = re.findall(r"  staging [\d.]+ [KM]iB of 3\.0 MiB \(\d+%\)\n", err)
+    assert len(shown) == 1, err  # the first event, then nothing for 5 s
+    assert " MiB" not in out
+
+    code, out, err = run_cli(["run", plan, "--run-dir", tmp_path / "json", "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert list(data) == ["run_dir", "backend", "ok", "elapsed_s", "counts", "tasks"]
+    assert " MiB" not in out
+    assert " MiB" not in err

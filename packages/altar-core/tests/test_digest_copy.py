@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import hashlib
+import itertools
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -266,4 +269,70 @@ def test_a_failing_hash_thread_fails_the_copy_instead_of_hanging(
     with pytest.raises(MemoryError, match="simulated"):
         copy_and_verify(source, tmp_path / "dest")
     monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+# -- progress -------------------------------------------------------------------------------
+
+
+def check_progress(calls: list[int], size: int) -> None:
+    assert calls, "progress was never called"
+    assert calls[-1] == size
+    assert all(a < b for a, b in itertools.pairwise(calls)), calls
+    # several MiB per call, never one per chunk
+    assert len(calls) <= size // digest._PROGRESS_STEP + 2, calls
+
+
+@pytest.mark.parametrize("size", [0, 10, 4 * MiB + 1, 70 * MiB + 3])
+def test_progress_counts_up_to_the_size(tmp_path: Path, size: int, copy_route: str) -> None:
+    data = os.urandom(size)
+    source = tmp_path / "src"
+    source.write_bytes(data)
+    calls: list[int] = []
+    copy_and_verify(source, tmp_path / "dest", sha(data), progress=calls.append)
+    check_progress(calls, size)
+    if size > 2 * digest._PROGRESS_STEP:
+        assert len(calls) >= 3  # reported along the way, not only at the end
+        assert calls[0] >= digest._PROGRESS_STEP
+
+
+def test_progress_while_only_hashing_a_file_that_is_its_destination(tmp_path: Path) -> None:
+    size = 40 * MiB + 5
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(size))
+    calls: list[int] = []
+    copy_and_verify(source, source, progress=calls.append)
+    check_progress(calls, size)
+    assert len(calls) == 2
+
+
+def test_progress_runs_in_the_callers_context_even_on_the_hash_thread(
+    tmp_path: Path, copy_route: str
+) -> None:
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(digest._PROGRESS_STEP + 5 * MiB))
+    seen: list[tuple[str, str]] = []
+    marker.set("caller")
+    copy_and_verify(
+        source,
+        tmp_path / "dest",
+        progress=lambda done: seen.append((marker.get(), threading.current_thread().name)),
+    )
+    assert [value for value, _ in seen] == ["caller", "caller"]
+    assert "altar-copy-hash" in {name for _, name in seen}  # really from the helper thread
+
+
+@pytest.mark.parametrize("size", [10, 40 * MiB])
+def test_a_failing_progress_callback_aborts_the_copy_cleanly(
+    tmp_path: Path, size: int, copy_route: str
+) -> None:
+    source = tmp_path / "src"
+    source.write_bytes(os.urandom(size))
+
+    def fail(done: int) -> None:
+        raise RuntimeError("display broke")
+
+    with pytest.raises(RuntimeError, match="display broke"):
+        copy_and_verify(source, tmp_path / "dest", progress=fail)
     assert sorted(os.listdir(tmp_path)) == ["src"]

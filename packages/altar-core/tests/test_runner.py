@@ -453,7 +453,10 @@ async def test_a_run_killed_at_any_event_resumes_without_running_a_task_twice(
 
 
 @pytest.mark.asyncio
-async def test_a_run_killed_inside_submit_submits_again(tmp_path, provider, fake_backend_class):
+async def test_a_run_killed_inside_submit_submits_again(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.0)  # killed: no time to wait for b's submit
     provider.hang_submits = {"b"}
     plan = simple_plan("a", "b")
     backend = fake_backend_class(provider=provider)
@@ -792,26 +795,27 @@ async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
 
 @pytest.mark.asyncio
 async def test_a_handle_returned_just_before_a_crash_is_kept(
-    tmp_path, provider, fake_backend_class
+    tmp_path, provider, fake_backend_class, monkeypatch
 ):
-    runner: list[asyncio.Task] = []
+    runs: list[asyncio.Task] = []
 
     class CrashAfterSubmit(fake_backend_class):
         async def submit(self, spec):
             handle = await super().submit(spec)
             if spec.labels["task"] == "b":
-                runner[0].cancel()  # the run dies the moment this submit returns
+                runs[0].cancel()  # the run dies the moment this submit returns
             return handle
 
     plan = simple_plan("a", "b", "c")
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.0)
     provider.hang_submits = {"c"}  # still inside submit when the run dies
-    runner.append(
+    runs.append(
         asyncio.ensure_future(
             run_plan(plan, CrashAfterSubmit(provider=provider), run_dir=tmp_path / "r", **FAST)
         )
     )
     with pytest.raises(asyncio.CancelledError):
-        await runner[0]
+        await runs[0]
     journal = Journal.load(tmp_path / "r")
     assert journal.tasks["b"].attempts[0].handle is not None
     result = await run_plan(
@@ -912,3 +916,57 @@ async def test_a_driven_run_reports_a_cancel_that_failed(tmp_path, provider, fak
     (failed,) = [e for e in seen if e.kind == "cancel_failed"]
     assert "BackendUnavailableError: fake provider refused the connection" in failed.message
     assert not Journal.load(tmp_path / "r").finished
+
+
+@pytest.mark.asyncio
+async def test_a_run_ending_early_keeps_the_handle_of_a_submit_in_flight(
+    tmp_path, provider, fake_backend_class
+):
+    """Ctrl-C while the provider is starting a task: the task runs, so its handle is kept."""
+    provider.duration = 3
+    provider.slow_submits = {"b": 0.2}
+    plan = simple_plan("a", "b")
+    seen = []
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        # b is still being submitted when a's submit lands
+        lambda e: seen.append(e) or (e.kind == "submitted" and e.task_id == "a"),
+    )
+    assert [e.kind for e in seen][-2:] == ["stopping", "submitted"]
+    assert "1 submit(s) in flight" in seen[-2].message
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].state == "pending"
+    assert journal.tasks["b"].attempts[0].handle is not None
+    assert journal.tasks["b"].attempts[0].handle.external_id in provider.tasks
+    events = []
+    result = await run_plan(
+        plan,
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        on_event=events.append,
+        **FAST,
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1}  # b ran once: polled, not submitted again
+    assert [t.in_doubt for t in result.tasks] == [0, 0]
+    assert not [e for e in events if e.kind == "in_doubt"]
+
+
+@pytest.mark.asyncio
+async def test_a_submit_that_outlasts_the_grace_is_left_in_doubt(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.05)
+    provider.hang_submits = {"b"}
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "a",
+    )
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["b"].state == "submitting"
+    assert journal.tasks["b"].attempts[0].handle is None

@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = commands.add_parser("verify", help="check files against a sha256 digest")
     p.add_argument("files", metavar="FILE", nargs="+")
@@ -306,14 +307,30 @@ async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     run_dir = Path(args.run_dir)
     Journal.load(run_dir)  # a clear error for a directory that is not a run
     backend = None if lock_is_held(run_dir) else _journal_backend(run_dir)
-    outcome = await cancel_run(run_dir, backend)
-    if outcome == "requested":
-        out.write(f"asked the altar process driving {run_dir} to cancel its tasks\n")
-    else:
+    still_open: list[str] = []
+    try:
+        outcome = await cancel_run(run_dir, backend)
+    except CancelIncompleteError as error:
+        if not args.json:
+            raise
+        outcome, still_open = "incomplete", error.task_ids
+    cancelled = 0
+    if outcome != "requested":
         result = await run_status(run_dir)
         cancelled = sum(1 for task in result.tasks if task.status == "cancelled")
+    if args.json:
+        report = {
+            "run_dir": str(run_dir),
+            "outcome": outcome,
+            "cancelled": cancelled,
+            "still_open": still_open,
+        }
+        _print_json(report, out)
+    elif outcome == "requested":
+        out.write(f"asked the altar process driving {run_dir} to cancel its tasks\n")
+    else:
         out.write(f"cancelled {cancelled} task(s) of {run_dir}\n")
-    return EXIT_OK
+    return EXIT_FAILED if still_open else EXIT_OK
 
 
 def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:

@@ -19,6 +19,7 @@ This module is usable inside model runtimes: it imports nothing outside the stan
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import hashlib
 import os
@@ -27,7 +28,7 @@ import stat as stat_module
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,9 @@ _RECORD_READ_LIMIT = 512
 # copy_and_verify: one buffer being hashed, one being written, one read ahead.
 _PIPELINE_BUFFERS = 3
 _KERNEL_COPY_STEP = 8 << 20
+# copy_and_verify's progress callback: one call per this many bytes (and one at the end), so
+# a 30 GiB copy makes about a thousand calls and a copy of a few MiB makes one.
+_PROGRESS_STEP = 32 << 20
 # copy_file_range cannot copy between these files: copy through user space instead.
 _NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 _NS = 1_000_000_000
@@ -111,7 +115,30 @@ def _advise_sequential(fd: int) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
 
 
-def _hash_fd(fd: int) -> str:
+class _Progress:
+    """Counts bytes and calls ``callback`` with the running total every ``_PROGRESS_STEP``."""
+
+    __slots__ = ("callback", "done", "reported")
+
+    def __init__(self, callback: Callable[[int], None]) -> None:
+        self.callback = callback
+        self.done = 0
+        self.reported = -1
+
+    def add(self, count: int) -> None:
+        self.done += count
+        if self.done - self.reported >= _PROGRESS_STEP:
+            self.reported = self.done
+            self.callback(self.done)
+
+    def finish(self) -> None:
+        """Report the final total (once, also for an empty file)."""
+        if self.done != self.reported:
+            self.reported = self.done
+            self.callback(self.done)
+
+
+def _hash_fd(fd: int, progress: _Progress | None = None) -> str:
     _advise_sequential(fd)
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)
@@ -121,6 +148,10 @@ def _hash_fd(fd: int) -> str:
         if not count:
             break
         digest.update(view[:count])
+        if progress is not None:
+            progress.add(count)
+    if progress is not None:
+        progress.finish()
     return SHA256_PREFIX + digest.hexdigest()
 
 
@@ -421,16 +452,28 @@ def _write_all(fd: int, data: memoryview) -> None:
         written += os.write(fd, data[written:])
 
 
-def _copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
+def _copy_hashing(src_fd: int, dst_fd: int, size: int, progress: _Progress | None) -> str:
     """Copy ``src_fd`` to ``dst_fd`` (opened read-write) and return the digest of the copy."""
+    digest = None
     if size > 4 * _CHUNK:
-        digest = _kernel_copy_hashing(src_fd, dst_fd)
-        if digest is not None:
-            return digest
-    return _user_copy_hashing(src_fd, dst_fd, size)
+        digest = _kernel_copy_hashing(src_fd, dst_fd, progress)
+    if digest is None:
+        digest = _user_copy_hashing(src_fd, dst_fd, size, progress)
+    if progress is not None:
+        progress.finish()
+    return digest
 
 
-def _kernel_copy_hashing(src_fd: int, dst_fd: int) -> str | None:
+def _in_this_context(function: Callable[[], None]) -> Callable[[], None]:
+    """``function`` to run on a helper thread in the caller's contextvars context.
+
+    A progress callback may rely on context variables (see altar.execution.transfer_progress).
+    """
+    context = contextvars.copy_context()
+    return lambda: context.run(function)
+
+
+def _kernel_copy_hashing(src_fd: int, dst_fd: int, progress: _Progress | None) -> str | None:
     """Copy in the kernel and hash each copied range as read back from the destination.
 
     copy_file_range moves the bytes without passing them through Python, the way cp does, while
@@ -462,10 +505,14 @@ def _kernel_copy_hashing(src_fd: int, dst_fd: int) -> str | None:
                         raise OSError(errno.EIO, "the copy shrank while it was hashed")
                     digest.update(view[:got])
                     offset += got
+                    if progress is not None:
+                        progress.add(got)
         except BaseException as error:  # hand it to the copying thread
             failed.append(error)
 
-    hasher = threading.Thread(target=hash_copied, name="altar-copy-hash", daemon=True)
+    hasher = threading.Thread(
+        target=_in_this_context(hash_copied), name="altar-copy-hash", daemon=True
+    )
     hasher.start()
     offset = 0
     try:
@@ -481,7 +528,7 @@ def _kernel_copy_hashing(src_fd: int, dst_fd: int) -> str | None:
     return SHA256_PREFIX + digest.hexdigest()
 
 
-def _user_copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
+def _user_copy_hashing(src_fd: int, dst_fd: int, size: int, progress: _Progress | None) -> str:
     """Copy through our own buffers, hashing exactly the bytes written.
 
     For large files a second thread hashes each buffer while this one writes it and reads
@@ -494,6 +541,8 @@ def _user_copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
         while count := os.readv(src_fd, [buffer]):
             digest.update(view[:count])
             _write_all(dst_fd, view[:count])
+            if progress is not None:
+                progress.add(count)
         return SHA256_PREFIX + digest.hexdigest()
     views = [memoryview(bytearray(_CHUNK)) for _ in range(_PIPELINE_BUFFERS)]
     free: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -508,11 +557,15 @@ def _user_copy_hashing(src_fd: int, dst_fd: int, size: int) -> str:
             while (item := work.get()) is not None:
                 digest.update(views[item[0]][: item[1]])
                 free.put(item[0])
+                if progress is not None:
+                    progress.add(item[1])
         except BaseException as error:  # hand it to the copying thread, never hang it
             failed.append(error)
             free.put(-1)
 
-    hasher = threading.Thread(target=hash_buffers, name="altar-copy-hash", daemon=True)
+    hasher = threading.Thread(
+        target=_in_this_context(hash_buffers), name="altar-copy-hash", daemon=True
+    )
     hasher.start()
     try:
         while True:
@@ -538,6 +591,7 @@ def copy_and_verify(
     expected: str | None = None,
     *,
     label: str = "input",
+    progress: Callable[[int], None] | None = None,
 ) -> CopyResult:
     """Copy ``source`` to ``destination`` while hashing it, in one pass.
 
@@ -548,6 +602,11 @@ def copy_and_verify(
     any error (a full disk included) the temporary file is removed; ``source`` is never
     modified or removed. A source that is not a regular file is refused like a mismatch. If
     ``destination`` already is ``source`` (same file), it is only hashed, never rewritten.
+
+    ``progress``, if given, is called with the number of bytes copied and hashed so far: every
+    32 MiB and once at the end (with the file's size, also for an empty file), with increasing
+    counts. It may be called on a helper thread, always in the caller's contextvars context;
+    an exception it raises aborts the copy like any other error.
     """
     if expected is not None:
         parse_sha256_digest(expected)
@@ -568,11 +627,11 @@ def copy_and_verify(
             src_stat.st_dev,
             src_stat.st_ino,
         ):
-            actual = _hash_fd(src_fd)
+            actual = _hash_fd(src_fd, None if progress is None else _Progress(progress))
             if expected is not None and actual != expected:
                 raise TransferIntegrityError(_mismatch_message(label, source, actual, expected))
             return CopyResult(actual, os.fstat(src_fd))
-        return _copy_to_temp(src_fd, src_stat, source, destination, expected, label)
+        return _copy_to_temp(src_fd, src_stat, source, destination, expected, label, progress)
     finally:
         os.close(src_fd)
 
@@ -584,13 +643,15 @@ def _copy_to_temp(
     destination: str,
     expected: str | None,
     label: str,
+    progress: Callable[[int], None] | None,
 ) -> CopyResult:
     tmp = f"{destination}.{os.getpid()}.{uuid.uuid4().hex}.partial"
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
         dst_fd = os.open(tmp, flags, src_stat.st_mode & 0o777)
         try:
-            actual = _copy_hashing(src_fd, dst_fd, src_stat.st_size)
+            counter = None if progress is None else _Progress(progress)
+            actual = _copy_hashing(src_fd, dst_fd, src_stat.st_size, counter)
         finally:
             os.close(dst_fd)
         if expected is not None and actual != expected:

@@ -16,7 +16,8 @@ snapshot per change would make a run of n tasks cost O(n^2)).
 Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle)
 before ``submit`` is called, and the handle is appended and fsync-ed as soon as ``submit``
 returns (submits that return in the same event-loop turn share one fsync; a run that is
-cancelled meanwhile writes it on its way out). A run that finds an attempt still ``submitting``
+cancelled meanwhile lets its submits in flight return first, within a grace period, and writes
+their handles on its way out). A run that finds an attempt still ``submitting``
 cannot know whether the
 provider accepted it (the process died inside ``submit``), so it submits the same spec again:
 the contract requires ``submit`` to accept a resubmission, and a backend that names tasks by

@@ -38,9 +38,12 @@ NOTABLE = frozenset(
         "cancel_failed",
         "backend_unavailable",
         "cleanup_failed",
+        "stopping",
     }
 )
 _DETAIL_WIDTH = 60
+#: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
+PLAIN_STAGING_INTERVAL_S = 5.0
 
 
 def format_duration(seconds: float | None) -> str:
@@ -138,9 +141,21 @@ class ProgressPrinter:
         self._status = ""
         self._counts: Mapping[str, int] = {}
         self._offset = 0.0  # monotonic time at elapsed 0, to redraw the clock between events
+        self._staging = ""  # the latest staging_progress message, shown while staging
+        self._staging_printed = -float("inf")  # elapsed_s of the last plain staging line
 
     def __call__(self, event: RunEvent) -> None:
         line = format_event(event, plain=not self.live)
+        if event.kind == "staging_progress":
+            self._staging = event.message
+            if (
+                not self.live
+                and event.elapsed_s - self._staging_printed >= PLAIN_STAGING_INTERVAL_S
+            ):
+                self._staging_printed = event.elapsed_s
+                line = f"{format_duration(event.elapsed_s):>7}  {event.message}"
+        elif event.kind in ("staged", "done"):
+            self._staging = ""
         if self.live:
             self._clear()
             if line is not None:
@@ -163,10 +178,8 @@ class ProgressPrinter:
             self.stream.flush()
 
     def _draw(self, elapsed_s: float) -> None:
-        status = (
-            f"{self.prefix}{format_duration(elapsed_s):>7}  "
-            f"[{format_counts(self._counts)} of {self.total}]"
-        )
+        inside = self._staging or f"{format_counts(self._counts)} of {self.total}"
+        status = f"{self.prefix}{format_duration(elapsed_s):>7}  [{inside}]"
         # a line wider than the terminal wraps, and "\r" would then redraw only its tail
         width = shutil.get_terminal_size((100, 24)).columns - 1
         self._status = status if len(status) <= width else status[: max(0, width - 3)] + "..."

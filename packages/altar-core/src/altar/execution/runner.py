@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat as stat_module
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import AltarError, BackendUnavailableError, JournalError
@@ -48,7 +52,8 @@ from altar.execution.journal import (
     spec_digest,
 )
 from altar.execution.plan import Plan, PlanTask
-from altar.execution.types import TaskFailure, TaskHandle, TaskState, TaskStatus
+from altar.execution.transfer_progress import TransferProgress, format_bytes, reporting_to
+from altar.execution.types import TaskFailure, TaskHandle, TaskState, TaskStatus, Transfer
 
 __all__ = [
     "CANCEL_REQUEST",
@@ -66,6 +71,13 @@ __all__ = [
 CANCEL_REQUEST = "cancel-requested"
 DEFAULT_MAX_RETRIES = 2
 _CANCELS_AT_ONCE = 32  # a provider round trip each; a bound keeps a big run polite
+# A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
+# a provider that already accepted one keeps running it, so its handle is worth journaling (a
+# resumed run then polls it instead of submitting it again and running the task twice).
+SUBMIT_GRACE_S = 10.0
+# staging_progress events: at most one per this many seconds, plus one when a file that was
+# shown in progress completes.
+STAGING_PROGRESS_INTERVAL_S = 0.5
 TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
 
 
@@ -89,9 +101,12 @@ class CancelIncompleteError(AltarError):
 class RunEvent:
     """Something that happened during a run, for progress displays.
 
-    ``kind`` is one of ``staging``, ``staged``, ``resumed``, ``submitted``, ``in_doubt``,
-    ``state`` (a task changed state), ``retry``, ``succeeded``, ``failed``, ``skipped``,
-    ``cancelled``, ``cancel_failed``, ``backend_unavailable``, ``cleanup_failed``, ``done``.
+    ``kind`` is one of ``staging``, ``staging_progress`` (bytes of the inputs in place so far,
+    in ``bytes_done`` and ``bytes_total``; see :class:`_StagingProgress`), ``staged``,
+    ``resumed``, ``submitted``, ``in_doubt``, ``state`` (a task changed state), ``retry``,
+    ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
+    ``backend_unavailable``, ``cleanup_failed``, ``stopping`` (the run is ending early and waits
+    for its submits in flight), ``done``.
     """
 
     kind: str
@@ -101,6 +116,8 @@ class RunEvent:
     state: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    bytes_done: int | None = None  # staging_progress only
+    bytes_total: int | None = None  # staging_progress only; None while a size is unknown
 
 
 @dataclass(frozen=True)
@@ -250,7 +267,15 @@ class _Run:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    def emit(self, kind: str, message: str, record: TaskRecord | None = None) -> None:
+    def emit(
+        self,
+        kind: str,
+        message: str,
+        record: TaskRecord | None = None,
+        *,
+        bytes_done: int | None = None,
+        bytes_total: int | None = None,
+    ) -> None:
         if self.on_event is None:
             return
         counts = {state: n for state, n in self._counts.items() if n}
@@ -263,6 +288,8 @@ class _Run:
                 state=record.state if record else None,
                 counts=counts,
                 elapsed_s=time.monotonic() - self.started,
+                bytes_done=bytes_done,
+                bytes_total=bytes_total,
             )
         )
 
@@ -329,12 +356,22 @@ class _Run:
         transfers = self.plan.staged_inputs()
         if transfers:
             self.emit("staging", f"staging {len(transfers)} input(s)")
+            tracker = None
+            if self.on_event is not None:
+                sizes = await asyncio.to_thread(_local_sizes, transfers)
+                tracker = _StagingProgress(self, asyncio.get_running_loop(), sizes)
             try:
-                await self.backend.stage_inputs(transfers)
+                with reporting_to(tracker.report if tracker else None):
+                    await self.backend.stage_inputs(transfers)
             except (BackendUnavailableError, asyncio.CancelledError):
                 raise
             except Exception as error:
                 raise StagingError(f"staging inputs failed: {_one_line(error)}") from error
+            finally:
+                if tracker is not None:
+                    tracker.close()
+            if tracker is not None:
+                tracker.flush()
             self.emit("staged", f"staged {len(transfers)} input(s)")
         self.journal.staged = True
         self.journal.save()
@@ -452,13 +489,27 @@ class _Run:
         self.reap()
 
     async def abandon(self) -> None:
-        """Stop the submits in flight (the run is ending early); their attempts stay in doubt."""
+        """End the submits in flight (the run is ending early).
+
+        Each gets up to :data:`SUBMIT_GRACE_S` to return, so its handle is journaled; the ones
+        still in flight after that are cancelled and their attempts stay in doubt.
+        """
         tasks = list(self._submits)
         self._submits.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        in_flight = sum(1 for task in tasks if not task.done())
+        try:
+            if in_flight:
+                self.emit(
+                    "stopping",
+                    f"stopping: waiting up to {SUBMIT_GRACE_S:g}s for {in_flight} submit(s) in "
+                    "flight to return, so their tasks are not started twice on resume",
+                )
+                await asyncio.wait(tasks, timeout=SUBMIT_GRACE_S)
+        finally:  # also when the wait itself is interrupted (a second Ctrl-C)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
         for task in tasks:  # retrieved, so none is reported as never retrieved
             if not task.cancelled():
                 task.exception()
@@ -741,6 +792,133 @@ class _Run:
                 # a cancelled or crashed run keeps what it learned
                 with contextlib.suppress(JournalError):
                     self.flush()
+
+
+def _local_sizes(transfers: list[Transfer]) -> dict[str, int | None]:
+    """Sizes of the inputs whose uri is a local regular file (None for any other), by logical path.
+
+    Only local paths are looked at: a stat is cheap, and knowing every size up front gives a
+    total (and a percentage) from the first report. Other sizes come from the backend's reports.
+    """
+    sizes: dict[str, int | None] = {}
+    for transfer in transfers:
+        parsed = urlparse(transfer.uri)
+        size = None
+        if parsed.scheme in ("", "file") and parsed.netloc in ("", "localhost"):
+            path = unquote(parsed.path) if parsed.scheme else transfer.uri
+            with contextlib.suppress(OSError, ValueError):
+                st = os.stat(path)
+                size = st.st_size if stat_module.S_ISREG(st.st_mode) else None
+        sizes[transfer.logical_path] = size
+    return sizes
+
+
+class _StagingProgress:
+    """Turns a backend's transfer reports into throttled ``staging_progress`` events.
+
+    Reports arrive on any thread. Each is stored under a lock and at most one hand-over to the
+    event loop is pending at a time (``call_soon_threadsafe``), so a backend reporting often
+    costs the loop little; events are emitted on the loop's thread only. An event goes out at
+    most every ``STAGING_PROGRESS_INTERVAL_S`` (a report held back is emitted when the interval
+    ends), and at once when a file that had reported partial progress completes.
+
+    ``bytes_done`` sums the latest report of every input; ``bytes_total`` sums their sizes,
+    known from a local stat (:func:`_local_sizes`) or a report, and is None while any is
+    unknown. Bytes count once in place, copied or found already staged, as the backend reports.
+    """
+
+    def __init__(
+        self, run: _Run, loop: asyncio.AbstractEventLoop, sizes: dict[str, int | None]
+    ) -> None:
+        self.run = run
+        self.loop = loop
+        self.totals = dict(sizes)
+        self.done: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._latest: dict[str, TransferProgress] = {}  # guarded by _lock
+        self._scheduled = False  # guarded by _lock
+        self._closed = False  # guarded by _lock
+        self._changed = False
+        self._last_emit = -float("inf")  # loop time
+        self._timer: asyncio.TimerHandle | None = None
+
+    def report(self, progress: TransferProgress) -> None:
+        """The installed callback: any thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._latest[progress.label] = progress
+            if self._scheduled:
+                return
+            self._scheduled = True
+        # a thread outliving a run that ended early may find the loop closed
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _take(self) -> dict[str, TransferProgress]:
+        with self._lock:
+            latest, self._latest = self._latest, {}
+            self._scheduled = False
+            return latest
+
+    def _apply(self, latest: dict[str, TransferProgress]) -> bool:
+        """Fold reports in; True if one completes a file that was shown incomplete."""
+        completed = False
+        for label, progress in latest.items():
+            if progress.total is not None:
+                self.totals[label] = progress.total
+            total = self.totals.get(label)
+            before = self.done.get(label)
+            if total is not None and progress.done >= total and before is not None:
+                completed = completed or before < total
+            self.done[label] = max(progress.done, self.done.get(label, 0))
+            self._changed = True
+        return completed
+
+    def _drain(self) -> None:
+        latest = self._take()
+        if self._closed:  # read on the loop thread, which is the only writer after open
+            return
+        completed = self._apply(latest)
+        wait = self._last_emit + STAGING_PROGRESS_INTERVAL_S - self.loop.time()
+        if completed or wait <= 0:
+            self._emit()
+        elif self._timer is None:
+            self._timer = self.loop.call_later(wait, self._emit)
+
+    def _emit(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._changed:
+            return
+        self._changed = False
+        self._last_emit = self.loop.time()
+        done = sum(self.done.values())
+        sizes = list(self.totals.values())
+        total = None if None in sizes else sum(size or 0 for size in sizes)
+        if total is not None:
+            percent = min(100, done * 100 // total) if total else 100
+            message = f"staging {format_bytes(done)} of {format_bytes(total)} ({percent}%)"
+        else:
+            message = f"staging {format_bytes(done)} so far"
+        self.run.emit("staging_progress", message, bytes_done=done, bytes_total=total)
+
+    def close(self) -> None:
+        """Stop listening (on the loop thread, when ``stage_inputs`` returned or failed).
+
+        Reports from a thread that outlives the call are dropped.
+        """
+        with self._lock:
+            self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def flush(self) -> None:
+        """After a successful ``stage_inputs``: emit what the last reports left unsaid."""
+        self._apply(self._take())
+        self._emit()
 
 
 def _open_journal(

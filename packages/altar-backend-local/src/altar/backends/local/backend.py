@@ -14,12 +14,13 @@ from altar.backends.local.docker_runtime import DockerSdkRuntime
 from altar.backends.local.mapping import (
     BACKEND_LABEL,
     BACKEND_LABEL_VALUE,
+    contained_host_path,
     host_path,
     render_request,
 )
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
-from altar.backends.local.staging import StageAction, Stager
+from altar.backends.local.staging import StageAction, Stager, local_path
 from altar.backends.local.states import DEADLINE_SLACK_S
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
@@ -41,6 +42,10 @@ __all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend"]
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
 _CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+# How engines word a device request they cannot satisfy ('could not select device driver ""
+# with capabilities: [[gpu]]', 'nvidia-container-cli: device error: ...'); a GPU task refused
+# for anything else (a missing image, a CPU quota) is reported as that.
+_GPU_REFUSAL = re.compile(r"gpu|nvidia", re.IGNORECASE)
 _T = TypeVar("_T")
 
 
@@ -138,7 +143,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         """
         os.makedirs(self.data_root, exist_ok=True)
         for transfer in spec.outputs:
-            path = host_path(self.data_root, transfer.logical_path)
+            path = contained_host_path(self.data_root, transfer.logical_path)
             if os.path.islink(path) or os.path.isfile(path):
                 os.unlink(path)
 
@@ -154,7 +159,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         try:
             container_id = await self._thread(lambda: self.runtime.run(request))
         except EngineRefusedError as error:
-            if request.gpu_count:
+            if request.gpu_count and _GPU_REFUSAL.search(error.explanation):
                 raise UnsupportedCapabilityError(
                     f"task {spec.kind!r} needs {request.gpu_count} GPU(s) (pool "
                     f"{spec.resources.gpu!r}) but the Docker engine cannot provide them: "
@@ -190,6 +195,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 handle.external_id, "not a Docker container id"
             )
             statuses.append(TaskStatus(handle, observation.state, observation.failure))
+        if self._watchdog is not None:
+            self._watchdog.forget(s.handle.external_id for s in statuses if s.state.is_terminal)
         return statuses
 
     async def capacity(self) -> Capacity:
@@ -222,6 +229,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         if not _CONTAINER_ID.fullmatch(handle.external_id):
             return
         await self._thread(lambda: self.runtime.remove(handle.external_id))
+        if self._watchdog is not None:
+            self._watchdog.forget([handle.external_id])
         if self._poller.cached(handle.external_id) is None:
             self._poller.remember(
                 handle.external_id,
@@ -253,10 +262,18 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         await self._thread(self.runtime.ping)
         unique: dict[str, Transfer] = {}
         for transfer in transfers:
-            known = unique.setdefault(transfer.logical_path, transfer)
-            if (known.uri, known.digest) != (transfer.uri, transfer.digest):
+            # Keyed on the destination and the source file, not their spellings: "x", "/x"
+            # and "./x" are one destination, and two sources for it would race.
+            dest = host_path(self.data_root, transfer.logical_path)
+            known = unique.setdefault(dest, transfer)
+            if (local_path(known.uri), known.digest) != (local_path(transfer.uri), transfer.digest):
+                spelled = (
+                    ""
+                    if known.logical_path == transfer.logical_path
+                    else f" (also spelled {known.logical_path!r})"
+                )
                 raise ValueError(
-                    f"two inputs claim logical path {transfer.logical_path!r}: "
+                    f"two inputs claim logical path {transfer.logical_path!r}{spelled}: "
                     f"{known.uri!r} and {transfer.uri!r}"
                 )
         await self._thread(lambda: os.makedirs(self.data_root, exist_ok=True))
@@ -268,7 +285,10 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         await _bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
 
     def close(self) -> None:
-        """Stop the watchdog thread (containers keep running; poll still enforces deadlines)."""
+        """Stop the watchdog for good (containers keep running; poll still enforces deadlines).
+
+        Optional: the watchdog's thread also ends by itself once nothing is left to watch.
+        """
         if self._watchdog is not None:
             self._watchdog.stop()
 

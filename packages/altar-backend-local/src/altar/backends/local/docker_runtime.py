@@ -205,6 +205,11 @@ class DockerSdkRuntime:
                 error.status_code or 500, str(error.explanation or error)
             ) from error
         except (requests.exceptions.RequestException, docker.errors.DockerException) as error:
+            # No answer (a timeout, a dropped connection): the start may have gone through
+            # after all. submit fails, so nobody will hold a handle to this container; remove
+            # it if the engine still listens, rather than leave a task running unobserved.
+            with suppress(requests.exceptions.RequestException, docker.errors.DockerException):
+                api.remove_container(container_id, force=True)
             self._unavailable(error)
         return container_id
 

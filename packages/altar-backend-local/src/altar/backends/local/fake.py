@@ -2,12 +2,13 @@
 
 It behaves like the Docker Engine 20.10 the backend talks to, not like the backend: fresh
 64-hex ids, whole-second ``Created`` times, ``die``/``oom`` events with a bounded window,
-404 for unknown containers, 409-style no-ops for killing a stopped container, the engine's own
-refusals (CPU quota above the host's CPUs, a device request without a GPU runtime), and an
-engine that cannot be reached. Tests script outcomes through :meth:`FakeDockerRuntime.finish`,
-:meth:`oom_kill`, :meth:`expire` and :meth:`write_log`, and count requests per operation.
-With ``hold_starts`` a created container stays ``created`` (its start request in flight, as a
-real start is for a good fraction of a second) until :meth:`release_start`.
+image labels merged under the container's, 404 for unknown containers, 409-style no-ops for
+killing a stopped container, the engine's own refusals (CPU quota above the host's CPUs, a
+device request without a GPU runtime), and an engine that cannot be reached. Tests script
+outcomes through :meth:`FakeDockerRuntime.finish`, :meth:`oom_kill`, :meth:`expire` and
+:meth:`write_log`, and count requests per operation. With ``hold_starts`` a created container
+stays ``created`` (its start request in flight, as a real start is for a good fraction of a
+second) until :meth:`release_start`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import collections
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from altar.backends.local.runtime import (
@@ -43,6 +44,8 @@ class FakeContainer:
     oom_killed: bool = False
     finished_at: float | None = None
     logs: list[str] = field(default_factory=list)
+    # The container's labels as the engine reports them: the image's, then the request's.
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 class FakeDockerRuntime:
@@ -57,9 +60,12 @@ class FakeDockerRuntime:
         event_window: int = 256,
         clock_skew_s: float = 0.0,
         hold_starts: bool = False,
+        image_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         # None: every image can be pulled; a set: only these exist and pulling fails (offline).
         self.images = set(images) if images is not None else None
+        # LABELs baked into images; the engine merges them under the container's own labels.
+        self.image_labels = {k: dict(v) for k, v in (image_labels or {}).items()}
         self.cpus = cpus
         self.gpu_devices = gpu_devices
         self.clock_skew_s = clock_skew_s
@@ -134,7 +140,8 @@ class FakeDockerRuntime:
                     f"{request.gpu_count - 1}: unknown device",
                 )
             container_id = secrets.token_hex(32)
-            container = FakeContainer(container_id, request, created=int(self.now()))
+            labels = {**self.image_labels.get(request.image, {}), **request.labels}
+            container = FakeContainer(container_id, request, created=int(self.now()), labels=labels)
             self.containers[container_id] = container
             if not self.hold_starts:
                 return container_id
@@ -172,15 +179,15 @@ class FakeDockerRuntime:
             return [
                 self._summary(c)
                 for c in self.containers.values()
-                if key in c.request.labels
-                and (not value or c.request.labels[key] == value)
+                if key in c.labels
+                and (not value or c.labels[key] == value)
                 and c.state in LIVE_CONTAINER_STATES
             ]
 
     @staticmethod
     def _summary(container: FakeContainer) -> ContainerSummary:
         return ContainerSummary(
-            container.id, container.state, container.created, dict(container.request.labels)
+            container.id, container.state, container.created, dict(container.labels)
         )
 
     def inspect(self, container_id: str) -> ContainerDetail:
@@ -248,7 +255,7 @@ class FakeDockerRuntime:
         """Make the container look as if it started long enough ago to overrun its limit."""
         with self._lock:
             container = self._get(container_id)
-            timeout = int(container.request.labels.get("altar.timeout_s", "0") or 0)
+            timeout = int(container.labels.get("altar.timeout_s", "0") or 0)
             container.created -= timeout + 5
 
     def write_log(self, container_id: str, lines: list[str]) -> None:

@@ -13,6 +13,7 @@ __all__ = [
     "BACKEND_LABEL_VALUE",
     "RESERVED_LABELS",
     "TIMEOUT_LABEL",
+    "contained_host_path",
     "host_path",
     "memory_bytes",
     "nano_cpus",
@@ -28,6 +29,7 @@ TIMEOUT_LABEL = "altar.timeout_s"
 RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
 
 _GIB = 1024**3
+_MIN_NANO_CPUS = 10_000_000  # 0.01 CPUs: the engine's and the kernel's CFS quota floor
 
 
 def memory_bytes(memory_gb: float) -> int:
@@ -41,11 +43,41 @@ def nano_cpus(cpu: float) -> int:
 
 
 def host_path(data_root: str, logical_path: str) -> str:
-    """Where a logical path lives on this host; refuses a path that leaves the data root."""
+    """Where a logical path's file lives on this host.
+
+    Refuses a path that leaves the data root, and one that names the data root itself (a
+    transfer is one file in it).
+    """
     root = os.path.normpath(data_root)
     path = os.path.normpath(os.path.join(root, logical_path.lstrip("/")))
-    if path != root and not path.startswith(root.rstrip(os.sep) + os.sep):
+    if path == root:
+        raise ValueError(
+            f"logical path {logical_path!r} names the data root itself, not a file in it"
+        )
+    if not path.startswith(root.rstrip(os.sep) + os.sep):
         raise ValueError(f"logical path {logical_path!r} leaves the data root {data_root!r}")
+    return path
+
+
+def contained_host_path(data_root: str, logical_path: str, *, follow_last: bool = False) -> str:
+    """:func:`host_path`, also refusing a path a symlink leads out of the data root.
+
+    Tasks mount the data root read-write and run as its owner, so a task can replace a
+    directory in it (or a file, which ``follow_last`` checks too) with a symlink to any host
+    path; the backend must not then write, delete or read there on the task's behalf.
+    """
+    path = host_path(data_root, logical_path)
+    lexical_root = os.path.normpath(data_root)
+    root = os.path.realpath(data_root)
+    probe = path if follow_last else os.path.dirname(path)
+    while probe != lexical_root and not os.path.lexists(probe):
+        probe = os.path.dirname(probe)  # only what exists can be a symlink
+    real = os.path.realpath(probe)
+    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise ValueError(
+            f"logical path {logical_path!r} leads outside the data root {data_root!r} through "
+            f"a symlink ({probe!r} resolves to {real!r}); a task may have made it"
+        )
     return path
 
 
@@ -86,17 +118,28 @@ def render_request(
                 "never run on CPU instead",
                 capability="gpu",
             )
+    cpu_quota = nano_cpus(spec.resources.cpu) if spec.resources.cpu is not None else None
+    if cpu_quota is not None and cpu_quota < _MIN_NANO_CPUS:
+        # A quota of 0 reads as no limit at all, and the kernel refuses one below 1 ms per
+        # 100 ms period: either way the request cannot be honoured as asked.
+        raise UnsupportedCapabilityError(
+            f"task {spec.kind!r} asks for {spec.resources.cpu!r} CPUs, but Docker cannot limit "
+            "a container to fewer than 0.01 CPUs; ask for at least 0.01",
+            capability="cpu",
+        )
     labels = dict(spec.labels)
     labels[BACKEND_LABEL] = BACKEND_LABEL_VALUE
-    if spec.timeout_s is not None:
-        labels[TIMEOUT_LABEL] = str(spec.timeout_s)
+    # Always set, empty for no limit: the engine merges the image's labels into the
+    # container's, so an image carrying this label (a `docker commit` of a task) would
+    # otherwise impose its deadline on a task that has none.
+    labels[TIMEOUT_LABEL] = str(spec.timeout_s) if spec.timeout_s is not None else ""
     return ContainerRequest(
         image=spec.image,
         command=list(spec.command),
         labels=labels,
         environment=dict(spec.env),
         user=user,
-        nano_cpus=nano_cpus(spec.resources.cpu) if spec.resources.cpu is not None else None,
+        nano_cpus=cpu_quota,
         memory_bytes=(
             memory_bytes(spec.resources.memory_gb) if spec.resources.memory_gb is not None else None
         ),

@@ -12,6 +12,11 @@ other tools read) as soon as the status-change second has passed.
 
 Entries live under ``<data_root>/.altar-staging/``. Like records, anyone who can write the data
 root can forge them; ``trust_verification_records=False`` makes staging hash every input.
+
+Progress: a copy reports its bytes through :func:`altar.execution.transfer_progress.report` as
+it goes (under the transfer's logical path, with the source's size). An input found already in
+place (skipped or verified where it is) is reported once, as complete, so a driver's totals
+reach 100%; the skip itself still reads nothing but metadata.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from altar.backends.local.mapping import host_path
+from altar.backends.local.mapping import contained_host_path
 from altar.execution import Transfer, TransferIntegrityError, UnsupportedCapabilityError
 from altar.execution.digest import (
+    CopyResult,
     copy_and_verify,
     has_verification_record,
     require_digest_file,
@@ -38,6 +44,7 @@ from altar.execution.digest import (
     write_verification_record,
 )
 from altar.execution.errors import DigestMismatchError
+from altar.execution.transfer_progress import report
 
 __all__ = ["INDEX_DIR", "StageAction", "Stager", "local_path"]
 
@@ -139,6 +146,10 @@ class Stager:
         source_stat: os.stat_result | None,
     ) -> None:
         target = self._index_file(dest)
+        try:  # a task may have replaced the index directory with a symlink to a host path
+            contained_host_path(self.data_root, os.path.relpath(target, self.data_root))
+        except ValueError:
+            return  # the index is an optimisation: go without it
         payload = {
             "format": _INDEX_FORMAT,
             "path": os.path.relpath(dest, self.data_root),
@@ -181,11 +192,35 @@ class Stager:
     def stage(self, transfer: Transfer) -> StageAction:
         """Materialize one transfer at its logical path under the data root."""
         source = local_path(transfer.uri)
-        dest = host_path(self.data_root, transfer.logical_path)
+        dest = contained_host_path(self.data_root, transfer.logical_path)
         with _dest_lock(dest):
             if transfer.digest is not None:
-                return self._stage_digest(transfer, transfer.digest, source, dest)
-            return self._stage_plain(source, dest)
+                action = self._stage_digest(transfer, transfer.digest, source, dest)
+            else:
+                action = self._stage_plain(transfer, source, dest)
+        if action is not StageAction.COPIED:
+            # already in place: complete at once (a copy reported itself as it went)
+            size = _stat_or_none(dest)
+            if size is not None:
+                report(transfer.logical_path, size.st_size, size.st_size)
+        return action
+
+    def _copy(
+        self,
+        transfer: Transfer,
+        source: str,
+        dest: str,
+        digest: str | None,
+        *,
+        label: str,
+        size: int,
+    ) -> CopyResult:
+        """copy_and_verify, reporting its progress under the transfer's logical path."""
+
+        def progress(done: int) -> None:
+            report(transfer.logical_path, done, size)
+
+        return copy_and_verify(source, dest, digest, label=label, progress=progress)
 
     def _label(self, transfer: Transfer) -> str:
         return f"staged input {transfer.uri!r} ({transfer.logical_path!r})"
@@ -214,7 +249,9 @@ class Stager:
             except TransferIntegrityError:
                 pass  # stale bytes at the destination: replace them below
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        result = copy_and_verify(source, dest, digest, label=self._label(transfer))
+        result = self._copy(
+            transfer, source, dest, digest, label=self._label(transfer), size=source_stat.st_size
+        )
         self._write_entry(
             dest, digest=digest, owned=True, dest_stat=result.stat, source_stat=source_stat
         )
@@ -233,7 +270,7 @@ class Stager:
         if before is not None and after is not None and _stat_key(before) == _stat_key(after):
             self._write_entry(dest, digest=digest, owned=owned, dest_stat=after, source_stat=None)
 
-    def _stage_plain(self, source: str, dest: str) -> StageAction:
+    def _stage_plain(self, transfer: Transfer, source: str, dest: str) -> StageAction:
         """A transfer without a digest: copy unless the index shows nothing changed."""
         if _same_file(source, dest):
             return StageAction.SKIPPED
@@ -252,7 +289,9 @@ class Stager:
         ):
             return StageAction.SKIPPED
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        result = copy_and_verify(source, dest, None, label=f"input {source!r}")
+        result = self._copy(
+            transfer, source, dest, None, label=f"input {source!r}", size=source_stat.st_size
+        )
         self._write_entry(
             dest, digest=result.digest, owned=True, dest_stat=result.stat, source_stat=source_stat
         )
@@ -260,7 +299,7 @@ class Stager:
 
     def collect(self, transfer: Transfer) -> None:
         """Copy one output from the data root back to its ``uri``."""
-        source = host_path(self.data_root, transfer.logical_path)
+        source = contained_host_path(self.data_root, transfer.logical_path, follow_last=True)
         dest = local_path(transfer.uri)
         if not os.path.isfile(source):
             raise FileNotFoundError(
