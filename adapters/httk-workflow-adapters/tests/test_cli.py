@@ -46,6 +46,26 @@ def test_add_list_show_remove(env, capsys) -> None:
     assert err == "httk-workflow: unknown remote: cluster\n"
 
 
+@pytest.mark.parametrize("name", ["..", "../..", ".", "cluster/..", "../remotes/cluster", "/ABS"])
+def test_remove_and_show_never_leave_the_remotes_directory(env, capsys, name: str) -> None:
+    run(capsys, "remote", "add", "cluster", "--template", "local")
+    run(capsys, "remote", "add", "shared", "--template", "local", "--global")
+    (env.project / "precious").write_text("keep me")
+    victim = env.root / "victim"
+    (victim / "remote.json").parent.mkdir()
+    (victim / "remote.json").write_text("{}")
+    name = name.replace("/ABS", str(victim))
+    code, out, err = run(capsys, "remote", "remove", name, "--force")
+    assert (code, out) == (2, "")
+    assert err == "httk-workflow: invalid remote name\n"
+    code, out, err = run(capsys, "remote", "show", name)
+    assert (code, out, err) == (2, "", "httk-workflow: invalid remote name\n")
+    assert (env.project / "precious").read_text() == "keep me"
+    assert (victim / "remote.json").is_file()
+    assert resolve_remote("cluster").bundle.is_dir()
+    assert resolve_remote("shared").bundle.is_dir()
+
+
 def test_global_add_and_non_interactive_template(env, capsys) -> None:
     code, out, _ = run(capsys, "remote", "add", "shared", "--template", "ssh-slurm", "--global")
     assert code == 0
