@@ -53,13 +53,21 @@ def batch_directory(workspace: str) -> str:
 
 
 def _directive_value(key: str, value: str) -> str:
-    # sbatch reads a #SBATCH line as words; a value with blanks travels in double quotes.
+    """``value`` written so that sbatch reads exactly it back from a ``#SBATCH`` line.
+
+    sbatch splits the line into words itself: an unescaped ``#`` ends the line (inside
+    double quotes too, in older releases), ``'`` and ``"`` open quotes, and a backslash
+    escapes the next character. Those three are therefore backslash-escaped, and a value
+    with blanks travels in double quotes. A backslash is refused: in ``--output`` it
+    switches off the ``%j`` substitution, so a workspace holding one cannot be expressed.
+    """
     check_directive(key, value)
+    if "\\" in value:
+        raise ValueError(f"queue setting {key} must not contain backslashes")
+    escaped = "".join(f"\\{ch}" if ch in "#'\"" else ch for ch in value)
     if any(ch.isspace() for ch in value):
-        if '"' in value or "\\" in value:
-            raise ValueError(f"queue setting {key} must not combine blanks with quotes")
-        return f'"{value}"'
-    return value
+        return f'"{escaped}"'
+    return escaped
 
 
 def batch_script(argv: Sequence[str], settings: Mapping[str, Any], workspace: str) -> str:
