@@ -238,6 +238,46 @@ def test_timeout_option_and_unknown_kind_error_is_one_line(env, capsys, make_bun
     assert (code, err) == (2, "httk-workflow: adapter invoke exceeded 0.3 seconds\n")
 
 
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_cli_takes_its_adapter_and_request_file_with_it(
+    env, make_bundle, signame: str
+) -> None:
+    import os
+    import signal
+    import time
+
+    remotes = env.project / ".httk-project" / "remotes"
+    script = f'#!/bin/sh\ncp "$1" {env.root}/request-copy\necho "$1" > {env.root}/request-path\n'
+    script += f"sleep 300 &\necho $! > {env.root}/pid\nwait\n"
+    make_bundle(remotes, script, name="slow")
+    store = {"HTTK_CONFIG_HOME": str(env.root / "config"), "TMPDIR": str(env.root)}
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "httk.workflow.adapters", "transfer", "invoke", "slow", "--", "x"],
+        env={**os.environ, **store},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (env.root / "pid").is_file() or not (env.root / "pid").read_text().strip():
+        assert time.monotonic() < deadline
+        assert cli.poll() is None
+        time.sleep(0.05)
+    sleeper = int((env.root / "pid").read_text())
+    request = Path((env.root / "request-path").read_text().strip())
+    cli.send_signal(getattr(signal, signame))
+    _, err = cli.communicate(timeout=30)
+    assert cli.returncode == 128 + getattr(signal, signame)
+    assert err == "httk-workflow: terminated\n"
+    assert not request.exists()
+    deadline = time.monotonic() + 5  # SIGKILLed, possibly not yet reaped by init
+    while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+        if "\nState:\tZ" in Path(f"/proc/{sleeper}/status").read_text():
+            break
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{sleeper}").exists(), "the adapter's command outlived the CLI"
+
+
 def test_bare_groups_print_help_and_bad_spellings_fail(capsys) -> None:
     assert main(["remote"]) == 0
     assert "list" in capsys.readouterr().out

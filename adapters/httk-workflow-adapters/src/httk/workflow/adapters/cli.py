@@ -8,9 +8,12 @@ Every failure is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -449,7 +452,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
     try:
-        return handler(args)
+        with _terminating_like_interrupt():
+            return handler(args)
     except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{prog}: {message}", file=sys.stderr)
@@ -457,3 +461,42 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except _Terminated as terminated:
+        print(f"{prog}: terminated", file=sys.stderr)
+        return 128 + terminated.signum
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so cleanup code runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminating_like_interrupt() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`_Terminated` while a handler runs.
+
+    The adapter runs in its own session, so signals meant for this command never reach
+    it; without this, ``kill`` or a closed terminal ended the CLI at once and left the
+    adapter (rsync, ssh, sbatch …) running and its request file — credentials included —
+    behind. Unwinding instead lets ``run_adapter`` kill the adapter's process group and
+    remove the file. A signal the caller ignores (``nohup``) stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise _Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
