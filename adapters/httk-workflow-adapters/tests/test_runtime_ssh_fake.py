@@ -258,6 +258,15 @@ def test_explicit_workers_and_workspace_precedence(fake_cluster, cluster: Path, 
     assert Path(result["script"]).is_relative_to(queue_ws)
 
 
+def test_explicit_workers_in_equals_form_also_wins(fake_cluster, cluster: Path, set_queue) -> None:
+    workspace = fake_cluster.root / "remote" / "ws"
+    set_queue(cluster, workspace=str(workspace), workers="4")
+    argv = ["httk", "workflow", "manager", "run", str(workspace), "--workers=1"]
+    result = run_adapter(cluster, "start-manager", {"queue": "default", "argv": argv})
+    text = Path(result["script"]).read_text()
+    assert text.endswith(f"exec httk workflow manager run {workspace} --workers=1\n")
+
+
 def test_sbatch_failure_is_a_crash_naming_the_submission(
     fake_cluster, cluster, set_queue, monkeypatch
 ) -> None:

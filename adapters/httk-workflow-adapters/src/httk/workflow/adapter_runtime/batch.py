@@ -21,8 +21,13 @@ SUBMITTED_JOB = re.compile(r"Submitted batch job (\d+)")
 
 
 def with_workers(argv: Sequence[str], workers: str | None) -> list[str]:
-    """Append the queue's ``--workers`` unless the command already chose one."""
-    if workers is None or "--workers" in argv:
+    """Append the queue's ``--workers`` unless the command already chose one.
+
+    ``--workers=N`` is a choice too: appending after it would make the queue's default
+    override the explicit value, since the last occurrence wins.
+    """
+    chosen = any(word == "--workers" or word.startswith("--workers=") for word in argv)
+    if workers is None or chosen:
         return list(argv)
     return [*argv, "--workers", workers]
 
