@@ -238,6 +238,29 @@ def test_timeout_option_and_unknown_kind_error_is_one_line(env, capsys, make_bun
     assert (code, err) == (2, "httk-workflow: adapter invoke exceeded 0.3 seconds\n")
 
 
+MINIMAL = """#!python
+import json, sys
+request = json.load(open(sys.argv[1]))
+values = {"push": {}, "start-manager": {"job_ids": ["17"]}, "configure": {"checked": [1, True]}}
+print(json.dumps({"format": "httk-computer-result", "format_version": 1, "ok": True,
+                  "operation": request["operation"], **values[request["operation"]]}))
+"""
+
+
+def test_sparse_results_of_a_custom_adapter_are_reported_not_tracebacks(
+    env, capsys, make_bundle
+) -> None:
+    remotes = env.project / ".httk-project" / "remotes"
+    make_bundle(remotes, MINIMAL, name="site", queues={"default": {"workspace": "/ws"}})
+    code, out, err = run(capsys, "transfer", "push", "site", "a", "b")
+    assert (code, out) == (2, "")
+    assert err == "httk-workflow: adapter push reported no path\n"
+    code, out, err = run(capsys, "transfer", "start-manager", "site")
+    assert (code, out, err) == (0, "submitted 1 manager job(s): 17\n", "")
+    code, out, err = run(capsys, "remote", "configure", "site")
+    assert (code, out, err) == (0, "checked               1 True\n", "")
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
 def test_a_terminated_cli_takes_its_adapter_and_request_file_with_it(
     env, make_bundle, signame: str

@@ -68,7 +68,7 @@ def _print_values(result: Mapping[str, Any]) -> None:
         if key in _ENVELOPE or key == "diagnostics":
             continue
         value = result[key]
-        shown = " ".join(value) if isinstance(value, list) else value
+        shown = " ".join(str(item) for item in value) if isinstance(value, list) else value
         if isinstance(shown, bool):
             shown = "yes" if shown else "no"
         _out().write(f"{key:<22}{shown}\n")
@@ -245,10 +245,13 @@ def _transfer_start_manager(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
     elif "job_ids" in result:
-        ids = ", ".join(result["job_ids"])
+        # Only what the contract fixes is relied on; a custom adapter may report less.
+        ids = [str(job_id) for job_id in result["job_ids"]]
         _out().write(
-            f"submitted {result['count']} manager job(s): {ids}\nscript {result['script']}\n"
+            f"submitted {result.get('count', len(ids))} manager job(s): {', '.join(ids)}\n"
         )
+        if "script" in result:
+            _out().write(f"script {result['script']}\n")
     else:
         pids = ", ".join(str(pid) for pid in result.get("pids", []))
         _out().write(f"started {result.get('count')} manager process(es): {pids}\n")
@@ -273,6 +276,8 @@ def _transfer_move(args: argparse.Namespace) -> int:
     result = run_adapter(target.bundle, args.action, request, timeout=args.adapter_timeout)
     if args.json:
         _print_json(result)
+    elif "path" not in result:
+        raise RuntimeError(f"adapter {args.action} reported no path")
     else:
         _out().write(f"{result['path']}\n")
     return 0
