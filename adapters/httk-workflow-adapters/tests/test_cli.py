@@ -66,6 +66,14 @@ def test_remove_and_show_never_leave_the_remotes_directory(env, capsys, name: st
     assert resolve_remote("shared").bundle.is_dir()
 
 
+def test_adding_an_existing_remote_says_so(env, capsys) -> None:
+    run(capsys, "remote", "add", "cluster", "--template", "local")
+    bundle = env.project / ".httk-project" / "remotes" / "cluster"
+    code, out, err = run(capsys, "remote", "add", "cluster", "--template", "ssh-slurm")
+    assert (code, out) == (2, "")
+    assert err == f"httk-workflow: remote 'cluster' already exists: {bundle}\n"
+
+
 def test_global_add_and_non_interactive_template(env, capsys) -> None:
     code, out, _ = run(capsys, "remote", "add", "shared", "--template", "ssh-slurm", "--global")
     assert code == 0

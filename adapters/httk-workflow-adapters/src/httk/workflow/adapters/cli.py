@@ -101,9 +101,12 @@ def _remote_add(args: argparse.Namespace) -> int:
             raise CLIError("missing required value 'adapter template' in non-interactive operation")
         answer = input(f"adapter template ({', '.join(MAINTAINED_TEMPLATES)}) [local]: ").strip()
         template = answer or "local"
-    bundle = add_remote(
-        args.name, template=template, global_scope=args.global_scope, project=args.project
-    )
+    try:
+        bundle = add_remote(
+            args.name, template=template, global_scope=args.global_scope, project=args.project
+        )
+    except FileExistsError as exists:
+        raise CLIError(f"remote {args.name!r} already exists: {exists}") from None
     if args.json:
         _print_json({"name": args.name, "template": template, "bundle": str(bundle)})
     else:
