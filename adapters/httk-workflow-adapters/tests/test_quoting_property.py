@@ -29,7 +29,27 @@ def test_shell_command_round_trips_through_a_shell_lexer(argv: list[str], cwd: s
     if cwd is None:
         assert tokens == argv
     else:
-        assert tokens == ["cd", cwd, "&&", *argv]
+        # cd reads a leading "-" as an option ("-" alone is $OLDPWD): such a path goes as ./-…
+        assert tokens == ["cd", f"./{cwd}" if cwd.startswith("-") else cwd, "&&", *argv]
+
+
+@pytest.mark.parametrize("name", ["-P", "-L", "-", "--", "-e x", "plain"])
+def test_a_real_shell_changes_into_exactly_that_directory(tmp_path, name: str) -> None:
+    (tmp_path / name).mkdir()
+    command = shell_command(["pwd"], cwd=name)
+    completed = subprocess.run(
+        ["/bin/sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert (completed.returncode, completed.stdout) == (0, f"{tmp_path / name}\n")
+    missing = subprocess.run(
+        ["/bin/sh", "-c", shell_command(["pwd"], cwd=f"{name}-missing")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode != 0  # never silently somewhere else, such as $HOME
+    assert missing.stdout == ""
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
