@@ -345,6 +345,23 @@ def test_show_describes_an_invalid_bundle(env, capsys) -> None:
     assert "valid                 no: adapter executable is not runnable" in out
 
 
+@pytest.mark.parametrize("binaries", [5, [1, "ssh"], "ssh", {"a": 1}])
+def test_show_describes_a_bundle_with_malformed_members(env, capsys, binaries) -> None:
+    run(capsys, "remote", "add", "odd", "--template", "local")
+    bundle = resolve_remote("odd").bundle
+    metadata = json.loads((bundle / "remote.json").read_text())
+    metadata.update(required_binaries=binaries, kind=["x"])
+    (bundle / "remote.json").write_text(json.dumps(metadata))
+    code, out, err = run(capsys, "remote", "show", "odd", "--json")
+    assert (code, err) == (0, "")
+    shown = json.loads(out)
+    assert shown["valid"] is False
+    assert "required_binaries" in shown["problem"]
+    code, out, err = run(capsys, "remote", "show", "odd")
+    assert (code, err) == (0, "")
+    assert "valid                 no: required_binaries" in out
+
+
 def test_import_v1_from_the_cli(env, capsys, tmp_path: Path) -> None:
     legacy = tmp_path / "v1"
     legacy.mkdir()

@@ -160,7 +160,7 @@ def _show_text(description: Mapping[str, Any]) -> None:
         ("valid", valid),
         ("default_queue", description["default_queue"]),
         ("timeout_seconds", description["timeout_seconds"]),
-        ("required_binaries", ", ".join(description["required_binaries"]) or "-"),
+        ("required_binaries", ", ".join(map(str, description["required_binaries"])) or "-"),
         ("credentials_file", description["credentials_file"] or "-"),
     ]
     for label, value in rows:

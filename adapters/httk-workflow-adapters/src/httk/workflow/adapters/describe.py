@@ -68,6 +68,8 @@ def describe_remote(name: str, *, project: str | os.PathLike[str] | None = None)
                 "credential_keys": secrets,
             }
     credentials = credentials_path(bundle)
+    # Described as found, even when malformed (validation has reported that already).
+    binaries = metadata.get("required_binaries", [])
     return {
         "format": DESCRIPTION_FORMAT,
         "format_version": 1,
@@ -79,7 +81,7 @@ def describe_remote(name: str, *, project: str | os.PathLike[str] | None = None)
         "kind": metadata.get("kind"),
         "adapter_version": metadata.get("adapter_version"),
         "timeout_seconds": metadata.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
-        "required_binaries": list(metadata.get("required_binaries", []) or []),
+        "required_binaries": list(binaries) if isinstance(binaries, list) else [binaries],
         "adapter": str(bundle / ADAPTER_EXECUTABLE),
         "queues": queues,
         "credentials_file": str(credentials) if credentials.exists() else None,
