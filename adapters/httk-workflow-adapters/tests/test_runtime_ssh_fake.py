@@ -89,6 +89,7 @@ def test_configure_connectivity(fake_cluster, cluster: Path, monkeypatch, set_qu
         ({"workers": "0"}, "workers must be a positive integer: '0'"),
         ({"workers": "four"}, "workers must be a positive integer"),
         ({"account": "p1\n#SBATCH --wrap=id"}, "account must not contain control characters"),
+        ({"partition": "a\\b"}, "partition must not contain backslashes"),
         ({"ssh_multiplex": "sometimes"}, "ssh_multiplex must be yes, no or seconds"),
     ],
 )

@@ -63,12 +63,10 @@ def _directive_value(key: str, value: str) -> str:
     sbatch splits the line into words itself: an unescaped ``#`` ends the line (inside
     double quotes too, in older releases), ``'`` and ``"`` open quotes, and a backslash
     escapes the next character. Those three are therefore backslash-escaped, and a value
-    with blanks travels in double quotes. A backslash is refused: in ``--output`` it
-    switches off the ``%j`` substitution, so a workspace holding one cannot be expressed.
+    with blanks travels in double quotes. A backslash is refused (by ``check_directive``):
+    in ``--output`` it switches off the ``%j`` substitution, so it cannot be expressed.
     """
     check_directive(key, value)
-    if "\\" in value:
-        raise ValueError(f"queue setting {key} must not contain backslashes")
     escaped = "".join(f"\\{ch}" if ch in "#'\"" else ch for ch in value)
     if any(ch.isspace() for ch in value):
         return f'"{escaped}"'
