@@ -46,6 +46,34 @@ def test_add_list_show_remove(env, capsys) -> None:
     assert err == "httk-workflow: unknown remote: cluster\n"
 
 
+@pytest.mark.parametrize("name", ["..", "../..", ".", "cluster/..", "../remotes/cluster", "/ABS"])
+def test_remove_and_show_never_leave_the_remotes_directory(env, capsys, name: str) -> None:
+    run(capsys, "remote", "add", "cluster", "--template", "local")
+    run(capsys, "remote", "add", "shared", "--template", "local", "--global")
+    (env.project / "precious").write_text("keep me")
+    victim = env.root / "victim"
+    (victim / "remote.json").parent.mkdir()
+    (victim / "remote.json").write_text("{}")
+    name = name.replace("/ABS", str(victim))
+    code, out, err = run(capsys, "remote", "remove", name, "--force")
+    assert (code, out) == (2, "")
+    assert err == "httk-workflow: invalid remote name\n"
+    code, out, err = run(capsys, "remote", "show", name)
+    assert (code, out, err) == (2, "", "httk-workflow: invalid remote name\n")
+    assert (env.project / "precious").read_text() == "keep me"
+    assert (victim / "remote.json").is_file()
+    assert resolve_remote("cluster").bundle.is_dir()
+    assert resolve_remote("shared").bundle.is_dir()
+
+
+def test_adding_an_existing_remote_says_so(env, capsys) -> None:
+    run(capsys, "remote", "add", "cluster", "--template", "local")
+    bundle = env.project / ".httk-project" / "remotes" / "cluster"
+    code, out, err = run(capsys, "remote", "add", "cluster", "--template", "ssh-slurm")
+    assert (code, out) == (2, "")
+    assert err == f"httk-workflow: remote 'cluster' already exists: {bundle}\n"
+
+
 def test_global_add_and_non_interactive_template(env, capsys) -> None:
     code, out, _ = run(capsys, "remote", "add", "shared", "--template", "ssh-slurm", "--global")
     assert code == 0
@@ -218,6 +246,69 @@ def test_timeout_option_and_unknown_kind_error_is_one_line(env, capsys, make_bun
     assert (code, err) == (2, "httk-workflow: adapter invoke exceeded 0.3 seconds\n")
 
 
+MINIMAL = """#!python
+import json, sys
+request = json.load(open(sys.argv[1]))
+values = {"push": {}, "start-manager": {"job_ids": ["17"]}, "configure": {"checked": [1, True]}}
+print(json.dumps({"format": "httk-computer-result", "format_version": 1, "ok": True,
+                  "operation": request["operation"], **values[request["operation"]]}))
+"""
+
+
+def test_sparse_results_of_a_custom_adapter_are_reported_not_tracebacks(
+    env, capsys, make_bundle
+) -> None:
+    remotes = env.project / ".httk-project" / "remotes"
+    make_bundle(remotes, MINIMAL, name="site", queues={"default": {"workspace": "/ws"}})
+    code, out, err = run(capsys, "transfer", "push", "site", "a", "b")
+    assert (code, out) == (2, "")
+    assert err == "httk-workflow: adapter push reported no path\n"
+    code, out, err = run(capsys, "transfer", "start-manager", "site")
+    assert (code, out, err) == (0, "submitted 1 manager job(s): 17\n", "")
+    code, out, err = run(capsys, "remote", "configure", "site")
+    assert (code, out, err) == (0, "checked               1 True\n", "")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_cli_takes_its_adapter_and_request_file_with_it(
+    env, make_bundle, signame: str
+) -> None:
+    import os
+    import signal
+    import time
+
+    remotes = env.project / ".httk-project" / "remotes"
+    script = f'#!/bin/sh\ncp "$1" {env.root}/request-copy\necho "$1" > {env.root}/request-path\n'
+    script += f"sleep 300 &\necho $! > {env.root}/pid\nwait\n"
+    make_bundle(remotes, script, name="slow")
+    store = {"HTTK_CONFIG_HOME": str(env.root / "config"), "TMPDIR": str(env.root)}
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "httk.workflow.adapters", "transfer", "invoke", "slow", "--", "x"],
+        env={**os.environ, **store},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (env.root / "pid").is_file() or not (env.root / "pid").read_text().strip():
+        assert time.monotonic() < deadline
+        assert cli.poll() is None
+        time.sleep(0.05)
+    sleeper = int((env.root / "pid").read_text())
+    request = Path((env.root / "request-path").read_text().strip())
+    cli.send_signal(getattr(signal, signame))
+    _, err = cli.communicate(timeout=30)
+    assert cli.returncode == 128 + getattr(signal, signame)
+    assert err == "httk-workflow: terminated\n"
+    assert not request.exists()
+    deadline = time.monotonic() + 5  # SIGKILLed, possibly not yet reaped by init
+    while Path(f"/proc/{sleeper}").exists() and time.monotonic() < deadline:
+        if "\nState:\tZ" in Path(f"/proc/{sleeper}/status").read_text():
+            break
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{sleeper}").exists(), "the adapter's command outlived the CLI"
+
+
 def test_bare_groups_print_help_and_bad_spellings_fail(capsys) -> None:
     assert main(["remote"]) == 0
     assert "list" in capsys.readouterr().out
@@ -252,6 +343,23 @@ def test_show_describes_an_invalid_bundle(env, capsys) -> None:
     assert "adapter executable is not runnable" in shown["problem"]
     code, out, _ = run(capsys, "remote", "show", "broken")
     assert "valid                 no: adapter executable is not runnable" in out
+
+
+@pytest.mark.parametrize("binaries", [5, [1, "ssh"], "ssh", {"a": 1}])
+def test_show_describes_a_bundle_with_malformed_members(env, capsys, binaries) -> None:
+    run(capsys, "remote", "add", "odd", "--template", "local")
+    bundle = resolve_remote("odd").bundle
+    metadata = json.loads((bundle / "remote.json").read_text())
+    metadata.update(required_binaries=binaries, kind=["x"])
+    (bundle / "remote.json").write_text(json.dumps(metadata))
+    code, out, err = run(capsys, "remote", "show", "odd", "--json")
+    assert (code, err) == (0, "")
+    shown = json.loads(out)
+    assert shown["valid"] is False
+    assert "required_binaries" in shown["problem"]
+    code, out, err = run(capsys, "remote", "show", "odd")
+    assert (code, err) == (0, "")
+    assert "valid                 no: required_binaries" in out
 
 
 def test_import_v1_from_the_cli(env, capsys, tmp_path: Path) -> None:

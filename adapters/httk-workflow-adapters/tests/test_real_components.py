@@ -356,3 +356,34 @@ def test_local_slurm_start_manager_submits_real_jobs(env, set_queue, slurm_clust
     )
     _check_jobs(result, workspace, slurm_cluster["partition"])
     assert json.loads(json.dumps(result))["script"].endswith(".sbatch")
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("name", ["run#1", "it's here", 'say "hi" #2'])
+def test_sbatch_reads_a_workspace_holding_its_own_syntax(
+    env, set_queue, slurm_cluster, name: str
+) -> None:
+    # sbatch splits #SBATCH lines itself: '#' starts a comment, quotes group words.
+    bundle = add_remote("batch", template="local-slurm")
+    workspace = env.root / name
+    set_queue(
+        bundle,
+        workspace=str(workspace),
+        partition=slurm_cluster["partition"],
+        time_limit="5",
+        httk_command="/usr/bin/printf %s\\\\0",
+    )
+    result = run_adapter(
+        bundle,
+        "start-manager",
+        {"queue": "default", "argv": ["httk", "workflow", "manager", "run", str(workspace)]},
+    )
+    (job_id,) = result["job_ids"]
+    row = _finished(job_id)
+    # slurmdbd stores a double quote as a backquote; the job itself ran in the workspace.
+    assert (row["State"], row["WorkDir"]) == ("COMPLETED", str(workspace).replace('"', "`"))
+    log = workspace / ".httk-workflow" / "batch" / f"manager-{job_id}.out"
+    deadline = time.monotonic() + 10
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert log.read_text().split("\0")[:-1] == ["workflow", "manager", "run", str(workspace)]

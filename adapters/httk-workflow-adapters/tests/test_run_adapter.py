@@ -165,6 +165,14 @@ wait
     assert leftover == []
 
 
+def test_a_timeout_beyond_what_poll_takes_still_runs(tmp_path: Path, make_bundle) -> None:
+    # "Practically no limit" is a valid bundle: timeout_seconds only has to be positive.
+    bundle = make_bundle(tmp_path, ECHO, timeout_seconds=1e10)
+    assert run_adapter(bundle, "invoke", {"argv": ["x"]})["ok"] is True
+    for limit in (3e9, float("inf")):
+        assert run_adapter(bundle, "invoke", {"argv": ["x"]}, timeout=limit)["ok"] is True
+
+
 def test_credentials_file_is_private_and_atomic(tmp_path: Path, make_bundle) -> None:
     bundle = make_bundle(tmp_path, ECHO)
     path = store_credentials(bundle, "default", {"token": "abc"})

@@ -131,6 +131,61 @@ def test_local_single_file_and_missing_source(env, local: Path) -> None:
         run_adapter(local, "pull", {"source": str(env.root / "none"), "destination": "x"})
 
 
+def test_local_files_batch_with_a_symlink_can_be_repeated(env, local: Path) -> None:
+    source = _tree(env.root / "src")
+    (source / "files" / "alias").symlink_to("runner")
+    files = ["files/runner", "files/alias"]
+    request = {"source": str(source), "destination": str(env.root / "out"), "files": files}
+    for _ in range(2):  # repeating a transfer is how an interrupted one is resumed
+        assert run_adapter(local, "push", request)["ok"] is True
+    assert os.readlink(env.root / "out" / "files" / "alias") == "runner"
+    assert (env.root / "out" / "files" / "runner").read_text() == "#!/bin/sh\n"
+
+
+def test_a_files_batch_cannot_reach_through_a_symlinked_directory(env, local: Path) -> None:
+    source = _tree(env.root / "src")
+    outside = env.root / "outside"
+    outside.mkdir()
+    (outside / "key").write_text("secret")
+    (source / "out").symlink_to(outside)  # a job can leave any symlink in its tree
+    (source / "inner").symlink_to("files")  # …and one inside the tree is harmless
+    request = {"source": str(source), "destination": str(env.root / "dst")}
+    with pytest.raises(RuntimeError, match="not workspace relative: out/key"):
+        run_adapter(local, "push", {**request, "files": ["out/key"]})
+    assert not (env.root / "dst" / "out").exists()
+    run_adapter(local, "push", {**request, "files": ["inner/runner", "out"]})
+    assert (env.root / "dst" / "inner" / "runner").read_text() == "#!/bin/sh\n"
+    assert os.readlink(env.root / "dst" / "out") == str(outside)  # the link itself, as a link
+
+
+def test_an_interrupted_file_copy_keeps_the_previous_file(env, monkeypatch) -> None:
+    import shutil
+
+    from httk.workflow.adapter_runtime.transfer import copy_local
+
+    source, destination = env.root / "new", env.root / "dest" / "data"
+    source.write_text("new contents, " * 1000)
+    destination.parent.mkdir()
+    destination.write_text("previous")
+    (destination.parent / "f").write_text("previous f")
+    (env.root / "tree").mkdir()
+    (env.root / "tree" / "f").write_text("new f, " * 1000)
+
+    def interrupted(src, dst, *, follow_symlinks=True):  # type: ignore[no-untyped-def]
+        with open(dst, "w") as handle:  # half the bytes, then the copy dies
+            handle.write(Path(src).read_text()[:100])
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", interrupted)
+    with pytest.raises(OSError, match="No space left"):
+        copy_local(source, destination)
+    with pytest.raises(OSError, match="No space left"):
+        copy_local(env.root / "tree", destination.parent, ["f"])
+    assert destination.read_text() == "previous"
+    assert (destination.parent / "f").read_text() == "previous f"
+    assert sorted(p.name for p in destination.parent.iterdir()) == ["data", "f"]
+
+
 def test_configure_and_install_local(env, local: Path, set_queue) -> None:
     configured = run_adapter(local, "configure", {"queue": "default", "settings": {}})
     assert configured["configured"] is True

@@ -89,6 +89,7 @@ def test_configure_connectivity(fake_cluster, cluster: Path, monkeypatch, set_qu
         ({"workers": "0"}, "workers must be a positive integer: '0'"),
         ({"workers": "four"}, "workers must be a positive integer"),
         ({"account": "p1\n#SBATCH --wrap=id"}, "account must not contain control characters"),
+        ({"partition": "a\\b"}, "partition must not contain backslashes"),
         ({"ssh_multiplex": "sometimes"}, "ssh_multiplex must be yes, no or seconds"),
     ],
 )
@@ -196,6 +197,21 @@ def test_rsync_failure_is_a_crash(fake_cluster, cluster: Path) -> None:
         run_adapter(cluster, "push", request)
 
 
+def test_a_pushed_files_batch_cannot_reach_through_a_symlinked_directory(
+    fake_cluster, cluster: Path
+) -> None:
+    source = _tree(fake_cluster.root / "src")
+    outside = fake_cluster.root / "outside"
+    outside.mkdir()
+    (outside / "key").write_text("secret")
+    (source / "out").symlink_to(outside)
+    destination = fake_cluster.root / "remote" / "dst"
+    request = {"queue": "default", "source": str(source), "destination": str(destination)}
+    with pytest.raises(RuntimeError, match="not workspace relative: out/key"):
+        run_adapter(cluster, "push", {**request, "files": ["files/runner", "out/key"]})
+    assert not destination.exists()
+
+
 def test_start_manager_submits_the_batch_script(fake_cluster, cluster: Path, set_queue) -> None:
     workspace = fake_cluster.root / "remote" / "ws"
     set_queue(
@@ -256,6 +272,15 @@ def test_explicit_workers_and_workspace_precedence(fake_cluster, cluster: Path, 
     assert Path(result["script"]).is_relative_to(stated)
     result = run_adapter(cluster, "start-manager", {"queue": "default", "argv": ["true"]})
     assert Path(result["script"]).is_relative_to(queue_ws)
+
+
+def test_explicit_workers_in_equals_form_also_wins(fake_cluster, cluster: Path, set_queue) -> None:
+    workspace = fake_cluster.root / "remote" / "ws"
+    set_queue(cluster, workspace=str(workspace), workers="4")
+    argv = ["httk", "workflow", "manager", "run", str(workspace), "--workers=1"]
+    result = run_adapter(cluster, "start-manager", {"queue": "default", "argv": argv})
+    text = Path(result["script"]).read_text()
+    assert text.endswith(f"exec httk workflow manager run {workspace} --workers=1\n")
 
 
 def test_sbatch_failure_is_a_crash_naming_the_submission(

@@ -21,8 +21,13 @@ SUBMITTED_JOB = re.compile(r"Submitted batch job (\d+)")
 
 
 def with_workers(argv: Sequence[str], workers: str | None) -> list[str]:
-    """Append the queue's ``--workers`` unless the command already chose one."""
-    if workers is None or "--workers" in argv:
+    """Append the queue's ``--workers`` unless the command already chose one.
+
+    ``--workers=N`` is a choice too: appending after it would make the queue's default
+    override the explicit value, since the last occurrence wins.
+    """
+    chosen = any(word == "--workers" or word.startswith("--workers=") for word in argv)
+    if workers is None or chosen:
         return list(argv)
     return [*argv, "--workers", workers]
 
@@ -53,13 +58,19 @@ def batch_directory(workspace: str) -> str:
 
 
 def _directive_value(key: str, value: str) -> str:
-    # sbatch reads a #SBATCH line as words; a value with blanks travels in double quotes.
+    """``value`` written so that sbatch reads exactly it back from a ``#SBATCH`` line.
+
+    sbatch splits the line into words itself: an unescaped ``#`` ends the line (inside
+    double quotes too, in older releases), ``'`` and ``"`` open quotes, and a backslash
+    escapes the next character. Those three are therefore backslash-escaped, and a value
+    with blanks travels in double quotes. A backslash is refused (by ``check_directive``):
+    in ``--output`` it switches off the ``%j`` substitution, so it cannot be expressed.
+    """
     check_directive(key, value)
+    escaped = "".join(f"\\{ch}" if ch in "#'\"" else ch for ch in value)
     if any(ch.isspace() for ch in value):
-        if '"' in value or "\\" in value:
-            raise ValueError(f"queue setting {key} must not combine blanks with quotes")
-        return f'"{value}"'
-    return value
+        return f'"{escaped}"'
+    return escaped
 
 
 def batch_script(argv: Sequence[str], settings: Mapping[str, Any], workspace: str) -> str:

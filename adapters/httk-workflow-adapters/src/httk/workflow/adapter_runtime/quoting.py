@@ -20,6 +20,10 @@ def shell_command(argv: Sequence[str], *, cwd: str | None = None) -> str:
     quoted = " ".join(shlex.quote(item) for item in argv)
     if cwd is None:
         return quoted
+    # cd takes a leading "-" as an option ("-P", "-L"; "-" alone is $OLDPWD) and would
+    # run the command in the login directory instead; as "./-…" it names the directory.
+    if cwd.startswith("-"):
+        cwd = f"./{cwd}"
     return f"cd {shlex.quote(cwd)} && {quoted}"
 
 

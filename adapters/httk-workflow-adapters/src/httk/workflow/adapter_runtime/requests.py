@@ -137,6 +137,13 @@ def httk_prefix(settings: Settings) -> list[str] | None:
 
 
 def check_directive(key: str, value: str) -> str:
+    """A value a ``#SBATCH`` line can carry: no control characters, no backslash.
+
+    sbatch reads a backslash as an escape, and in ``--output`` it turns off the ``%j``
+    substitution; the batch script escapes ``#`` and quotes, but cannot express it.
+    """
     if has_control_character(value):
         raise ValueError(f"queue setting {key} must not contain control characters")
+    if "\\" in value:
+        raise ValueError(f"queue setting {key} must not contain backslashes")
     return value

@@ -15,13 +15,53 @@ from .targets import SshTarget
 MANIFEST = Path(".httk-transfer") / "manifest.json"
 
 
+def _replace_file(source: Path, destination: Path, *, follow_symlinks: bool = True) -> None:
+    """Copy one file (a symlink as a link, without ``follow_symlinks``) onto ``destination``.
+
+    The copy is made under a temporary name beside the destination and renamed over it:
+    an interrupted copy leaves the previous file (or none), never a partial one, and a
+    repeated copy replaces what is there, symlinks included.
+    """
+    link = not follow_symlinks and source.is_symlink()
+    fd, name = tempfile.mkstemp(
+        prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent
+    )
+    os.close(fd)
+    staging = Path(name)
+    try:
+        if link:
+            staging.unlink()
+            os.symlink(os.readlink(source), staging)
+        else:
+            shutil.copy2(source, staging)
+        os.replace(staging, destination)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+def check_inside(source: Path, files: list[str]) -> None:
+    """Refuse a ``files`` entry whose directories lead out of ``source`` through a symlink.
+
+    ``..`` and absolute entries are refused when the request is read; a symlinked
+    directory inside the tree (``out -> /home/me/.ssh``, entry ``out/id_rsa``) would name
+    a file outside it just the same. The entry itself may be a symlink: it is copied as one.
+    """
+    root = source.resolve()
+    for item in files:
+        parent = (source / item).parent.resolve()
+        if parent != root and root not in parent.parents:
+            raise ValueError(f"transfer file is not workspace relative: {item}")
+
+
 def copy_local(source: Path, destination: Path, files: list[str] | None = None) -> None:
     """Copy a tree, a file, or a batch of files; an identical finished copy is a no-op."""
     if files is not None:
+        check_inside(source, files)
         for item in files:
             target = destination / item
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / item, target, follow_symlinks=False)
+            _replace_file(source / item, target, follow_symlinks=False)
         return
     if source.is_dir():
         if destination.exists():
@@ -48,8 +88,10 @@ def copy_local(source: Path, destination: Path, files: list[str] | None = None) 
         return
     if not source.exists():
         raise FileNotFoundError(source)
+    if destination.is_dir():
+        destination = destination / source.name  # as cp (and shutil.copy2) would
     destination.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, destination)
+    _replace_file(source, destination)
 
 
 @functools.cache

@@ -79,6 +79,13 @@ def validate_adapter_bundle(bundle: str | os.PathLike[str]) -> dict[str, Any]:
     return metadata
 
 
+def check_remote_name(name: str) -> str:
+    """A remote's name is one directory entry below a remotes root, never a path."""
+    if not name or "/" in name or name in {".", ".."}:
+        raise ValueError("invalid remote name")
+    return name
+
+
 def split_remote(value: str) -> tuple[str, str | None]:
     """``NAME`` or ``NAME:QUEUE``, split on the first colon."""
     name, colon, queue = value.partition(":")
@@ -184,8 +191,7 @@ def add_remote(
     project: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Copy a maintained template into the project (or, with ``global_scope``, the global) root."""
-    if not name or "/" in name or name in {".", ".."}:
-        raise ValueError("invalid remote name")
+    check_remote_name(name)
     source = template_path(template)
     if global_scope:
         destination = remotes_home() / name

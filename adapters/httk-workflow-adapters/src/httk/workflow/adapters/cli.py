@@ -8,9 +8,12 @@ Every failure is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -65,7 +68,7 @@ def _print_values(result: Mapping[str, Any]) -> None:
         if key in _ENVELOPE or key == "diagnostics":
             continue
         value = result[key]
-        shown = " ".join(value) if isinstance(value, list) else value
+        shown = " ".join(str(item) for item in value) if isinstance(value, list) else value
         if isinstance(shown, bool):
             shown = "yes" if shown else "no"
         _out().write(f"{key:<22}{shown}\n")
@@ -98,9 +101,12 @@ def _remote_add(args: argparse.Namespace) -> int:
             raise CLIError("missing required value 'adapter template' in non-interactive operation")
         answer = input(f"adapter template ({', '.join(MAINTAINED_TEMPLATES)}) [local]: ").strip()
         template = answer or "local"
-    bundle = add_remote(
-        args.name, template=template, global_scope=args.global_scope, project=args.project
-    )
+    try:
+        bundle = add_remote(
+            args.name, template=template, global_scope=args.global_scope, project=args.project
+        )
+    except FileExistsError as exists:
+        raise CLIError(f"remote {args.name!r} already exists: {exists}") from None
     if args.json:
         _print_json({"name": args.name, "template": template, "bundle": str(bundle)})
     else:
@@ -154,7 +160,7 @@ def _show_text(description: Mapping[str, Any]) -> None:
         ("valid", valid),
         ("default_queue", description["default_queue"]),
         ("timeout_seconds", description["timeout_seconds"]),
-        ("required_binaries", ", ".join(description["required_binaries"]) or "-"),
+        ("required_binaries", ", ".join(map(str, description["required_binaries"])) or "-"),
         ("credentials_file", description["credentials_file"] or "-"),
     ]
     for label, value in rows:
@@ -242,10 +248,13 @@ def _transfer_start_manager(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
     elif "job_ids" in result:
-        ids = ", ".join(result["job_ids"])
+        # Only what the contract fixes is relied on; a custom adapter may report less.
+        ids = [str(job_id) for job_id in result["job_ids"]]
         _out().write(
-            f"submitted {result['count']} manager job(s): {ids}\nscript {result['script']}\n"
+            f"submitted {result.get('count', len(ids))} manager job(s): {', '.join(ids)}\n"
         )
+        if "script" in result:
+            _out().write(f"script {result['script']}\n")
     else:
         pids = ", ".join(str(pid) for pid in result.get("pids", []))
         _out().write(f"started {result.get('count')} manager process(es): {pids}\n")
@@ -270,6 +279,8 @@ def _transfer_move(args: argparse.Namespace) -> int:
     result = run_adapter(target.bundle, args.action, request, timeout=args.adapter_timeout)
     if args.json:
         _print_json(result)
+    elif "path" not in result:
+        raise RuntimeError(f"adapter {args.action} reported no path")
     else:
         _out().write(f"{result['path']}\n")
     return 0
@@ -449,7 +460,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
     try:
-        return handler(args)
+        with _terminating_like_interrupt():
+            return handler(args)
     except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{prog}: {message}", file=sys.stderr)
@@ -457,3 +469,42 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except _Terminated as terminated:
+        print(f"{prog}: terminated", file=sys.stderr)
+        return 128 + terminated.signum
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so cleanup code runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminating_like_interrupt() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`_Terminated` while a handler runs.
+
+    The adapter runs in its own session, so signals meant for this command never reach
+    it; without this, ``kill`` or a closed terminal ended the CLI at once and left the
+    adapter (rsync, ssh, sbatch …) running and its request file — credentials included —
+    behind. Unwinding instead lets ``run_adapter`` kill the adapter's process group and
+    remove the file. A signal the caller ignores (``nohup``) stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise _Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

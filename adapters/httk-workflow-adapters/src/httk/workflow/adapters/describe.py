@@ -10,6 +10,7 @@ from typing import Any
 
 from .bundles import (
     _candidates,
+    check_remote_name,
     discover_project,
     project_default_queue,
     read_metadata,
@@ -23,8 +24,13 @@ DESCRIPTION_FORMAT = "httk-remote-description"
 
 
 def find_bundle(name: str, *, project: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
-    """The bundle directory a name refers to (project scope first), without validating it."""
+    """The bundle directory a name refers to (project scope first), without validating it.
+
+    The name must be a plain directory entry: ``remote remove ..`` must not delete the
+    project (or the configuration home) that holds the remotes directory.
+    """
     bare, _ = split_remote(name)
+    check_remote_name(bare)
     for bundle, project_local in _candidates(bare, discover_project(project)):
         if bundle.is_dir():
             return bundle, project_local
@@ -62,6 +68,8 @@ def describe_remote(name: str, *, project: str | os.PathLike[str] | None = None)
                 "credential_keys": secrets,
             }
     credentials = credentials_path(bundle)
+    # Described as found, even when malformed (validation has reported that already).
+    binaries = metadata.get("required_binaries", [])
     return {
         "format": DESCRIPTION_FORMAT,
         "format_version": 1,
@@ -73,7 +81,7 @@ def describe_remote(name: str, *, project: str | os.PathLike[str] | None = None)
         "kind": metadata.get("kind"),
         "adapter_version": metadata.get("adapter_version"),
         "timeout_seconds": metadata.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
-        "required_binaries": list(metadata.get("required_binaries", []) or []),
+        "required_binaries": list(binaries) if isinstance(binaries, list) else [binaries],
         "adapter": str(bundle / ADAPTER_EXECUTABLE),
         "queues": queues,
         "credentials_file": str(credentials) if credentials.exists() else None,

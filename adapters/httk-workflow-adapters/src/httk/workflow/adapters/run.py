@@ -89,8 +89,18 @@ def _child_environment() -> dict[str, str]:
     return environment
 
 
+# poll() takes a C int of milliseconds; a longer wait is taken in several polls.
+_LONGEST_POLL_MS = 2**31 - 1
+
+
 def _milliseconds_left(deadline: float) -> int:
-    return max(0, math.ceil((deadline - time.monotonic()) * 1000))
+    """The next poll's timeout: what is left of ``deadline`` (which may be infinite)."""
+    left = (deadline - time.monotonic()) * 1000
+    return _LONGEST_POLL_MS if left >= _LONGEST_POLL_MS else max(0, math.ceil(left))
+
+
+def _expired(deadline: float) -> bool:
+    return time.monotonic() >= deadline
 
 
 def _read_until_closed(
@@ -104,7 +114,7 @@ def _read_until_closed(
     open_pipes = len(chunks)
     while open_pipes:
         events = poller.poll(_milliseconds_left(deadline))
-        if not events:
+        if not events and _expired(deadline):
             raise subprocess.TimeoutExpired(process.args, 0)
         for descriptor, _ in events:
             data = os.read(descriptor, 65536)
@@ -131,8 +141,9 @@ def _wait_for_exit(process: subprocess.Popen[bytes], deadline: float) -> None:
     try:
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
-        if not poller.poll(_milliseconds_left(deadline)):
-            raise subprocess.TimeoutExpired(process.args, 0)
+        while not poller.poll(_milliseconds_left(deadline)):
+            if _expired(deadline):
+                raise subprocess.TimeoutExpired(process.args, 0)
     finally:
         os.close(pidfd)
     process.wait()
