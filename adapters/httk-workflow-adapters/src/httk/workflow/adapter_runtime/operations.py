@@ -140,7 +140,7 @@ def invoke(kind: str, request: Mapping[str, Any], operation: str) -> Values:
 def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
     from pathlib import Path
 
-    from .transfer import check_inside, copy_local, rsync
+    from .transfer import copy_local, rsync
 
     source, destination = paths_of(request)
     files = files_of(request)
@@ -150,8 +150,6 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
         copy_local(Path(source).expanduser().resolve(), resolved, files)
         return {"path": str(resolved)}
     target = SshTarget(settings_of(request))
-    if push and files is not None:
-        check_inside(Path(source).expanduser(), files)  # the local side can be checked
     stated = request.get("directory")
     if isinstance(stated, bool):
         directory = stated
