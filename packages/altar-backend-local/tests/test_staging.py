@@ -366,6 +366,7 @@ def test_uris(tmp_path: Path) -> None:
     assert local_path("file:///a%20b/c") == "/a b/c"
     assert local_path("file://localhost/x") == "/x"
     assert local_path("rel/x") == os.path.abspath("rel/x")
+    assert local_path("chr1:100-200.bed") == os.path.abspath("chr1:100-200.bed")
     with pytest.raises(UnsupportedCapabilityError, match="'gs' scheme") as caught:
         local_path("gs://bucket/x")
     assert caught.value.capability == "transfer_uri"  # the name the Modal backend uses too

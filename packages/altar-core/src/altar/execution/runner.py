@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import AltarError, BackendUnavailableError, JournalError
@@ -54,6 +53,7 @@ from altar.execution.journal import (
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.transfer_progress import TransferProgress, format_bytes, reporting_to
 from altar.execution.types import TaskFailure, TaskHandle, TaskState, TaskStatus, Transfer
+from altar.execution.uris import local_path_or_none
 
 __all__ = [
     "CANCEL_REQUEST",
@@ -802,10 +802,9 @@ def _local_sizes(transfers: list[Transfer]) -> dict[str, int | None]:
     """
     sizes: dict[str, int | None] = {}
     for transfer in transfers:
-        parsed = urlparse(transfer.uri)
+        path = local_path_or_none(transfer.uri)
         size = None
-        if parsed.scheme in ("", "file") and parsed.netloc in ("", "localhost"):
-            path = unquote(parsed.path) if parsed.scheme else transfer.uri
+        if path is not None:
             with contextlib.suppress(OSError, ValueError):
                 st = os.stat(path)
                 size = st.st_size if stat_module.S_ISREG(st.st_mode) else None

@@ -31,10 +31,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from altar.backends.local.mapping import contained_host_path
-from altar.execution import Transfer, TransferIntegrityError, UnsupportedCapabilityError
+from altar.execution import Transfer, TransferIntegrityError
 from altar.execution.digest import (
     CopyResult,
     copy_and_verify,
@@ -45,6 +44,7 @@ from altar.execution.digest import (
 )
 from altar.execution.errors import DigestMismatchError
 from altar.execution.transfer_progress import report
+from altar.execution.uris import local_file
 
 __all__ = ["INDEX_DIR", "StageAction", "Stager", "local_path"]
 
@@ -72,23 +72,8 @@ class StageAction(enum.StrEnum):
 
 
 def local_path(uri: str) -> str:
-    """The host path a transfer ``uri`` names (a bare path or ``file://``)."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise UnsupportedCapabilityError(
-                f"input {uri!r} names host {parsed.netloc!r}; the local backend reads only "
-                "files on this machine",
-                capability="transfer_uri",
-            )
-        return unquote(parsed.path)
-    if parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, not a scheme
-        raise UnsupportedCapabilityError(
-            f"input {uri!r} uses the {parsed.scheme!r} scheme; the local backend stages only "
-            "local paths and file:// URIs (download it first)",
-            capability="transfer_uri",
-        )
-    return os.path.abspath(uri)
+    """The absolute host path a transfer ``uri`` names (a bare path or ``file://``)."""
+    return os.path.abspath(local_file(uri, backend="local"))
 
 
 def _stat_key(st: os.stat_result) -> list[int]:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from altar.execution import UnsupportedCapabilityError
+from altar.execution.uris import local_file
 
 __all__ = [
     "STAGING_RECORD_FORMAT",
@@ -54,19 +53,4 @@ def local_path(uri: str) -> Path:
     Other schemes (``gs://``, ``s3://``, ``http://``) are refused: this backend moves bytes
     between this machine and the volume only.
     """
-    parts = urlsplit(uri)
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise UnsupportedCapabilityError(
-                f"transfer uri {uri!r} names a file on host {parts.netloc!r}; the Modal backend "
-                "reads and writes only files on this machine",
-                capability="transfer_uri",
-            )
-        return Path(unquote(parts.path))
-    if parts.scheme and len(parts.scheme) > 1:  # one letter: a Windows drive, not a scheme
-        raise UnsupportedCapabilityError(
-            f"transfer uri {uri!r} uses scheme {parts.scheme!r}; the Modal backend stages only "
-            "local paths and file:// URIs, so download it to this machine first",
-            capability="transfer_uri",
-        )
-    return Path(os.path.expanduser(uri))
+    return Path(os.path.expanduser(local_file(uri, backend="Modal")))
