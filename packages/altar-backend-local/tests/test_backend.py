@@ -587,3 +587,26 @@ async def test_the_runner_refills_a_slot_while_the_other_submit_is_starting(
     result = await run
     assert result.ok
     assert engine.requests["create"] == 3
+
+
+def test_an_explicit_tcp_engine_keeps_the_environments_tls_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Like ``docker -H tcp://...``: the URL is ours, TLS still comes from DOCKER_TLS_VERIFY."""
+    from altar.backends.local.docker_runtime import _client_kwargs
+
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_text("not read until a connection is made\n")
+    monkeypatch.setenv("DOCKER_HOST", "tcp://from-the-environment:2376")
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    monkeypatch.setenv("DOCKER_CERT_PATH", str(tmp_path))
+    explicit = _client_kwargs("tcp://engine.example:2376")
+    assert explicit["base_url"] == "tcp://engine.example:2376"
+    assert explicit["tls"].verify is True
+    assert explicit["tls"].ca_cert == str(tmp_path / "ca.pem")
+    assert explicit["tls"].cert == (str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    assert _client_kwargs(None)["base_url"] == "tcp://from-the-environment:2376"
+    assert "tls" not in _client_kwargs("unix:///run/docker.sock")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY")
+    monkeypatch.delenv("DOCKER_CERT_PATH")
+    assert _client_kwargs("tcp://engine.example:2375") == {"base_url": "tcp://engine.example:2375"}

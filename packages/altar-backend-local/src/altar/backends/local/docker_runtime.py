@@ -50,6 +50,20 @@ def _list_ids(api: docker.APIClient, *, ids: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def _client_kwargs(base_url: str | None) -> dict[str, Any]:
+    """The SDK client's arguments, as the docker CLI reads the environment.
+
+    An explicit engine URL replaces ``DOCKER_HOST`` only: like ``docker -H tcp://...``, it still
+    uses ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH`` for a TCP engine.
+    """
+    kwargs: dict[str, Any] = dict(kwargs_from_env())
+    if base_url:
+        kwargs["base_url"] = base_url
+        if not base_url.startswith("tcp://"):
+            kwargs.pop("tls", None)  # a unix socket or ssh:// engine takes no TLS settings
+    return kwargs
+
+
 def _parse_time(value: str | None) -> float | None:
     if not value or value.startswith(_ZERO_TIME_PREFIX):
         return None
@@ -115,9 +129,7 @@ class DockerSdkRuntime:
     def _api(self) -> docker.APIClient:
         with self._lock:
             if self._client is None:
-                kwargs: dict[str, Any] = (
-                    {"base_url": self._base_url} if self._base_url else dict(kwargs_from_env())
-                )
+                kwargs = _client_kwargs(self._base_url)
                 self._preflight(str(kwargs.get("base_url") or "unix:///var/run/docker.sock"))
                 try:
                     self._client = docker.APIClient(
