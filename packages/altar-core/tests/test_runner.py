@@ -912,3 +912,38 @@ async def test_a_driven_run_reports_a_cancel_that_failed(tmp_path, provider, fak
     (failed,) = [e for e in seen if e.kind == "cancel_failed"]
     assert "BackendUnavailableError: fake provider refused the connection" in failed.message
     assert not Journal.load(tmp_path / "r").finished
+
+
+@pytest.mark.asyncio
+async def test_a_run_stopped_while_it_reads_a_failure_detail_resumes_that_task(
+    tmp_path, provider, fake_backend_class
+):
+    # The poll saw the task finish, then the run stopped while asking for its log tail. The
+    # journal must not say "attempt failed, task still running": a resumed run would then skip
+    # every later poll of it (same state as the attempt) and never finish.
+    provider.script = {"a": ["exit_3"]}
+    provider.duration = 1
+    asking = asyncio.Event()
+
+    class SlowDetail(fake_backend_class):
+        async def failure_detail(self, handle):
+            asking.set()
+            await asyncio.Event().wait()
+
+    run = asyncio.ensure_future(
+        run_plan(simple_plan("a"), SlowDetail(provider=provider), run_dir=tmp_path / "r", **FAST)
+    )
+    await asyncio.wait_for(asking.wait(), 5)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    record = Journal.load(tmp_path / "r").tasks["a"]
+    assert record.state == record.last.state
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"), fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+        ),
+        5,
+    )
+    assert [(t.status, t.reason) for t in result.tasks] == [("failed", "exit_3")]
+    assert provider.submits == {"a": 1}

@@ -558,25 +558,29 @@ class _Run:
         for record, status in zip(open_records, statuses, strict=True):
             attempt = record.attempts[-1]
             new = status.state.value
-            if new == attempt.state:
+            # against the task's state, not the attempt's: a journal written by an older
+            # runner stopped mid-poll may hold a finished attempt of a task still open
+            if new == record.state:
                 continue
             progress = True
             self.changed(record)
             if status.state is TaskState.RUNNING:
                 attempt.started_at = attempt.started_at or now
             if status.state.is_terminal:
-                attempt.finished_at = now
+                # the attempt is marked finished with its task, after the failure detail is
+                # read: a run stopped while reading it polls the task again on resume
                 finished.append((record, status))
+                continue
             attempt.state = new
-            if not status.state.is_terminal:
-                self.set_state(record, new)
-            if not status.state.is_terminal:
-                self.emit("state", f"{record.id} {new}", record)
+            self.set_state(record, new)
+            self.emit("state", f"{record.id} {new}", record)
         details = await asyncio.gather(
             *(self._detail(record, status) for record, status in finished)
         )
         for (record, status), detail in zip(finished, details, strict=True):
             attempt = record.attempts[-1]
+            attempt.state = status.state.value
+            attempt.finished_at = now
             if status.state is TaskState.SUCCEEDED:
                 self.set_state(record, SUCCEEDED)
                 attempt.failure = None
