@@ -915,6 +915,62 @@ async def test_a_driven_run_reports_a_cancel_that_failed(tmp_path, provider, fak
 
 
 @pytest.mark.asyncio
+async def test_changes_appended_after_a_torn_line_survive_the_next_crash(
+    tmp_path, provider, fake_backend_class
+):
+    # A crash tore the log's last line; the resumed run appends to that log. Its own lines
+    # must replay after a second crash, not be glued to the torn bytes and dropped with them.
+    provider.duration = 1
+    plan = Plan("fake", {}, [PlanTask(k, spec(k)) for k in ("a", "b")], max_parallel=1)
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "a",
+        poll_interval_s=60.0,
+    )
+    assert Journal.load(tmp_path / "r").tasks["b"].state == "queued"
+    with (tmp_path / "r" / LOG_NAME).open("ab") as log:
+        log.write(b'{"seq": 999, "task": "a", "record": {"kind"')  # a crash mid-append
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+    )
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["a"].state == "succeeded"
+    assert journal.tasks["b"].state == "pending"
+    assert journal.tasks["b"].last.handle is not None
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1}
+
+
+def test_a_log_line_that_lost_only_its_newline_is_kept_and_mended(tmp_path):
+    from altar.execution.journal import TaskRecord
+
+    journal = Journal(
+        tmp_path, "fake", {}, "plan", {k: TaskRecord(k, "fold", DIGEST) for k in ("a", "b")}
+    )
+    journal.save()
+    journal.tasks["a"].state = "running"
+    journal.mark(journal.tasks["a"])
+    journal.flush()
+    log = tmp_path / LOG_NAME
+    log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a crash just before the newline
+    resumed = Journal.load(tmp_path)
+    assert resumed.tasks["a"].state == "running"
+    resumed.tasks["b"].state = "running"
+    resumed.mark(resumed.tasks["b"])
+    resumed.flush()
+    again = Journal.load(tmp_path)
+    assert (again.tasks["a"].state, again.tasks["b"].state) == ("running", "running")
+
+
+@pytest.mark.asyncio
 async def test_a_run_stopped_while_it_reads_a_failure_detail_resumes_that_task(
     tmp_path, provider, fake_backend_class
 ):

@@ -255,6 +255,8 @@ class Journal:
     seq: int = 0
     log_lines: int = 0
     _changed: dict[str, None] = field(default_factory=dict, repr=False)
+    # (length to cut the log back to, newline needed) when replay found a torn last line
+    _log_repair: tuple[int, bool] | None = field(default=None, repr=False)
 
     @property
     def path(self) -> Path:
@@ -278,10 +280,17 @@ class Journal:
             seq += 1
             entry = {"seq": seq, "task": task_id, "record": self.tasks[task_id].to_dict()}
             lines.append(json.dumps(entry, separators=(",", ":"), default=str))
+        data = ("\n".join(lines) + "\n").encode()
         try:
-            append_durably(self.log_path, ("\n".join(lines) + "\n").encode())
+            if self._log_repair is not None:
+                # cut off the torn line a crash left, so ours do not get glued onto it
+                length, newline = self._log_repair
+                os.truncate(self.log_path, length)
+                data = b"\n" + data if newline else data
+            append_durably(self.log_path, data)
         except OSError as error:
             raise self._write_error(error) from error
+        self._log_repair = None
         self.seq = seq
         self.log_lines += len(lines)
         self._changed.clear()
@@ -318,6 +327,7 @@ class Journal:
         # the log's lines are all in the snapshot now (their seq is not above its seq)
         with contextlib.suppress(OSError):
             os.truncate(self.log_path, 0)
+            self._log_repair = None
         self.log_lines = 0
         self._changed.clear()
 
@@ -376,7 +386,10 @@ class Journal:
             return
         except OSError as error:
             raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
+        offset = good_end = 0
         for line in raw.split(b"\n"):
+            end = min(offset + len(line) + 1, len(raw))  # past this line's newline, if any
+            offset += len(line) + 1
             if not line.strip():
                 continue
             try:
@@ -385,6 +398,7 @@ class Journal:
                 record = TaskRecord.from_dict(task_id, entry["record"])
             except (ValueError, KeyError, TypeError):
                 break  # a line torn by a crash: only ever the last one
+            good_end = end
             if seq <= self.seq:
                 continue  # already in the snapshot
             if task_id not in self.tasks:
@@ -392,6 +406,9 @@ class Journal:
             self.tasks[task_id] = record
             self.seq = seq
             self.log_lines += 1
+        if raw and (good_end < len(raw) or not raw.endswith(b"\n")):
+            # a torn last line, or a whole one missing its newline: mend before appending
+            self._log_repair = (good_end, good_end > 0 and raw[good_end - 1 : good_end] != b"\n")
 
 
 @contextlib.contextmanager
