@@ -132,6 +132,14 @@ TASK = 'kind = "fold"\nimage = "busybox"\ncommand = ["true"]\n'
         ("id = 'fold-0'", "tasks[2].id: 'fold-0' is already the id of tasks[0]"),
         ("after = ['nope']", "tasks[2].after[0]: no task has id 'nope'"),
         ("command = 'echo hi'", "tasks[2].command: command must be a list of str"),
+        (
+            "resources = { memory_gb = inf }",
+            "tasks[2].resources.memory_gb: resources.memory_gb must be a positive number",
+        ),
+        (
+            "plugin_identity = { built = 1979-05-27T07:32:00Z }",
+            "tasks[2].plugin_identity: must be JSON data",
+        ),
     ],
 )
 def test_bad_task_fields_name_file_and_field(tmp_path, extra, expected):

@@ -302,6 +302,13 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     if "resources" in raw:
         values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
     if "plugin_identity" in raw:
+        try:  # it is journaled and hashed as JSON; a TOML date, for one, is not JSON
+            json.dumps(raw["plugin_identity"], allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise fail(
+                f"{where}.plugin_identity",
+                f"must be JSON data (tables, lists, strings, numbers, booleans): {_message(error)}",
+            ) from None
         values["plugin_identity"] = raw["plugin_identity"]
     spec = _construct(where, fail, ContainerTaskSpec, **values)
     task_id = raw.get("id", default_task_id(spec.kind, index))
