@@ -434,3 +434,17 @@ def test_ctrl_c_stops_altar_run_with_a_resume_hint(tmp_path):
     record = Journal.load(tmp_path / "r").tasks["k-0"]
     assert record.state in ("pending", "running")
     assert record.attempts[0].handle.external_id == "k"
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux /proc")
+def test_verify_reports_an_unreadable_file_as_failed_without_a_traceback(tmp_path, capsys):
+    # /proc/self/mem is a regular file whose first read fails with EIO
+    good = tmp_path / "good.bin"
+    good.write_bytes(b"weights")
+    digest = sha256_file(good)
+    code, out, err = run_cli(["verify", "/proc/self/mem", good, "--digest", digest], capsys)
+    assert code == 1
+    assert out.splitlines()[0].startswith("/proc/self/mem: FAILED (")
+    assert "Input/output error" in out.splitlines()[0]
+    assert out.splitlines()[1] == f"{good}: OK"
+    assert "Traceback" not in err

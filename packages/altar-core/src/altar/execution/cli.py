@@ -336,6 +336,10 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"{path}: FAILED ({error})\n")
             status = EXIT_FAILED
             continue
+        except OSError as error:  # e.g. an I/O error while reading it
+            out.write(f"{path}: FAILED (cannot read it: {error.strerror or error})\n")
+            status = EXIT_FAILED
+            continue
         out.write(f"{path}: OK\n" if hashed else f"{path}: OK (verification record)\n")
     return status
 
