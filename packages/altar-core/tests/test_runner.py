@@ -1003,3 +1003,31 @@ async def test_a_run_stopped_while_it_reads_a_failure_detail_resumes_that_task(
     )
     assert [(t.status, t.reason) for t in result.tasks] == [("failed", "exit_3")]
     assert provider.submits == {"a": 1}
+
+
+@pytest.mark.asyncio
+async def test_submits_to_an_unreachable_provider_back_off(tmp_path, provider, fake_backend_class):
+    # "the run backs off (up to 5 s between tries)": a submit that finds the provider down
+    # must not be retried every poll_interval_s for as long as the provider stays down
+    provider.script = {"a": ["unavailable"] * 12 + ["ok"]}
+    tries: list[float] = []
+
+    class Timed(fake_backend_class):
+        async def submit(self, spec):
+            tries.append(asyncio.get_running_loop().time())
+            return await super().submit(spec)
+
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"),
+            Timed(provider=provider),
+            run_dir=tmp_path / "r",
+            poll_interval_s=0.005,
+            max_poll_interval_s=0.04,
+        ),
+        10,
+    )
+    assert result.ok
+    gaps = [later - earlier for earlier, later in itertools.pairwise(tries)]
+    assert len(gaps) == 12
+    assert min(gaps[6:]) >= 0.03, gaps  # backed off to max_poll_interval_s

@@ -244,6 +244,7 @@ class _Run:
         self._commit: asyncio.Future[None] | None = None
         self._submits: set[asyncio.Task[bool]] = set()  # submits in flight, and landed unreaped
         self._landed = False  # a submit landed with news since the tick began
+        self._refused = False  # a submit found the provider unavailable since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
         self.interval = poll_interval_s  # the backoff: from the last poll to the next
         self.last_poll = -float("inf")  # loop time
@@ -496,6 +497,7 @@ class _Run:
             self.set_state(record, QUEUED)
             self.changed(record)
             self.flush()
+            self._refused = True
             self.emit("backend_unavailable", f"{record.id}: submit: {_one_line(error)}", record)
             return False
         except ValueError as error:
@@ -706,6 +708,7 @@ class _Run:
                     cancel_file.unlink(missing_ok=True)
                     break
                 self._landed = False
+                refused, self._refused = self._refused, False
                 self.reap()
                 self.skip_blocked()
                 collected = await self.collect()
@@ -722,7 +725,9 @@ class _Run:
                 self.reap()
                 if not self._submits and all(_settled(r) for r in self.records.values()):
                     break
-                if changed or collected or batch:
+                # a launch resets the backoff, unless it only retries submits that found the
+                # provider down: those are waited out like a poll that finds it down
+                if changed or collected or (batch and not refused):
                     self.interval = self.poll_interval_s
                     if (finished or collected) and self.has_room():
                         continue  # a slot was freed or a task became ready: fill it now
