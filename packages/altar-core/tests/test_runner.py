@@ -1031,3 +1031,47 @@ async def test_submits_to_an_unreachable_provider_back_off(tmp_path, provider, f
     gaps = [later - earlier for earlier, later in itertools.pairwise(tries)]
     assert len(gaps) == 12
     assert min(gaps[6:]) >= 0.03, gaps  # backed off to max_poll_interval_s
+
+
+@pytest.mark.asyncio
+async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
+    tmp_path, provider, fake_backend_class
+):
+    # a's outputs cannot be collected for a while (provider down), b holds the only slot and c
+    # waits for it: the run must wait between tries, not spin on collect_outputs and capacity
+    from altar.execution import BackendUnavailableError
+
+    provider.slots = 1
+    provider.duration = 2
+    calls = []
+
+    class DownForAWhile(fake_backend_class):
+        async def collect_outputs(self, transfers):
+            calls.append(asyncio.get_running_loop().time())
+            if calls[-1] - calls[0] < 0.3:
+                raise BackendUnavailableError("fake provider is down")
+            await super().collect_outputs(transfers)
+
+    plan = Plan(
+        "fake",
+        {},
+        [
+            PlanTask(k, spec(k, outputs=[Transfer(str(tmp_path / k), f"out/{k}")]))
+            for k in ("a", "b", "c")
+        ],
+    )
+    result = await asyncio.wait_for(
+        run_plan(
+            plan,
+            DownForAWhile(provider=provider),
+            run_dir=tmp_path / "r",
+            poll_interval_s=0.01,
+            max_poll_interval_s=0.04,
+        ),
+        10,
+    )
+    assert result.ok
+    gaps = [round(b - a, 4) for a, b in itertools.pairwise(calls)]
+    waits = sum(gap >= 0.005 for gap in gaps)  # the run paused between these calls
+    # at most two collects per tick of three tasks; a busy loop makes hundreds without a pause
+    assert len(calls) <= 6 * (waits + 1), f"{len(calls)} collect calls, {waits} pauses: {gaps}"

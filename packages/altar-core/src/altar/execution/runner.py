@@ -604,23 +604,27 @@ class _Run:
             return None
 
     async def collect(self) -> bool:
+        """Collect the outputs of tasks that succeeded; True if any task was settled by it.
+
+        A collect the provider did not answer is no news (it is tried again, backing off).
+        """
         pending = [
             r for r in self.records.values() if r.state == SUCCEEDED and not r.outputs_collected
         ]
         if not pending:
             return False
-        await asyncio.gather(*(self._collect_one(record) for record in pending))
+        settled = await asyncio.gather(*(self._collect_one(record) for record in pending))
         self.flush()
-        return True
+        return any(settled)
 
-    async def _collect_one(self, record: TaskRecord) -> None:
+    async def _collect_one(self, record: TaskRecord) -> bool:
         outputs = self.tasks[record.id].spec.outputs
         try:
             if outputs:
                 await self.backend.collect_outputs(list(outputs))
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"{record.id}: collect: {_one_line(error)}", record)
-            return
+            return False
         except Exception as error:
             self.set_state(record, FAILED)
             record.detail = _one_line(error)
@@ -630,12 +634,13 @@ class _Run:
                 )
             self.changed(record)
             self.emit("failed", f"{record.id} failed: its outputs could not be collected", record)
-            return
+            return True
         record.outputs_collected = True
         self.changed(record)
         duration = record.last.duration_s if record.last else None
         took = f" in {duration:.1f}s" if duration is not None else ""
         self.emit("succeeded", f"{record.id} succeeded{took}", record)
+        return True
 
     async def cancel_all(self, reason: str) -> list[str]:
         """Cancel every unfinished task, many at once; return the ids whose cancel failed.
