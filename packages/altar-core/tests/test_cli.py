@@ -448,3 +448,23 @@ def test_verify_reports_an_unreadable_file_as_failed_without_a_traceback(tmp_pat
     assert "Input/output error" in out.splitlines()[0]
     assert out.splitlines()[1] == f"{good}: OK"
     assert "Traceback" not in err
+
+
+def test_a_backend_whose_poll_fails_for_good_is_one_line_not_a_traceback(
+    fake_registry, fake_backend_class, plan_file, tmp_path, capsys, monkeypatch
+):
+    # e.g. the Kubernetes backend's K8sApiError (a RuntimeError) for a 403 Forbidden
+    async def forbidden(self, handles):
+        raise RuntimeError("403 Forbidden: jobs.batch is forbidden for this service account")
+
+    monkeypatch.setattr(fake_backend_class, "poll", forbidden)
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)
+    assert code == 1
+    last = err.splitlines()[-1]
+    assert last.startswith("altar: backend 'fake' poll failed: RuntimeError: 403 Forbidden")
+    assert "resume it with the same run directory" in last
+    assert "Traceback" not in err
+    code, out, err = run_cli(["status", tmp_path / "r"], capsys)
+    assert code == 0
+    assert "the backend's poll failed, showing the journal only: RuntimeError: 403" in err
+    assert out.splitlines()[0].startswith("TASK")

@@ -38,6 +38,7 @@ from altar.execution.progress import (
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.runner import (
+    BackendCallError,
     CancelIncompleteError,
     RunEvent,
     StagingError,
@@ -295,6 +296,10 @@ async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     except BackendUnavailableError as error:
         err.write(f"altar: the backend did not answer, showing the journal only: {error}\n")
         result = await run_status(run_dir)
+    except Exception as error:  # a refused credential, a broken backend: still show the journal
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        err.write(f"altar: the backend's poll failed, showing the journal only: {reason}\n")
+        result = await run_status(run_dir)
     if args.json:
         _print_json(result.to_dict(), out)
     else:
@@ -411,7 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         err.write(f"altar: error: {error}\n")
         return EXIT_USAGE
-    except (StagingError, BackendUnavailableError, CancelIncompleteError) as error:
+    except (
+        StagingError,
+        BackendUnavailableError,
+        BackendCallError,
+        CancelIncompleteError,
+    ) as error:
         err.write(f"altar: {' '.join(str(error).split())}\n")
         return EXIT_FAILED
     except AltarError as error:

@@ -52,6 +52,7 @@ from altar.execution.types import TaskFailure, TaskHandle, TaskState, TaskStatus
 
 __all__ = [
     "CANCEL_REQUEST",
+    "BackendCallError",
     "CancelIncompleteError",
     "RunEvent",
     "RunResult",
@@ -71,6 +72,14 @@ TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED,
 
 class StagingError(AltarError):
     """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+class BackendCallError(AltarError, RuntimeError):
+    """The backend's ``poll`` or ``capacity`` failed with an error that is not transient.
+
+    For example a refused credential, or a backend bug. The run stops; its tasks keep running
+    and the run resumes from its run directory once the cause is fixed.
+    """
 
 
 class CancelIncompleteError(AltarError):
@@ -397,6 +406,8 @@ class _Run:
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"capacity: {_one_line(error)}")
             return []
+        except Exception as error:
+            raise self._call_error("capacity", error) from error
         if not capacity.pools:
             return ready  # autoscaling or no report: submit everything allowed
         free = dict(capacity.pools)
@@ -549,8 +560,10 @@ class _Run:
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"poll: {_one_line(error)}")
             return False, False
+        except Exception as error:
+            raise self._call_error("poll", error) from error
         if len(statuses) != len(handles):
-            raise RuntimeError(
+            raise BackendCallError(
                 f"backend {self.backend.name!r} returned {len(statuses)} statuses for "
                 f"{len(handles)} handles; poll must return one status per handle"
             )
@@ -592,6 +605,12 @@ class _Run:
             self._fail_attempt(record, attempt, failure)
         self.flush()
         return progress, bool(finished)
+
+    def _call_error(self, call: str, error: Exception) -> BackendCallError:
+        return BackendCallError(
+            f"backend {self.backend.name!r} {call} failed: {_one_line(error)}; the run stopped "
+            f"and its tasks keep running: fix the cause, then resume it with the same run directory"
+        )
 
     async def _detail(self, record: TaskRecord, status: TaskStatus) -> str | None:
         if status.state is not TaskState.FAILED:
