@@ -1075,3 +1075,17 @@ async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
     waits = sum(gap >= 0.005 for gap in gaps)  # the run paused between these calls
     # at most two collects per tick of three tasks; a busy loop makes hundreds without a pause
     assert len(calls) <= 6 * (waits + 1), f"{len(calls)} collect calls, {waits} pauses: {gaps}"
+
+
+@pytest.mark.asyncio
+async def test_a_run_dir_that_cannot_be_made_is_a_journal_error(
+    tmp_path, provider, fake_backend_class
+):
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(JournalError, match=r"cannot use .*a file/run as a run directory: Not a"):
+        await run_plan(
+            simple_plan("a"),
+            fake_backend_class(provider=provider),
+            run_dir=tmp_path / "a file" / "run",
+            **FAST,
+        )

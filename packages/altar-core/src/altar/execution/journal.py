@@ -414,9 +414,14 @@ class Journal:
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s lock: one altar process drives a run at a time."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise JournalError(
+            f"cannot use {run_dir} as a run directory: {error.strerror or error}"
+        ) from error
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
