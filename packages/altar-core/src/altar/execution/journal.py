@@ -8,7 +8,8 @@ The journal holds, per task, the hash of its spec, every attempt with its durabl
 - ``journal.log``, the changes since that snapshot, one JSON line per changed task with a
   sequence number, appended and ``fsync``-ed before the runner goes on. A failed append is cut
   back off, so a full disk never leaves a partial line; a line torn by a crash can only be the
-  last one and is ignored. The runner folds the log into a new snapshot every few ticks.
+  last one and is ignored, and the next append cuts it off first. The runner folds the log
+  into a new snapshot every few ticks.
 
 Appending one line per change keeps the cost of a change independent of the plan's size (a
 snapshot per change would make a run of n tasks cost O(n^2)).
