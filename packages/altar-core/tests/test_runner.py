@@ -711,7 +711,7 @@ def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_pa
         journal.save()
     monkeypatch.undo()
     assert (tmp_path / JOURNAL_NAME).read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME, LOG_NAME]  # no temp
     assert Journal.load(tmp_path).tasks["a"].state == "queued"
 
 
@@ -1089,3 +1089,24 @@ async def test_a_run_dir_that_cannot_be_made_is_a_journal_error(
             run_dir=tmp_path / "a file" / "run",
             **FAST,
         )
+
+
+def test_the_log_exists_before_the_first_snapshot_is_made_durable(tmp_path, monkeypatch):
+    # A new file's name is durable only once its directory is fsync'd. The snapshot's rename
+    # fsyncs the directory; the log must already be there by then, or a power cut after the
+    # first fsync'd appends (the first handles) could lose the log's name and every line in it.
+    from altar.execution import journal as journal_module
+    from altar.execution.journal import TaskRecord
+
+    seen = []
+    real_replace = journal_module.os.replace
+
+    def replace(src, dst):
+        seen.append((tmp_path / LOG_NAME).exists())
+        real_replace(src, dst)
+
+    monkeypatch.setattr(journal_module.os, "replace", replace)
+    Journal(tmp_path, "fake", {}, "plan", {"a": TaskRecord("a", "fold", DIGEST)}).save()
+    assert seen == [True]
+    assert (tmp_path / LOG_NAME).read_bytes() == b""
+    assert (tmp_path / LOG_NAME).stat().st_mode & 0o777 == 0o600

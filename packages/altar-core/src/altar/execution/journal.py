@@ -322,6 +322,10 @@ class Journal:
         self.updated_at = time.time()
         try:
             data = json.dumps(self.to_dict(), separators=(",", ":"), default=str).encode()
+            # the log is made before the snapshot, so the directory fsync that makes the
+            # snapshot's name durable makes the log's durable too: a fsync'd append to a log
+            # whose directory entry a power cut then loses would lose the handles in it
+            os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o600))
             atomic_write(self.path, data)
         except OSError as error:
             raise self._write_error(error) from error
