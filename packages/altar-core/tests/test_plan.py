@@ -258,3 +258,16 @@ def test_hostile_strings_pass_through_unchanged(tmp_path):
     assert spec.env == {"V": hostile}
     assert spec.inputs[0].uri == str(folder / "dir with spaces/in put.txt")
     assert not os.path.exists("/tmp/pwned")
+
+
+def test_an_input_a_task_updates_in_place_is_still_staged():
+    # a task that reads a file and writes it back (a database it appends to) produces that
+    # path itself: nothing else will put it on the volume, so staging must
+    from altar.execution.plan import Plan, PlanTask
+
+    db = Transfer("/data/index.db", "jobs/J/index.db")
+    update = ContainerTaskSpec(kind="k", image="i", command=[], inputs=[db], outputs=[db])
+    reader = ContainerTaskSpec(kind="r", image="i", command=[], inputs=[db])
+    plan = Plan("fake", {}, [PlanTask("update", update), PlanTask("read", reader)])
+    assert plan.staged_inputs() == [db]
+    assert plan.dependencies == {"update": (), "read": ("update",)}

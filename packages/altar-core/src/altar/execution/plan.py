@@ -111,12 +111,16 @@ class Plan:
         raise KeyError(task_id)
 
     def staged_inputs(self) -> list[Transfer]:
-        """Inputs to stage once, de-duplicated, without those another task produces."""
-        produced = {t.logical_path for task in self.tasks for t in task.spec.outputs}
+        """Inputs to stage once, de-duplicated, without those another task produces.
+
+        An input its own task writes back (updated in place) is staged: nothing else puts it
+        on the volume.
+        """
+        writer = {t.logical_path: task.id for task in self.tasks for t in task.spec.outputs}
         seen: dict[str, Transfer] = {}
         for task in self.tasks:
             for transfer in task.spec.inputs:
-                if transfer.logical_path not in produced:
+                if writer.get(transfer.logical_path, task.id) == task.id:
                     seen.setdefault(transfer.logical_path, transfer)
         return list(seen.values())
 
@@ -347,8 +351,8 @@ def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:
     sources: dict[str, Transfer] = {}
     for index, task in enumerate(tasks):
         for i, transfer in enumerate(task.spec.inputs):
-            if transfer.logical_path in writers:
-                continue
+            if writers.get(transfer.logical_path, (index, ""))[0] != index:
+                continue  # another task produces it
             known = sources.setdefault(transfer.logical_path, transfer)
             if (known.uri, known.digest) != (transfer.uri, transfer.digest):
                 raise PlanError(
