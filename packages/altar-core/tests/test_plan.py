@@ -271,3 +271,15 @@ def test_an_input_a_task_updates_in_place_is_still_staged():
     plan = Plan("fake", {}, [PlanTask("update", update), PlanTask("read", reader)])
     assert plan.staged_inputs() == [db]
     assert plan.dependencies == {"update": (), "read": ("update",)}
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"tasks": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", "x = " + "[" * 100_000 + "]" * 100_000 + "\n"),
+    ],
+)
+def test_a_hostile_nesting_depth_is_a_plan_error(tmp_path, name, text):
+    with pytest.raises(PlanError, match=f"{name}: nested too deeply"):
+        load_plan(write(tmp_path, text, name))

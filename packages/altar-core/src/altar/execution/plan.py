@@ -161,6 +161,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(
             f"{name}: invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
         ) from None
+    except RecursionError:
+        raise PlanError(f"{name}: nested too deeply to be a plan") from None
     return parse_plan(data, source=name, base_dir=path.resolve().parent)
 
 
