@@ -468,3 +468,21 @@ def test_a_backend_whose_poll_fails_for_good_is_one_line_not_a_traceback(
     assert code == 0
     assert "the backend's poll failed, showing the journal only: RuntimeError: 403" in err
     assert out.splitlines()[0].startswith("TASK")
+
+
+def test_status_shows_the_journal_when_the_backend_cannot_be_reached_to_be_built(
+    fake_registry, fake_backend_class, plan_file, tmp_path, capsys, monkeypatch
+):
+    from altar.execution import BackendUnavailableError
+
+    assert run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)[0] == 0
+
+    def unreachable(self, **options):
+        raise BackendUnavailableError("cannot connect to the Docker daemon")
+
+    monkeypatch.setattr(fake_backend_class, "__init__", unreachable)
+    code, out, err = run_cli(["status", tmp_path / "r"], capsys)
+    assert code == 0
+    assert "showing the journal only" in err
+    assert "cannot connect to the Docker daemon" in err
+    assert [line.split()[2] for line in out.splitlines()[1:]] == ["succeeded"] * 4

@@ -288,7 +288,7 @@ async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     backend: ExecutionBackend | None
     try:
         backend = _journal_backend(run_dir)
-    except AltarError as error:
+    except (AltarError, BackendUnavailableError) as error:
         err.write(f"altar: cannot build the backend, showing the journal only: {error}\n")
         backend = None
     try:
