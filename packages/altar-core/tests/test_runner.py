@@ -1110,3 +1110,38 @@ def test_the_log_exists_before_the_first_snapshot_is_made_durable(tmp_path, monk
     assert seen == [True]
     assert (tmp_path / LOG_NAME).read_bytes() == b""
     assert (tmp_path / LOG_NAME).stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_stopped_midway_keeps_what_it_cancelled(
+    tmp_path, provider, fake_backend_class
+):
+    # Ctrl-C on `altar cancel` while one cancel hangs: the tasks already cancelled on the
+    # provider must be journaled as cancelled, not left "running"
+    provider.duration = 10
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+        poll_interval_s=60.0,
+    )
+    a_id = Journal.load(tmp_path / "r").tasks["a"].last.handle.external_id
+    a_done = asyncio.Event()
+
+    class HangsOnB(fake_backend_class):
+        async def cancel(self, handle):
+            if handle.external_id != a_id:
+                await asyncio.Event().wait()
+            await super().cancel(handle)
+            a_done.set()
+
+    task = asyncio.ensure_future(cancel_run(tmp_path / "r", HangsOnB(provider=provider)))
+    await asyncio.wait_for(a_done.wait(), 5)
+    await asyncio.sleep(0.05)  # a's cancel returns and is marked; b's hangs
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
+    assert states == {"a": "cancelled", "b": "pending"}

@@ -915,7 +915,11 @@ async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = Non
             max_poll_interval_s=0.0,
             on_event=None,
         )
-        failed = await plan_free.cancel_all("cancelled by `altar cancel`")
+        try:
+            failed = await plan_free.cancel_all("cancelled by `altar cancel`")
+        finally:  # stopped midway (Ctrl-C): keep the cancels that were made
+            with contextlib.suppress(JournalError):
+                plan_free.flush()
         await plan_free.cleanup()
         journal.finished = not failed
         journal.save()
