@@ -1145,3 +1145,32 @@ async def test_a_cancel_stopped_midway_keeps_what_it_cancelled(
         await task
     states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
     assert states == {"a": "cancelled", "b": "pending"}
+
+
+@pytest.mark.asyncio
+async def test_a_task_cancelled_while_waiting_for_its_retry_reads_cancelled(
+    tmp_path, provider, fake_backend_class
+):
+    # attempt 1 timed out; the run was cancelled before attempt 2 was submitted: the task's
+    # reason is "cancelled", not the earlier attempt's "timeout"
+    from altar.execution import BackendUnavailableError
+
+    provider.script = {"a": ["timeout"]}
+    provider.duration = 1
+
+    class NoRetrySubmit(fake_backend_class):
+        async def submit(self, spec):
+            if provider.submits.get("a"):
+                (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
+                raise BackendUnavailableError("down")  # stays queued until the cancel
+            return await super().submit(spec)
+
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"), NoRetrySubmit(provider=provider), run_dir=tmp_path / "r", **FAST
+        ),
+        5,
+    )
+    [task] = result.tasks
+    assert (task.status, task.reason, task.attempts) == ("cancelled", "cancelled", 1)
+    assert task.detail == "cancelled by `altar cancel`"

@@ -175,7 +175,8 @@ class RunResult:
 def _result(record: TaskRecord) -> TaskResult:
     last = record.last
     failure = last.failure if last else None
-    if record.state == SKIPPED or (record.state == CANCELLED and failure is None):
+    if record.state in (SKIPPED, CANCELLED):
+        # a cancelled task's last failure may be an earlier attempt's, awaiting its retry
         reason, detail, exit_code = record.state, record.detail, None
     elif failure is not None:
         reason, detail, exit_code = (
