@@ -527,3 +527,55 @@ def test_run_shows_staging_progress_and_json_output_is_unchanged(fake_registry, 
     assert list(data) == ["run_dir", "backend", "ok", "elapsed_s", "counts", "tasks"]
     assert " MiB" not in out
     assert " MiB" not in err
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux /proc")
+def test_verify_reports_an_unreadable_file_as_failed_without_a_traceback(tmp_path, capsys):
+    # /proc/self/mem is a regular file whose first read fails with EIO
+    good = tmp_path / "good.bin"
+    good.write_bytes(b"weights")
+    digest = sha256_file(good)
+    code, out, err = run_cli(["verify", "/proc/self/mem", good, "--digest", digest], capsys)
+    assert code == 1
+    assert out.splitlines()[0].startswith("/proc/self/mem: FAILED (")
+    assert "Input/output error" in out.splitlines()[0]
+    assert out.splitlines()[1] == f"{good}: OK"
+    assert "Traceback" not in err
+
+
+def test_a_backend_whose_poll_fails_for_good_is_one_line_not_a_traceback(
+    fake_registry, fake_backend_class, plan_file, tmp_path, capsys, monkeypatch
+):
+    # e.g. the Kubernetes backend's K8sApiError (a RuntimeError) for a 403 Forbidden
+    async def forbidden(self, handles):
+        raise RuntimeError("403 Forbidden: jobs.batch is forbidden for this service account")
+
+    monkeypatch.setattr(fake_backend_class, "poll", forbidden)
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)
+    assert code == 1
+    last = err.splitlines()[-1]
+    assert last.startswith("altar: backend 'fake' poll failed: RuntimeError: 403 Forbidden")
+    assert "resume it with the same run directory" in last
+    assert "Traceback" not in err
+    code, out, err = run_cli(["status", tmp_path / "r"], capsys)
+    assert code == 0
+    assert "the backend's poll failed, showing the journal only: RuntimeError: 403" in err
+    assert out.splitlines()[0].startswith("TASK")
+
+
+def test_status_shows_the_journal_when_the_backend_cannot_be_reached_to_be_built(
+    fake_registry, fake_backend_class, plan_file, tmp_path, capsys, monkeypatch
+):
+    from altar.execution import BackendUnavailableError
+
+    assert run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)[0] == 0
+
+    def unreachable(self, **options):
+        raise BackendUnavailableError("cannot connect to the Docker daemon")
+
+    monkeypatch.setattr(fake_backend_class, "__init__", unreachable)
+    code, out, err = run_cli(["status", tmp_path / "r"], capsys)
+    assert code == 0
+    assert "showing the journal only" in err
+    assert "cannot connect to the Docker daemon" in err
+    assert [line.split()[2] for line in out.splitlines()[1:]] == ["succeeded"] * 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
 import shutil
@@ -561,3 +562,21 @@ def test_verify_files_runs_concurrently(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(digest, "_hash_fd", meeting_hash)
     assert verify_files(files, max_workers=2, record=False) == [True, True]
+
+
+def test_a_file_that_cannot_be_opened_is_named_as_such_not_as_a_directory(tmp_path, monkeypatch):
+    from altar.execution import digest as digest_module
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"weights")
+    real_open = os.open
+
+    def refuse(target, *args, **kwargs):
+        if os.fspath(target) == str(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
+        return real_open(target, *args, **kwargs)
+
+    monkeypatch.setattr(digest_module.os, "open", refuse)
+    with pytest.raises(TransferIntegrityError) as caught:
+        verify_file_digest(path, "sha256:" + "0" * 64)
+    assert str(caught.value) == f"file at {str(path)!r} cannot be read: Permission denied"

@@ -132,6 +132,14 @@ TASK = 'kind = "fold"\nimage = "busybox"\ncommand = ["true"]\n'
         ("id = 'fold-0'", "tasks[2].id: 'fold-0' is already the id of tasks[0]"),
         ("after = ['nope']", "tasks[2].after[0]: no task has id 'nope'"),
         ("command = 'echo hi'", "tasks[2].command: command must be a list of str"),
+        (
+            "resources = { memory_gb = inf }",
+            "tasks[2].resources.memory_gb: resources.memory_gb must be a positive number",
+        ),
+        (
+            "plugin_identity = { built = 1979-05-27T07:32:00Z }",
+            "tasks[2].plugin_identity: must be JSON data",
+        ),
     ],
 )
 def test_bad_task_fields_name_file_and_field(tmp_path, extra, expected):
@@ -250,3 +258,28 @@ def test_hostile_strings_pass_through_unchanged(tmp_path):
     assert spec.env == {"V": hostile}
     assert spec.inputs[0].uri == str(folder / "dir with spaces/in put.txt")
     assert not os.path.exists("/tmp/pwned")
+
+
+def test_an_input_a_task_updates_in_place_is_still_staged():
+    # a task that reads a file and writes it back (a database it appends to) produces that
+    # path itself: nothing else will put it on the volume, so staging must
+    from altar.execution.plan import Plan, PlanTask
+
+    db = Transfer("/data/index.db", "jobs/J/index.db")
+    update = ContainerTaskSpec(kind="k", image="i", command=[], inputs=[db], outputs=[db])
+    reader = ContainerTaskSpec(kind="r", image="i", command=[], inputs=[db])
+    plan = Plan("fake", {}, [PlanTask("update", update), PlanTask("read", reader)])
+    assert plan.staged_inputs() == [db]
+    assert plan.dependencies == {"update": (), "read": ("update",)}
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"tasks": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", "x = " + "[" * 100_000 + "]" * 100_000 + "\n"),
+    ],
+)
+def test_a_hostile_nesting_depth_is_a_plan_error(tmp_path, name, text):
+    with pytest.raises(PlanError, match=f"{name}: nested too deeply"):
+        load_plan(write(tmp_path, text, name))

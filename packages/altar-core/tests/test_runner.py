@@ -714,7 +714,7 @@ def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_pa
         journal.save()
     monkeypatch.undo()
     assert (tmp_path / JOURNAL_NAME).read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME, LOG_NAME]  # no temp
     assert Journal.load(tmp_path).tasks["a"].state == "queued"
 
 
@@ -970,3 +970,265 @@ async def test_a_submit_that_outlasts_the_grace_is_left_in_doubt(
     journal = Journal.load(tmp_path / "r")
     assert journal.tasks["b"].state == "submitting"
     assert journal.tasks["b"].attempts[0].handle is None
+
+
+@pytest.mark.asyncio
+async def test_changes_appended_after_a_torn_line_survive_the_next_crash(
+    tmp_path, provider, fake_backend_class
+):
+    # A crash tore the log's last line; the resumed run appends to that log. Its own lines
+    # must replay after a second crash, not be glued to the torn bytes and dropped with them.
+    provider.duration = 1
+    plan = Plan("fake", {}, [PlanTask(k, spec(k)) for k in ("a", "b")], max_parallel=1)
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "a",
+        poll_interval_s=60.0,
+    )
+    assert Journal.load(tmp_path / "r").tasks["b"].state == "queued"
+    with (tmp_path / "r" / LOG_NAME).open("ab") as log:
+        log.write(b'{"seq": 999, "task": "a", "record": {"kind"')  # a crash mid-append
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+    )
+    journal = Journal.load(tmp_path / "r")
+    assert journal.tasks["a"].state == "succeeded"
+    assert journal.tasks["b"].state == "pending"
+    assert journal.tasks["b"].last.handle is not None
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1, "b": 1}
+
+
+def test_a_log_line_that_lost_only_its_newline_is_kept_and_mended(tmp_path):
+    from altar.execution.journal import TaskRecord
+
+    journal = Journal(
+        tmp_path, "fake", {}, "plan", {k: TaskRecord(k, "fold", DIGEST) for k in ("a", "b")}
+    )
+    journal.save()
+    journal.tasks["a"].state = "running"
+    journal.mark(journal.tasks["a"])
+    journal.flush()
+    log = tmp_path / LOG_NAME
+    log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a crash just before the newline
+    resumed = Journal.load(tmp_path)
+    assert resumed.tasks["a"].state == "running"
+    resumed.tasks["b"].state = "running"
+    resumed.mark(resumed.tasks["b"])
+    resumed.flush()
+    again = Journal.load(tmp_path)
+    assert (again.tasks["a"].state, again.tasks["b"].state) == ("running", "running")
+
+
+@pytest.mark.asyncio
+async def test_a_run_stopped_while_it_reads_a_failure_detail_resumes_that_task(
+    tmp_path, provider, fake_backend_class
+):
+    # The poll saw the task finish, then the run stopped while asking for its log tail. The
+    # journal must not say "attempt failed, task still running": a resumed run would then skip
+    # every later poll of it (same state as the attempt) and never finish.
+    provider.script = {"a": ["exit_3"]}
+    provider.duration = 1
+    asking = asyncio.Event()
+
+    class SlowDetail(fake_backend_class):
+        async def failure_detail(self, handle):
+            asking.set()
+            await asyncio.Event().wait()
+
+    run = asyncio.ensure_future(
+        run_plan(simple_plan("a"), SlowDetail(provider=provider), run_dir=tmp_path / "r", **FAST)
+    )
+    await asyncio.wait_for(asking.wait(), 5)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    record = Journal.load(tmp_path / "r").tasks["a"]
+    assert record.state == record.last.state
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"), fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+        ),
+        5,
+    )
+    assert [(t.status, t.reason) for t in result.tasks] == [("failed", "exit_3")]
+    assert provider.submits == {"a": 1}
+
+
+@pytest.mark.asyncio
+async def test_submits_to_an_unreachable_provider_back_off(tmp_path, provider, fake_backend_class):
+    # "the run backs off (up to 5 s between tries)": a submit that finds the provider down
+    # must not be retried every poll_interval_s for as long as the provider stays down
+    provider.script = {"a": ["unavailable"] * 12 + ["ok"]}
+    tries: list[float] = []
+
+    class Timed(fake_backend_class):
+        async def submit(self, spec):
+            tries.append(asyncio.get_running_loop().time())
+            return await super().submit(spec)
+
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"),
+            Timed(provider=provider),
+            run_dir=tmp_path / "r",
+            poll_interval_s=0.005,
+            max_poll_interval_s=0.04,
+        ),
+        10,
+    )
+    assert result.ok
+    gaps = [later - earlier for earlier, later in itertools.pairwise(tries)]
+    assert len(gaps) == 12
+    assert min(gaps[6:]) >= 0.03, gaps  # backed off to max_poll_interval_s
+
+
+@pytest.mark.asyncio
+async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
+    tmp_path, provider, fake_backend_class
+):
+    # a's outputs cannot be collected for a while (provider down), b holds the only slot and c
+    # waits for it: the run must wait between tries, not spin on collect_outputs and capacity
+    from altar.execution import BackendUnavailableError
+
+    provider.slots = 1
+    provider.duration = 2
+    calls = []
+
+    class DownForAWhile(fake_backend_class):
+        async def collect_outputs(self, transfers):
+            calls.append(asyncio.get_running_loop().time())
+            if calls[-1] - calls[0] < 0.3:
+                raise BackendUnavailableError("fake provider is down")
+            await super().collect_outputs(transfers)
+
+    plan = Plan(
+        "fake",
+        {},
+        [
+            PlanTask(k, spec(k, outputs=[Transfer(str(tmp_path / k), f"out/{k}")]))
+            for k in ("a", "b", "c")
+        ],
+    )
+    result = await asyncio.wait_for(
+        run_plan(
+            plan,
+            DownForAWhile(provider=provider),
+            run_dir=tmp_path / "r",
+            poll_interval_s=0.01,
+            max_poll_interval_s=0.04,
+        ),
+        10,
+    )
+    assert result.ok
+    gaps = [round(b - a, 4) for a, b in itertools.pairwise(calls)]
+    waits = sum(gap >= 0.005 for gap in gaps)  # the run paused between these calls
+    # at most two collects per tick of three tasks; a busy loop makes hundreds without a pause
+    assert len(calls) <= 6 * (waits + 1), f"{len(calls)} collect calls, {waits} pauses: {gaps}"
+
+
+@pytest.mark.asyncio
+async def test_a_run_dir_that_cannot_be_made_is_a_journal_error(
+    tmp_path, provider, fake_backend_class
+):
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(JournalError, match=r"cannot use .*a file/run as a run directory: Not a"):
+        await run_plan(
+            simple_plan("a"),
+            fake_backend_class(provider=provider),
+            run_dir=tmp_path / "a file" / "run",
+            **FAST,
+        )
+
+
+def test_the_log_exists_before_the_first_snapshot_is_made_durable(tmp_path, monkeypatch):
+    # A new file's name is durable only once its directory is fsync'd. The snapshot's rename
+    # fsyncs the directory; the log must already be there by then, or a power cut after the
+    # first fsync'd appends (the first handles) could lose the log's name and every line in it.
+    from altar.execution import journal as journal_module
+    from altar.execution.journal import TaskRecord
+
+    seen = []
+    real_replace = journal_module.os.replace
+
+    def replace(src, dst):
+        seen.append((tmp_path / LOG_NAME).exists())
+        real_replace(src, dst)
+
+    monkeypatch.setattr(journal_module.os, "replace", replace)
+    Journal(tmp_path, "fake", {}, "plan", {"a": TaskRecord("a", "fold", DIGEST)}).save()
+    assert seen == [True]
+    assert (tmp_path / LOG_NAME).read_bytes() == b""
+    assert (tmp_path / LOG_NAME).stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_stopped_midway_keeps_what_it_cancelled(
+    tmp_path, provider, fake_backend_class
+):
+    # Ctrl-C on `altar cancel` while one cancel hangs: the tasks already cancelled on the
+    # provider must be journaled as cancelled, not left "running"
+    provider.duration = 10
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted" and e.task_id == "b",
+        poll_interval_s=60.0,
+    )
+    a_id = Journal.load(tmp_path / "r").tasks["a"].last.handle.external_id
+    a_done = asyncio.Event()
+
+    class HangsOnB(fake_backend_class):
+        async def cancel(self, handle):
+            if handle.external_id != a_id:
+                await asyncio.Event().wait()
+            await super().cancel(handle)
+            a_done.set()
+
+    task = asyncio.ensure_future(cancel_run(tmp_path / "r", HangsOnB(provider=provider)))
+    await asyncio.wait_for(a_done.wait(), 5)
+    await asyncio.sleep(0.05)  # a's cancel returns and is marked; b's hangs
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
+    assert states == {"a": "cancelled", "b": "pending"}
+
+
+@pytest.mark.asyncio
+async def test_a_task_cancelled_while_waiting_for_its_retry_reads_cancelled(
+    tmp_path, provider, fake_backend_class
+):
+    # attempt 1 timed out; the run was cancelled before attempt 2 was submitted: the task's
+    # reason is "cancelled", not the earlier attempt's "timeout"
+    from altar.execution import BackendUnavailableError
+
+    provider.script = {"a": ["timeout"]}
+    provider.duration = 1
+
+    class NoRetrySubmit(fake_backend_class):
+        async def submit(self, spec):
+            if provider.submits.get("a"):
+                (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
+                raise BackendUnavailableError("down")  # stays queued until the cancel
+            return await super().submit(spec)
+
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"), NoRetrySubmit(provider=provider), run_dir=tmp_path / "r", **FAST
+        ),
+        5,
+    )
+    [task] = result.tasks
+    assert (task.status, task.reason, task.attempts) == ("cancelled", "cancelled", 1)
+    assert task.detail == "cancelled by `altar cancel`"

@@ -48,7 +48,17 @@ def test_resource_count_must_be_an_integer(count):
         ResourceRequest(count=count)
 
 
-@pytest.mark.parametrize(("field", "value"), [("memory_gb", 0), ("memory_gb", -1.5), ("cpu", 0)])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("memory_gb", 0),
+        ("memory_gb", -1.5),
+        ("cpu", 0),
+        ("memory_gb", float("inf")),  # TOML `inf`, JSON `Infinity`: no provider can grant it
+        ("cpu", float("inf")),
+        ("cpu", float("nan")),
+    ],
+)
 def test_memory_and_cpu_positive(field, value):
     with pytest.raises(ValueError, match=rf"resources.{field} must be a positive number"):
         ResourceRequest(**{field: value})

@@ -38,6 +38,7 @@ from altar.execution.progress import (
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.runner import (
+    BackendCallError,
     CancelIncompleteError,
     RunEvent,
     StagingError,
@@ -288,13 +289,17 @@ async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     backend: ExecutionBackend | None
     try:
         backend = _journal_backend(run_dir)
-    except AltarError as error:
+    except (AltarError, BackendUnavailableError) as error:
         err.write(f"altar: cannot build the backend, showing the journal only: {error}\n")
         backend = None
     try:
         result = await run_status(run_dir, backend)
     except BackendUnavailableError as error:
         err.write(f"altar: the backend did not answer, showing the journal only: {error}\n")
+        result = await run_status(run_dir)
+    except Exception as error:  # a refused credential, a broken backend: still show the journal
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        err.write(f"altar: the backend's poll failed, showing the journal only: {reason}\n")
         result = await run_status(run_dir)
     if args.json:
         _print_json(result.to_dict(), out)
@@ -351,6 +356,10 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
             hashed = verify_file_digest(path, digest, trust_record=not args.no_trust_records)
         except DigestMismatchError as error:
             out.write(f"{path}: FAILED ({error})\n")
+            status = EXIT_FAILED
+            continue
+        except OSError as error:  # e.g. an I/O error while reading it
+            out.write(f"{path}: FAILED (cannot read it: {error.strerror or error})\n")
             status = EXIT_FAILED
             continue
         out.write(f"{path}: OK\n" if hashed else f"{path}: OK (verification record)\n")
@@ -424,7 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         err.write(f"altar: error: {error}\n")
         return EXIT_USAGE
-    except (StagingError, BackendUnavailableError, CancelIncompleteError) as error:
+    except (
+        StagingError,
+        BackendUnavailableError,
+        BackendCallError,
+        CancelIncompleteError,
+    ) as error:
         err.write(f"altar: {' '.join(str(error).split())}\n")
         return EXIT_FAILED
     except AltarError as error:

@@ -318,7 +318,7 @@ def verify_file(
     """Check ``path`` against ``expected``; return True if it was hashed, False if a record vouched.
 
     Raises ValueError for a malformed digest and DigestMismatchError for a mismatch, a missing
-    file or a directory.
+    file, a directory or a file that cannot be opened (the message says which).
     """
     parse_sha256_digest(expected)
     if trust_record and has_verification_record(path, expected):
@@ -326,7 +326,13 @@ def verify_file(
     try:
         fd, _ = _open_regular(path)
     except _NotARegularFile as error:
-        raise DigestMismatchError(_not_a_file_message(label, path)) from error.__cause__
+        cause = error.__cause__
+        if isinstance(cause, OSError) and cause.errno not in (errno.ENOENT, errno.ENOTDIR):
+            # there is something there, but we may not read it (permissions, I/O error)
+            raise DigestMismatchError(
+                f"{label} at {os.fspath(path)!r} cannot be read: {cause.strerror or cause}"
+            ) from cause
+        raise DigestMismatchError(_not_a_file_message(label, path)) from cause
     try:
         # The clock is read before the stat the record will describe, so any change after
         # that stat lands in a later ctime second and alters the line.

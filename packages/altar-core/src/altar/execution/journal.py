@@ -8,7 +8,8 @@ The journal holds, per task, the hash of its spec, every attempt with its durabl
 - ``journal.log``, the changes since that snapshot, one JSON line per changed task with a
   sequence number, appended and ``fsync``-ed before the runner goes on. A failed append is cut
   back off, so a full disk never leaves a partial line; a line torn by a crash can only be the
-  last one and is ignored. The runner folds the log into a new snapshot every few ticks.
+  last one and is ignored, and the next append cuts it off first. The runner folds the log
+  into a new snapshot every few ticks.
 
 Appending one line per change keeps the cost of a change independent of the plan's size (a
 snapshot per change would make a run of n tasks cost O(n^2)).
@@ -256,6 +257,8 @@ class Journal:
     seq: int = 0
     log_lines: int = 0
     _changed: dict[str, None] = field(default_factory=dict, repr=False)
+    # (length to cut the log back to, newline needed) when replay found a torn last line
+    _log_repair: tuple[int, bool] | None = field(default=None, repr=False)
 
     @property
     def path(self) -> Path:
@@ -279,10 +282,17 @@ class Journal:
             seq += 1
             entry = {"seq": seq, "task": task_id, "record": self.tasks[task_id].to_dict()}
             lines.append(json.dumps(entry, separators=(",", ":"), default=str))
+        data = ("\n".join(lines) + "\n").encode()
         try:
-            append_durably(self.log_path, ("\n".join(lines) + "\n").encode())
+            if self._log_repair is not None:
+                # cut off the torn line a crash left, so ours do not get glued onto it
+                length, newline = self._log_repair
+                os.truncate(self.log_path, length)
+                data = b"\n" + data if newline else data
+            append_durably(self.log_path, data)
         except OSError as error:
             raise self._write_error(error) from error
+        self._log_repair = None
         self.seq = seq
         self.log_lines += len(lines)
         self._changed.clear()
@@ -313,12 +323,17 @@ class Journal:
         self.updated_at = time.time()
         try:
             data = json.dumps(self.to_dict(), separators=(",", ":"), default=str).encode()
+            # the log is made before the snapshot, so the directory fsync that makes the
+            # snapshot's name durable makes the log's durable too: a fsync'd append to a log
+            # whose directory entry a power cut then loses would lose the handles in it
+            os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o600))
             atomic_write(self.path, data)
         except OSError as error:
             raise self._write_error(error) from error
         # the log's lines are all in the snapshot now (their seq is not above its seq)
         with contextlib.suppress(OSError):
             os.truncate(self.log_path, 0)
+            self._log_repair = None
         self.log_lines = 0
         self._changed.clear()
 
@@ -377,7 +392,10 @@ class Journal:
             return
         except OSError as error:
             raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
+        offset = good_end = 0
         for line in raw.split(b"\n"):
+            end = min(offset + len(line) + 1, len(raw))  # past this line's newline, if any
+            offset += len(line) + 1
             if not line.strip():
                 continue
             try:
@@ -386,6 +404,7 @@ class Journal:
                 record = TaskRecord.from_dict(task_id, entry["record"])
             except (ValueError, KeyError, TypeError):
                 break  # a line torn by a crash: only ever the last one
+            good_end = end
             if seq <= self.seq:
                 continue  # already in the snapshot
             if task_id not in self.tasks:
@@ -393,14 +412,22 @@ class Journal:
             self.tasks[task_id] = record
             self.seq = seq
             self.log_lines += 1
+        if raw and (good_end < len(raw) or not raw.endswith(b"\n")):
+            # a torn last line, or a whole one missing its newline: mend before appending
+            self._log_repair = (good_end, good_end > 0 and raw[good_end - 1 : good_end] != b"\n")
 
 
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s lock: one altar process drives a run at a time."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise JournalError(
+            f"cannot use {run_dir} as a run directory: {error.strerror or error}"
+        ) from error
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

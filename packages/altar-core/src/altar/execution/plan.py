@@ -111,12 +111,16 @@ class Plan:
         raise KeyError(task_id)
 
     def staged_inputs(self) -> list[Transfer]:
-        """Inputs to stage once, de-duplicated, without those another task produces."""
-        produced = {t.logical_path for task in self.tasks for t in task.spec.outputs}
+        """Inputs to stage once, de-duplicated, without those another task produces.
+
+        An input its own task writes back (updated in place) is staged: nothing else puts it
+        on the volume.
+        """
+        writer = {t.logical_path: task.id for task in self.tasks for t in task.spec.outputs}
         seen: dict[str, Transfer] = {}
         for task in self.tasks:
             for transfer in task.spec.inputs:
-                if transfer.logical_path not in produced:
+                if writer.get(transfer.logical_path, task.id) == task.id:
                     seen.setdefault(transfer.logical_path, transfer)
         return list(seen.values())
 
@@ -157,6 +161,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(
             f"{name}: invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
         ) from None
+    except RecursionError:
+        raise PlanError(f"{name}: nested too deeply to be a plan") from None
     return parse_plan(data, source=name, base_dir=path.resolve().parent)
 
 
@@ -302,6 +308,13 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     if "resources" in raw:
         values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
     if "plugin_identity" in raw:
+        try:  # it is journaled and hashed as JSON; a TOML date, for one, is not JSON
+            json.dumps(raw["plugin_identity"], allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise fail(
+                f"{where}.plugin_identity",
+                f"must be JSON data (tables, lists, strings, numbers, booleans): {_message(error)}",
+            ) from None
         values["plugin_identity"] = raw["plugin_identity"]
     spec = _construct(where, fail, ContainerTaskSpec, **values)
     task_id = raw.get("id", default_task_id(spec.kind, index))
@@ -340,8 +353,8 @@ def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:
     sources: dict[str, Transfer] = {}
     for index, task in enumerate(tasks):
         for i, transfer in enumerate(task.spec.inputs):
-            if transfer.logical_path in writers:
-                continue
+            if writers.get(transfer.logical_path, (index, ""))[0] != index:
+                continue  # another task produces it
             known = sources.setdefault(transfer.logical_path, transfer)
             if (known.uri, known.digest) != (transfer.uri, transfer.digest):
                 raise PlanError(

@@ -57,6 +57,7 @@ from altar.execution.uris import local_path_or_none
 
 __all__ = [
     "CANCEL_REQUEST",
+    "BackendCallError",
     "CancelIncompleteError",
     "RunEvent",
     "RunResult",
@@ -83,6 +84,14 @@ TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED,
 
 class StagingError(AltarError):
     """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+class BackendCallError(AltarError, RuntimeError):
+    """The backend's ``poll`` or ``capacity`` failed with an error that is not transient.
+
+    For example a refused credential, or a backend bug. The run stops; its tasks keep running
+    and the run resumes from its run directory once the cause is fixed.
+    """
 
 
 class CancelIncompleteError(AltarError):
@@ -183,7 +192,8 @@ class RunResult:
 def _result(record: TaskRecord) -> TaskResult:
     last = record.last
     failure = last.failure if last else None
-    if record.state == SKIPPED or (record.state == CANCELLED and failure is None):
+    if record.state in (SKIPPED, CANCELLED):
+        # a cancelled task's last failure may be an earlier attempt's, awaiting its retry
         reason, detail, exit_code = record.state, record.detail, None
     elif failure is not None:
         reason, detail, exit_code = (
@@ -261,6 +271,7 @@ class _Run:
         self._commit: asyncio.Future[None] | None = None
         self._submits: set[asyncio.Task[bool]] = set()  # submits in flight, and landed unreaped
         self._landed = False  # a submit landed with news since the tick began
+        self._refused = False  # a submit found the provider unavailable since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
         self.interval = poll_interval_s  # the backoff: from the last poll to the next
         self.last_poll = -float("inf")  # loop time
@@ -433,6 +444,8 @@ class _Run:
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"capacity: {_one_line(error)}")
             return []
+        except Exception as error:
+            raise self._call_error("capacity", error) from error
         if not capacity.pools:
             return ready  # autoscaling or no report: submit everything allowed
         free = dict(capacity.pools)
@@ -547,6 +560,7 @@ class _Run:
             self.set_state(record, QUEUED)
             self.changed(record)
             self.flush()
+            self._refused = True
             self.emit("backend_unavailable", f"{record.id}: submit: {_one_line(error)}", record)
             return False
         except ValueError as error:
@@ -598,8 +612,10 @@ class _Run:
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"poll: {_one_line(error)}")
             return False, False
+        except Exception as error:
+            raise self._call_error("poll", error) from error
         if len(statuses) != len(handles):
-            raise RuntimeError(
+            raise BackendCallError(
                 f"backend {self.backend.name!r} returned {len(statuses)} statuses for "
                 f"{len(handles)} handles; poll must return one status per handle"
             )
@@ -609,25 +625,29 @@ class _Run:
         for record, status in zip(open_records, statuses, strict=True):
             attempt = record.attempts[-1]
             new = status.state.value
-            if new == attempt.state:
+            # against the task's state, not the attempt's: a journal written by an older
+            # runner stopped mid-poll may hold a finished attempt of a task still open
+            if new == record.state:
                 continue
             progress = True
             self.changed(record)
             if status.state is TaskState.RUNNING:
                 attempt.started_at = attempt.started_at or now
             if status.state.is_terminal:
-                attempt.finished_at = now
+                # the attempt is marked finished with its task, after the failure detail is
+                # read: a run stopped while reading it polls the task again on resume
                 finished.append((record, status))
+                continue
             attempt.state = new
-            if not status.state.is_terminal:
-                self.set_state(record, new)
-            if not status.state.is_terminal:
-                self.emit("state", f"{record.id} {new}", record)
+            self.set_state(record, new)
+            self.emit("state", f"{record.id} {new}", record)
         details = await asyncio.gather(
             *(self._detail(record, status) for record, status in finished)
         )
         for (record, status), detail in zip(finished, details, strict=True):
             attempt = record.attempts[-1]
+            attempt.state = status.state.value
+            attempt.finished_at = now
             if status.state is TaskState.SUCCEEDED:
                 self.set_state(record, SUCCEEDED)
                 attempt.failure = None
@@ -637,6 +657,12 @@ class _Run:
             self._fail_attempt(record, attempt, failure)
         self.flush()
         return progress, bool(finished)
+
+    def _call_error(self, call: str, error: Exception) -> BackendCallError:
+        return BackendCallError(
+            f"backend {self.backend.name!r} {call} failed: {_one_line(error)}; the run stopped "
+            f"and its tasks keep running: fix the cause, then resume it with the same run directory"
+        )
 
     async def _detail(self, record: TaskRecord, status: TaskStatus) -> str | None:
         if status.state is not TaskState.FAILED:
@@ -649,23 +675,27 @@ class _Run:
             return None
 
     async def collect(self) -> bool:
+        """Collect the outputs of tasks that succeeded; True if any task was settled by it.
+
+        A collect the provider did not answer is no news (it is tried again, backing off).
+        """
         pending = [
             r for r in self.records.values() if r.state == SUCCEEDED and not r.outputs_collected
         ]
         if not pending:
             return False
-        await asyncio.gather(*(self._collect_one(record) for record in pending))
+        settled = await asyncio.gather(*(self._collect_one(record) for record in pending))
         self.flush()
-        return True
+        return any(settled)
 
-    async def _collect_one(self, record: TaskRecord) -> None:
+    async def _collect_one(self, record: TaskRecord) -> bool:
         outputs = self.tasks[record.id].spec.outputs
         try:
             if outputs:
                 await self.backend.collect_outputs(list(outputs))
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"{record.id}: collect: {_one_line(error)}", record)
-            return
+            return False
         except Exception as error:
             self.set_state(record, FAILED)
             record.detail = _one_line(error)
@@ -675,12 +705,13 @@ class _Run:
                 )
             self.changed(record)
             self.emit("failed", f"{record.id} failed: its outputs could not be collected", record)
-            return
+            return True
         record.outputs_collected = True
         self.changed(record)
         duration = record.last.duration_s if record.last else None
         took = f" in {duration:.1f}s" if duration is not None else ""
         self.emit("succeeded", f"{record.id} succeeded{took}", record)
+        return True
 
     async def cancel_all(self, reason: str) -> list[str]:
         """Cancel every unfinished task, many at once; return the ids whose cancel failed.
@@ -753,6 +784,7 @@ class _Run:
                     cancel_file.unlink(missing_ok=True)
                     break
                 self._landed = False
+                refused, self._refused = self._refused, False
                 self.reap()
                 self.skip_blocked()
                 collected = await self.collect()
@@ -769,7 +801,9 @@ class _Run:
                 self.reap()
                 if not self._submits and all(_settled(r) for r in self.records.values()):
                     break
-                if changed or collected or batch:
+                # a launch resets the backoff, unless it only retries submits that found the
+                # provider down: those are waited out like a poll that finds it down
+                if changed or collected or (batch and not refused):
                     self.interval = self.poll_interval_s
                     if (finished or collected) and self.has_room():
                         continue  # a slot was freed or a task became ready: fill it now
@@ -1059,7 +1093,11 @@ async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = Non
             max_poll_interval_s=0.0,
             on_event=None,
         )
-        failed = await plan_free.cancel_all("cancelled by `altar cancel`")
+        try:
+            failed = await plan_free.cancel_all("cancelled by `altar cancel`")
+        finally:  # stopped midway (Ctrl-C): keep the cancels that were made
+            with contextlib.suppress(JournalError):
+                plan_free.flush()
         await plan_free.cleanup()
         journal.finished = not failed
         journal.save()

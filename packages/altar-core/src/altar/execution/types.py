@@ -3,7 +3,7 @@
 Field names, defaults and validation messages follow altar 0.3.0 so that code written for it
 works after changing imports. Additions: ``ResourceRequest.cpu``, ``ContainerTaskSpec.env`` and
 stricter validation: labels and env are ``str -> str`` (env names without ``=``), memory and
-cpu positive, ``gpu`` a non-empty pool name, ``kind``/``image``/``uri``/``logical_path``
+cpu positive and finite, ``gpu`` a non-empty pool name, ``kind``/``image``/``uri``/``logical_path``
 non-empty strings. A wrong type raises TypeError, a wrong value ValueError; 0.3.0's messages
 are kept word for word where it had one.
 """
@@ -11,6 +11,7 @@ are kept word for word where it had one.
 from __future__ import annotations
 
 import enum
+import math
 import posixpath
 import re
 from collections.abc import Mapping
@@ -87,7 +88,11 @@ class ResourceRequest:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < math.inf
+            ):
                 raise ValueError(
                     f"resources.{name} must be a positive number or None, got {value!r}"
                 )
