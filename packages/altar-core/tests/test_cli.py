@@ -579,3 +579,21 @@ def test_status_shows_the_journal_when_the_backend_cannot_be_reached_to_be_built
     assert "showing the journal only" in err
     assert "cannot connect to the Docker daemon" in err
     assert [line.split()[2] for line in out.splitlines()[1:]] == ["succeeded"] * 4
+
+
+def test_text_from_tasks_cannot_drive_the_terminal():
+    """A log tail or provider message with escape sequences is shown escaped, never obeyed."""
+    from altar.execution.progress import format_event, format_failures, terminal_safe
+
+    hostile = "ok\x1b]0;pwned\x07\r\x1b[2Kfake success\x9b31m\ttab kept"
+    assert terminal_safe(hostile) == (
+        "ok\\x1b]0;pwned\\x07\\x0d\\x1b[2Kfake success\\x9b31m\ttab kept"
+    )
+    task = TaskResult("t", "kind\x1b[31m", "failed", 1, reason="exit_1", detail=f"first\n{hostile}")
+    rendered = format_table([task]) + format_failures([task])
+    event = RunEvent("failed", f"t failed: {hostile}\nsecond line", counts={}, elapsed_s=1.0)
+    rendered += format_event(event, plain=True)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", rendered)
+    assert "\\x1b]0;pwned" in rendered
+    assert "first" in format_failures([task])  # the detail's own lines are kept
+    assert "\n" not in format_event(event, plain=True)

@@ -1,10 +1,14 @@
 """Text rendering for the ``altar`` CLI: event lines, the live status line, result tables.
 
 Pure functions (plus one small printer class) so the output is tested without a terminal.
+Text that comes from tasks or providers (log tails, error messages) is shown with its control
+characters escaped, so a task cannot move the cursor, rewrite earlier lines or send commands
+to the user's terminal.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -20,6 +24,7 @@ __all__ = [
     "format_failures",
     "format_summary",
     "format_table",
+    "terminal_safe",
 ]
 
 #: Events worth a line of their own; ``state`` changes only in plain (non-TTY) output.
@@ -67,8 +72,18 @@ def format_counts(counts: Mapping[str, int]) -> str:
 def format_event(event: RunEvent, *, plain: bool) -> str | None:
     """The line for ``event``, or None if it only updates the status line."""
     if event.kind in NOTABLE or (plain and event.kind == "state"):
-        return f"{format_duration(event.elapsed_s):>7}  {event.message}"
+        message = terminal_safe(event.message).replace("\n", " ")
+        return f"{format_duration(event.elapsed_s):>7}  {message}"
     return None
+
+
+# C0 controls but tab and newline (carriage return too: it rewrites the line), DEL and C1.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but tab and newline written as ``\\xNN``."""
+    return _UNSAFE.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def _last_line(text: str | None) -> str:
@@ -95,11 +110,11 @@ def format_table(tasks: Sequence[TaskResult]) -> str:
     rows = [
         (
             task.id,
-            task.kind,
+            terminal_safe(task.kind),
             task.status,
             str(task.attempts),
             format_duration(task.duration_s),
-            _detail(task),
+            terminal_safe(_detail(task)),
         )
         for task in tasks
     ]
@@ -117,7 +132,8 @@ def format_failures(tasks: Sequence[TaskResult]) -> str:
     for task in tasks:
         if task.status != "failed" or not task.detail:
             continue
-        body = "\n".join(f"    {line}" for line in task.detail.rstrip().splitlines())
+        lines = terminal_safe(task.detail.rstrip()).splitlines()
+        body = "\n".join(f"    {line}" for line in lines)
         blocks.append(f"{task.id} ({task.reason}):\n{body}")
     return "\n".join(blocks)
 
