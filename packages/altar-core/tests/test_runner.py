@@ -1232,3 +1232,30 @@ async def test_a_task_cancelled_while_waiting_for_its_retry_reads_cancelled(
     [task] = result.tasks
     assert (task.status, task.reason, task.attempts) == ("cancelled", "cancelled", 1)
     assert task.detail == "cancelled by `altar cancel`"
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_request_is_not_held_up_by_a_stuck_submit(
+    tmp_path, provider, fake_backend_class, monkeypatch
+):
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.05)
+    provider.duration = 1000
+    provider.hang_submits = {"b"}  # the provider never answers this one
+    plan = simple_plan("a", "b")
+
+    def on_event(event):
+        if event.kind == "submitted" and event.task_id == "a":
+            (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
+
+    result = await asyncio.wait_for(
+        run_plan(
+            plan,
+            fake_backend_class(provider=provider),
+            run_dir=tmp_path / "r",
+            on_event=on_event,
+            **FAST,
+        ),
+        timeout=10,
+    )
+    assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
+    assert len(provider.cancelled) == 1  # a's task; b never reached the provider

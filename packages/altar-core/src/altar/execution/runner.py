@@ -779,7 +779,7 @@ class _Run:
             cancel_file = self.journal.run_dir / CANCEL_REQUEST
             while True:
                 if cancel_file.exists():
-                    await self.drain()
+                    await self.abandon()  # submits in flight get the grace, not forever
                     await self.cancel_all("cancelled by `altar cancel`")
                     cancel_file.unlink(missing_ok=True)
                     break
