@@ -1259,3 +1259,32 @@ async def test_a_cancel_request_is_not_held_up_by_a_stuck_submit(
     )
     assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
     assert len(provider.cancelled) == 1  # a's task; b never reached the provider
+
+
+@pytest.mark.asyncio
+async def test_a_run_resumes_only_with_the_backend_options_it_started_with(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 1000
+    plan = simple_plan("a")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "submitted",
+    )
+    with pytest.raises(JournalError) as caught:
+        await run_plan(
+            plan,
+            fake_backend_class(provider=provider),
+            run_dir=tmp_path / "r",
+            backend_options={"docker_host": "unix:///elsewhere.sock"},
+            **FAST,
+        )
+    assert str(caught.value) == (
+        f"{tmp_path / 'r'} was started with backend options (none), not "
+        'docker_host="unix:///elsewhere.sock"; resume it with the same options (altar run '
+        "--option KEY=VALUE) or use a new run directory"
+    )
+    assert provider.submits == {"a": 1}
+    assert Journal.load(tmp_path / "r").backend_options == {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import stat as stat_module
 import threading
@@ -954,6 +955,19 @@ class _StagingProgress:
         self._emit()
 
 
+def _as_stored(options: Mapping[str, Any]) -> Any:
+    """Options as the journal keeps them (JSON), so a tuple equals the list it was saved as."""
+    return json.loads(json.dumps(dict(options), sort_keys=True, default=str))
+
+
+def _options_text(options: Mapping[str, Any]) -> str:
+    if not options:
+        return "(none)"
+    return ", ".join(
+        f"{key}={json.dumps(value, default=str)}" for key, value in sorted(options.items())
+    )
+
+
 def _open_journal(
     plan: Plan, backend: ExecutionBackend, run_dir: Path, options: dict[str, Any]
 ) -> Journal:
@@ -976,6 +990,15 @@ def _open_journal(
                     f"{run_dir}: task {task_id!r} changed since this run started; "
                     "use a new run directory for the changed plan"
                 )
+        if _as_stored(options) != _as_stored(journal.backend_options):
+            # Another engine, namespace or data root would not find the tasks already
+            # submitted (they would be reported missing and run again).
+            started = _options_text(journal.backend_options)
+            raise JournalError(
+                f"{run_dir} was started with backend options {started}, not "
+                f"{_options_text(options)}; resume it with the same options (altar run "
+                "--option KEY=VALUE) or use a new run directory"
+            )
         return journal
     journal = Journal(
         run_dir=run_dir,
