@@ -152,6 +152,8 @@ def test_option_overrides_and_bad_options(fake_registry, plan_file, tmp_path, ca
     ("argv", "message"),
     [
         (["run", "PLAN", "--backend", "nope"], "no execution backend named 'nope' is installed"),
+        (["run", "PLAN", "--backend", "fak"], "named 'fak' is installed; did you mean 'fake'?"),
+        (["run", "TYPO"], "typo.toml: backend.type: no execution backend named 'fakee' is"),
         (["run", "PLAN", "--backend", "kubernetes"], "to add it: pip install altar-backend-k8s"),
         (["run", "PLAN", "--max-parallel", "0"], "argument --max-parallel: must be at least 1"),
         (["run", "PLAN", "--option", "novalue"], "expected KEY=VALUE, got 'novalue'"),
@@ -162,7 +164,9 @@ def test_option_overrides_and_bad_options(fake_registry, plan_file, tmp_path, ca
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(fake_registry, plan_file, capsys, argv, message):
-    argv = [str(plan_file) if a == "PLAN" else a for a in argv]
+    typo = plan_file.with_name("typo.toml")
+    typo.write_text(plan_file.read_text().replace('type = "fake"', 'type = "fakee"'))
+    argv = [{"PLAN": str(plan_file), "TYPO": str(typo)}.get(a, a) for a in argv]
     code, out, err = run_cli(argv, capsys)
     assert code == 2
     assert out == ""

@@ -27,6 +27,7 @@ from altar.execution.errors import (
     BackendUnavailableError,
     DigestMismatchError,
     PlanError,
+    RegistryError,
 )
 from altar.execution.journal import Journal, lock_is_held
 from altar.execution.plan import Plan, load_plan
@@ -183,7 +184,13 @@ def _backend_for(
         )
     options = dict(plan.backend_options) if name == plan.backend_type else {}
     options.update(dict(overrides))
-    return create_backend(name, options, source=f"{plan.source}: backend.options"), options
+    try:
+        backend = create_backend(name, options, source=f"{plan.source}: backend.options")
+    except RegistryError as error:
+        if backend_type:  # named on the command line: the message says it all
+            raise
+        raise type(error)(f"{plan.source}: backend.type: {error}") from error
+    return backend, options
 
 
 def _print_json(data: Any, out: TextIO) -> None:

@@ -11,6 +11,7 @@ may build their own registry over another entry-point group.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -170,7 +171,11 @@ class BackendRegistry:
         if not claims:
             available = ", ".join(self.names()) or "none"
             hint = _install_hint(name, None)
-            message = f"no execution backend named {name!r} is installed (available: {available})"
+            close = difflib.get_close_matches(name, self.names(), n=1)
+            guess = f"; did you mean {close[0]!r}?" if close and not hint else ""
+            message = (
+                f"no execution backend named {name!r} is installed{guess} (available: {available})"
+            )
             raise RegistryError(message + (f"; to add it: {hint}" if hint else ""))
         if len(claims) > 1:
             origins = " and ".join(entry.origin for entry, _ in claims)
