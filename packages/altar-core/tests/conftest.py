@@ -79,6 +79,7 @@ class FakeProvider:
     hang_submits: set[str] = field(default_factory=set)
     slow_submits: dict[str, float] = field(default_factory=dict)  # accepted at once, returns later
     in_submit: set[str] = field(default_factory=set)  # accepted, but submit has not returned
+    collect_errors: list[BaseException] = field(default_factory=list)  # raised by next collects
     output_bytes: dict[str, bytes] = field(default_factory=dict)
     # staging "copies" these inputs (logical path -> bytes) in a worker thread, reporting
     # progress in stage_chunks steps stage_step_s apart, the size included unless told not to
@@ -212,6 +213,8 @@ class FakeBackend(ExecutionBackend):
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
         self.provider.collect_calls.append(list(transfers))
+        if self.provider.collect_errors:
+            raise self.provider.collect_errors.pop(0)
         root = self.provider.root
         if root is None:
             return

@@ -1288,3 +1288,45 @@ async def test_a_run_resumes_only_with_the_backend_options_it_started_with(
     )
     assert provider.submits == {"a": 1}
     assert Journal.load(tmp_path / "r").backend_options == {}
+
+
+def one_output_plan(tmp_path) -> Plan:
+    out = Transfer(str(tmp_path / "out/a.txt"), "jobs/J/a.txt")
+    return Plan("fake", {}, [PlanTask("a", spec("a", outputs=[out]))])
+
+
+@pytest.mark.asyncio
+async def test_a_full_disk_while_collecting_stops_the_run_and_keeps_the_success(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 1
+    provider.collect_errors = [OSError(errno.ENOSPC, "No space left on device")]
+    plan = one_output_plan(tmp_path)
+    with pytest.raises(runner.OutputCollectionError, match="free space and resume"):
+        await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    record = Journal.load(tmp_path / "r").tasks["a"]
+    assert record.state == "succeeded"
+    assert not record.outputs_collected
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert provider.submits == {"a": 1}  # collected on resume, not run again
+    assert len(provider.collect_calls) == 2
+
+
+@pytest.mark.asyncio
+async def test_another_collection_error_fails_the_task_for_good(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 1
+    provider.collect_errors = [PermissionError(errno.EACCES, "Permission denied")]
+    result = await run_plan(
+        one_output_plan(tmp_path),
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        **FAST,
+    )
+    (task,) = result.tasks
+    assert (task.status, task.reason) == ("failed", "output_collection_failed")
+    assert "Permission denied" in task.detail

@@ -41,6 +41,7 @@ from altar.execution.registry import create_backend, default_registry
 from altar.execution.runner import (
     BackendCallError,
     CancelIncompleteError,
+    OutputCollectionError,
     RunEvent,
     StagingError,
     cancel_run,
@@ -445,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BackendUnavailableError,
         BackendCallError,
         CancelIncompleteError,
+        OutputCollectionError,
     ) as error:
         err.write(f"altar: {' '.join(str(error).split())}\n")
         return EXIT_FAILED

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import stat as stat_module
@@ -60,6 +61,7 @@ __all__ = [
     "CANCEL_REQUEST",
     "BackendCallError",
     "CancelIncompleteError",
+    "OutputCollectionError",
     "RunEvent",
     "RunResult",
     "StagingError",
@@ -85,6 +87,14 @@ TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED,
 
 class StagingError(AltarError):
     """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+class OutputCollectionError(AltarError):
+    """Outputs could not be collected because this machine is out of space; the run stopped.
+
+    The task keeps its success and its outputs are collected when the run resumes, so a full
+    disk costs neither the result nor a rerun of the task.
+    """
 
 
 class BackendCallError(AltarError, RuntimeError):
@@ -685,9 +695,14 @@ class _Run:
         ]
         if not pending:
             return False
-        settled = await asyncio.gather(*(self._collect_one(record) for record in pending))
+        outcomes = await asyncio.gather(
+            *(self._collect_one(record) for record in pending), return_exceptions=True
+        )
         self.flush()
-        return any(settled)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return any(outcomes)
 
     async def _collect_one(self, record: TaskRecord) -> bool:
         outputs = self.tasks[record.id].spec.outputs
@@ -697,21 +712,31 @@ class _Run:
         except BackendUnavailableError as error:
             self.emit("backend_unavailable", f"{record.id}: collect: {_one_line(error)}", record)
             return False
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                return self._collection_failed(record, error)
+            raise OutputCollectionError(
+                f"{record.id}: its outputs could not be collected: {_one_line(error)}; the task "
+                "succeeded and keeps its result: free space and resume the run to collect them"
+            ) from error
         except Exception as error:
-            self.set_state(record, FAILED)
-            record.detail = _one_line(error)
-            if record.last is not None:
-                record.last.failure = TaskFailure(
-                    "output_collection_failed", record.detail, deterministic=True
-                )
-            self.changed(record)
-            self.emit("failed", f"{record.id} failed: its outputs could not be collected", record)
-            return True
+            return self._collection_failed(record, error)
         record.outputs_collected = True
         self.changed(record)
         duration = record.last.duration_s if record.last else None
         took = f" in {duration:.1f}s" if duration is not None else ""
         self.emit("succeeded", f"{record.id} succeeded{took}", record)
+        return True
+
+    def _collection_failed(self, record: TaskRecord, error: BaseException) -> bool:
+        self.set_state(record, FAILED)
+        record.detail = _one_line(error)
+        if record.last is not None:
+            record.last.failure = TaskFailure(
+                "output_collection_failed", record.detail, deterministic=True
+            )
+        self.changed(record)
+        self.emit("failed", f"{record.id} failed: its outputs could not be collected", record)
         return True
 
     async def cancel_all(self, reason: str) -> list[str]:
