@@ -567,6 +567,22 @@ def test_a_backend_whose_poll_fails_for_good_is_one_line_not_a_traceback(
     assert out.splitlines()[0].startswith("TASK")
 
 
+def test_provider_text_in_error_lines_cannot_drive_the_terminal(
+    fake_registry, fake_backend_class, plan_file, tmp_path, capsys, monkeypatch
+):
+    async def hostile(self, handles):
+        raise RuntimeError("token refused\x1b]0;PWNED\x07\x1b[2J")
+
+    monkeypatch.setattr(fake_backend_class, "poll", hostile)
+    code, _, run_err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)
+    assert code == 1
+    code, _, status_err = run_cli(["status", tmp_path / "r"], capsys)
+    assert code == 0
+    for err in (run_err, status_err):
+        assert "token refused\\x1b]0;PWNED\\x07\\x1b[2J" in err
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", err)
+
+
 def test_status_shows_the_journal_when_the_backend_cannot_be_reached_to_be_built(
     fake_registry, fake_backend_class, plan_file, tmp_path, capsys, monkeypatch
 ):

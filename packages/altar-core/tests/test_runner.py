@@ -1258,7 +1258,57 @@ async def test_a_cancel_request_is_not_held_up_by_a_stuck_submit(
         timeout=10,
     )
     assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
-    assert len(provider.cancelled) == 1  # a's task; b never reached the provider
+    assert len(provider.cancelled) == 1  # a's task; b's submit never returned a handle
+    # b may have been started by the provider: the run says so rather than claim it cancelled
+    assert [t.in_doubt for t in result.tasks] == [0, 1]
+    assert "could not be cancelled" in result.tasks[1].detail
+
+
+@pytest.mark.asyncio
+async def test_cancel_with_a_failed_cancel_never_cleans_up_the_task_still_running(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 1000
+    plan = simple_plan("a", "b")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "state" and e.task_id == "b",
+    )
+    provider.unavailable_cancels = 1
+    with pytest.raises(runner.CancelIncompleteError) as caught:
+        await cancel_run(tmp_path / "r", fake_backend_class(provider=provider))
+    (still_open,) = caught.value.task_ids
+    journal = Journal.load(tmp_path / "r")
+    open_id = journal.tasks[still_open].last.handle.external_id
+    assert all(open_id not in call for call in provider.cleanup_calls)
+    assert provider.cleanup_calls  # the cancelled one was cleaned up
+
+
+@pytest.mark.asyncio
+async def test_one_cancel_raising_still_lets_the_others_finish_and_journals_them(
+    tmp_path, provider, fake_backend_class
+):
+    provider.duration = 1000
+    plan = simple_plan("a", "b", "c")
+    await run_until(
+        plan,
+        fake_backend_class(provider=provider),
+        tmp_path / "r",
+        lambda e: e.kind == "state" and e.task_id == "c",
+    )
+
+    class CancelExplodes(fake_backend_class):
+        async def cancel(self, handle):
+            if handle.labels["task"] == "a":
+                raise asyncio.CancelledError  # not an Exception: it is not a cancel failure
+            await super().cancel(handle)
+
+    with pytest.raises(asyncio.CancelledError):
+        await cancel_run(tmp_path / "r", CancelExplodes(provider=provider))
+    states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
+    assert states == {"a": "running", "b": "cancelled", "c": "cancelled"}
 
 
 @pytest.mark.asyncio
@@ -1330,3 +1380,25 @@ async def test_another_collection_error_fails_the_task_for_good(
     (task,) = result.tasks
     assert (task.status, task.reason) == ("failed", "output_collection_failed")
     assert "Permission denied" in task.detail
+
+
+@pytest.mark.asyncio
+async def test_a_malformed_input_uri_is_a_staging_error_also_when_progress_is_shown(
+    tmp_path, provider, fake_backend_class
+):
+    """urlsplit refuses "s3://[bucket/w.bin"; the size probe for progress must not crash on it."""
+
+    class Refuses(fake_backend_class):
+        async def stage_inputs(self, transfers):
+            raise ValueError(f"cannot stage {transfers[0].uri!r}")
+
+    weights = Transfer("s3://[bucket/w.bin", "models/w.bin", digest=DIGEST)
+    plan = Plan("fake", {}, [PlanTask("a", spec("a", inputs=[weights]))])
+    with pytest.raises(StagingError, match=r"cannot stage 's3://\[bucket/w\.bin'"):
+        await run_plan(
+            plan,
+            Refuses(provider=provider),
+            run_dir=tmp_path / "r",
+            on_event=lambda event: None,
+            **FAST,
+        )

@@ -36,6 +36,7 @@ from altar.execution.progress import (
     format_failures,
     format_summary,
     format_table,
+    terminal_safe,
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.runner import (
@@ -194,6 +195,11 @@ def _backend_for(
     return backend, options
 
 
+def _line(error: BaseException) -> str:
+    """An error as one terminal-safe line: its text may come from a provider or a task."""
+    return terminal_safe(" ".join(str(error).split()))
+
+
 def _print_json(data: Any, out: TextIO) -> None:
     out.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
@@ -298,15 +304,15 @@ async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     try:
         backend = _journal_backend(run_dir)
     except (AltarError, BackendUnavailableError) as error:
-        err.write(f"altar: cannot build the backend, showing the journal only: {error}\n")
+        err.write(f"altar: cannot build the backend, showing the journal only: {_line(error)}\n")
         backend = None
     try:
         result = await run_status(run_dir, backend)
     except BackendUnavailableError as error:
-        err.write(f"altar: the backend did not answer, showing the journal only: {error}\n")
+        err.write(f"altar: the backend did not answer, showing the journal only: {_line(error)}\n")
         result = await run_status(run_dir)
     except Exception as error:  # a refused credential, a broken backend: still show the journal
-        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        reason = f"{type(error).__name__}: {_line(error)}"
         err.write(f"altar: the backend's poll failed, showing the journal only: {reason}\n")
         result = await run_status(run_dir)
     if args.json:
@@ -439,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         return asyncio.run(handlers[args.command](args, out, err))
     except UsageError as error:
-        err.write(f"altar: error: {error}\n")
+        err.write(f"altar: error: {_line(error)}\n")
         return EXIT_USAGE
     except (
         StagingError,
@@ -448,10 +454,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         CancelIncompleteError,
         OutputCollectionError,
     ) as error:
-        err.write(f"altar: {' '.join(str(error).split())}\n")
+        err.write(f"altar: {_line(error)}\n")
         return EXIT_FAILED
     except AltarError as error:
-        err.write(f"altar: error: {' '.join(str(error).split())}\n")
+        err.write(f"altar: error: {_line(error)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.write("altar: interrupted\n")

@@ -752,9 +752,14 @@ class _Run:
             async with limit:
                 return await self._cancel_one(record, reason)
 
-        cancelled = await asyncio.gather(*(cancel(record) for record in unfinished))
-        self.flush()
-        return [record.id for record, ok in zip(unfinished, cancelled, strict=True) if not ok]
+        outcomes = await asyncio.gather(
+            *(cancel(record) for record in unfinished), return_exceptions=True
+        )
+        self.flush()  # what was cancelled is journaled even if one cancel raised
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [record.id for record, ok in zip(unfinished, outcomes, strict=True) if not ok]
 
     async def _cancel_one(self, record: TaskRecord, reason: str) -> bool:
         last = record.last
@@ -769,8 +774,21 @@ class _Run:
             last.state = FAILED
             last.failure = TaskFailure("cancelled", reason)
             last.finished_at = time.time()
+        detail = reason
+        if record.state == SUBMITTING and last is not None:
+            # its submit was abandoned (it outlasted the grace): the provider may have started
+            # a task for it, and without a handle nothing can cancel that task
+            record.in_doubt += 1
+            last.state = FAILED
+            last.failure = TaskFailure("cancelled", reason)
+            last.finished_at = time.time()
+            detail = (
+                f"{reason}; its submit had not returned, so a task the provider may have "
+                "started for it could not be cancelled"
+            )
+            self.emit("in_doubt", f"{record.id}: {detail}", record)
         self.set_state(record, CANCELLED)
-        record.detail = reason
+        record.detail = detail
         self.changed(record)
         self.emit("cancelled", f"{record.id} cancelled", record)
         return True
@@ -780,7 +798,7 @@ class _Run:
         unique = {
             (attempt.handle.backend, attempt.handle.external_id): attempt.handle
             for record in self.records.values()
-            if not record.cleaned
+            if record.final and not record.cleaned  # a task whose cancel failed may still run
             for attempt in record.attempts
             if attempt.handle is not None
         }
@@ -794,7 +812,7 @@ class _Run:
                 self.emit("cleanup_failed", f"cleanup: {_one_line(error)}")
                 return
         for record in self.records.values():
-            record.cleaned = record.final  # one still running (its cancel failed) is cleaned later
+            record.cleaned = record.final  # one still running (its cancel failed): a later run
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -862,10 +880,10 @@ def _local_sizes(transfers: list[Transfer]) -> dict[str, int | None]:
     """
     sizes: dict[str, int | None] = {}
     for transfer in transfers:
-        path = local_path_or_none(transfer.uri)
         size = None
-        if path is not None:
-            with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # a malformed uri is the backend's to judge
+            path = local_path_or_none(transfer.uri)
+            if path is not None:
                 st = os.stat(path)
                 size = st.st_size if stat_module.S_ISREG(st.st_mode) else None
         sizes[transfer.logical_path] = size
