@@ -184,3 +184,31 @@ def test_credentials_file_is_private_and_atomic(tmp_path: Path, make_bundle) -> 
         "other": {"token": "zzz"},
     }
     assert [p.name for p in bundle.iterdir() if p.name.startswith(".")] == []
+
+
+_STORE_MANY = """
+import sys
+from httk.workflow.adapters import store_credentials
+from httk.workflow.adapters.settings import store_queue_settings
+bundle, worker = sys.argv[1], sys.argv[2]
+for i in range(15):
+    store_credentials(bundle, "default", {f"secret_{worker}_{i}": "x"})
+    store_queue_settings(bundle, "default", {"workspace": f"/w/{worker}/{i}"})
+"""
+
+
+def test_concurrent_configures_lose_no_setting(tmp_path: Path, make_bundle) -> None:
+    """Two `remote configure` runs at once each read, merge and replace the settings files."""
+    import subprocess
+    import sys
+
+    bundle = make_bundle(tmp_path, ECHO, queues={"default": {"host": "h"}})
+    workers = [
+        subprocess.Popen([sys.executable, "-c", _STORE_MANY, str(bundle), str(w)]) for w in range(6)
+    ]
+    assert [process.wait(60) for process in workers] == [0] * 6
+    secrets = json.loads((Path(bundle) / "credentials.json").read_text())["default"]
+    assert len(secrets) == 6 * 15
+    metadata = json.loads((Path(bundle) / "remote.json").read_text())
+    assert metadata["queues"]["default"]["host"] == "h"
+    assert stat.S_IMODE((Path(bundle) / "credentials.json").stat().st_mode) == 0o600

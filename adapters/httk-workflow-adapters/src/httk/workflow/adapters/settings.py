@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,27 @@ def parse_assignments(values: list[str] | None) -> dict[str, str]:
     return dict(parse_assignment(value) for value in values or [])
 
 
+@contextlib.contextmanager
+def _settings_lock(bundle: str | os.PathLike[str]) -> Iterator[None]:
+    """Serialise the read-merge-write of one bundle's settings between processes.
+
+    The lock is an ``flock`` on the bundle directory itself: the settings files are replaced
+    (temp file + rename), so a lock on them would guard an inode that is about to go away,
+    and a lock file would add a file to the bundle's layout.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no other process to race with that we could stop
+        yield
+        return
+    fd = os.open(Path(bundle).expanduser(), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def credentials_path(bundle: str | os.PathLike[str]) -> Path:
     return Path(bundle).expanduser() / CREDENTIALS_FILE
 
@@ -53,27 +75,29 @@ def store_credentials(
     bundle: str | os.PathLike[str], queue: str, settings: Mapping[str, Any]
 ) -> Path:
     """Merge secrets for one queue into ``credentials.json`` (mode 0600, written atomically)."""
-    document = _credentials_document(bundle)
-    section = document.get(queue)
-    merged = dict(section) if isinstance(section, Mapping) else {}
-    merged.update(settings)
-    document[queue] = merged
-    return write_json_atomic(credentials_path(bundle), document, mode=0o600)
+    with _settings_lock(bundle):
+        document = _credentials_document(bundle)
+        section = document.get(queue)
+        merged = dict(section) if isinstance(section, Mapping) else {}
+        merged.update(settings)
+        document[queue] = merged
+        return write_json_atomic(credentials_path(bundle), document, mode=0o600)
 
 
 def store_queue_settings(
     bundle: str | os.PathLike[str], queue: str, settings: Mapping[str, Any]
 ) -> Path:
     """Merge persistable settings into ``remote.json`` ``queues[queue]`` (atomically)."""
-    metadata = read_metadata(bundle)
-    queues = metadata.get("queues")
-    queues = dict(queues) if isinstance(queues, Mapping) else {}
-    current = queues.get(queue)
-    merged = dict(current) if isinstance(current, Mapping) else {}
-    merged.update(settings)
-    queues[queue] = merged
-    metadata["queues"] = queues
-    return write_json_atomic(metadata_path(bundle), metadata)
+    with _settings_lock(bundle):
+        metadata = read_metadata(bundle)
+        queues = metadata.get("queues")
+        queues = dict(queues) if isinstance(queues, Mapping) else {}
+        current = queues.get(queue)
+        merged = dict(current) if isinstance(current, Mapping) else {}
+        merged.update(settings)
+        queues[queue] = merged
+        metadata["queues"] = queues
+        return write_json_atomic(metadata_path(bundle), metadata)
 
 
 def queue_settings(bundle: str | os.PathLike[str], queue: str) -> dict[str, Any]:
