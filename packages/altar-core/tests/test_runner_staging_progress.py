@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from altar.execution import ContainerTaskSpec, Transfer, runner
+from altar.execution import ContainerTaskSpec, Transfer
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import RunEvent, StagingError, run_plan
+from altar.execution.staging_progress import STAGING_PROGRESS_INTERVAL_S
 from altar.execution.transfer_progress import current_callback
 
 MiB = 1 << 20
@@ -74,7 +75,7 @@ async def test_reports_from_a_staging_thread_become_throttled_events(
     for before, event in itertools.pairwise(progress):
         completing = 6 * MiB <= event.bytes_done <= 6 * MiB + 3 * (4 * MiB // 30)
         if not completing and event.bytes_done != 10 * MiB:  # others wait out the interval
-            assert event.elapsed_s - before.elapsed_s >= runner.STAGING_PROGRESS_INTERVAL_S - 0.05
+            assert event.elapsed_s - before.elapsed_s >= STAGING_PROGRESS_INTERVAL_S - 0.05
 
 
 @pytest.mark.asyncio
