@@ -1402,3 +1402,17 @@ async def test_a_malformed_input_uri_is_a_staging_error_also_when_progress_is_sh
             on_event=lambda event: None,
             **FAST,
         )
+
+
+def test_lock_is_held_tells_a_driven_run_from_an_idle_one(tmp_path):
+    from altar.execution.journal import LOCK_NAME, lock_is_held, run_lock
+
+    assert not lock_is_held(tmp_path / "r")  # no run directory yet
+    with run_lock(tmp_path / "r"):
+        assert lock_is_held(tmp_path / "r")
+        (tmp_path / "r" / LOCK_NAME).chmod(0o444)  # asking needs no write access
+        assert lock_is_held(tmp_path / "r")
+    assert not lock_is_held(tmp_path / "r")
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(JournalError, match="cannot read"):
+        lock_is_held(tmp_path / "file")

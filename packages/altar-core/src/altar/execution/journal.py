@@ -449,9 +449,13 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 def lock_is_held(run_dir: Path) -> bool:
     """True if another process holds ``run_dir``'s lock right now."""
     path = run_dir / LOCK_NAME
-    if not path.exists():
+    try:
+        # read-only is enough for flock, so a user who may only look at a run can ask
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    fd = os.open(path, os.O_RDWR)
+    except OSError as error:
+        raise JournalError(f"cannot read {path}: {error.strerror or error}") from error
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
