@@ -350,21 +350,21 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(handler=_remote_add)
 
-    for name, helptext in (
-        ("configure", "check settings with the adapter, then store them"),
+    for name, helptext, set_help in (
+        (
+            "configure",
+            "check settings with the adapter, then store them",
+            "a queue setting (repeatable); unknown keys are stored as credentials",
+        ),
         (
             "install",
             "check (or, with bootstrap=pip, arrange) httk on the target; make the workspace",
+            "a pending setting passed to the adapter (repeatable); nothing is stored",
         ),
     ):
         p = actions.add_parser(name, help=helptext)
         _remote_arg(p)
-        p.add_argument(
-            "--set",
-            action="append",
-            metavar="KEY=VALUE",
-            help="a queue setting (repeatable); unknown keys are stored as credentials",
-        )
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
         _common(p, timeout=True)
         p.set_defaults(handler=_remote_configure)
 
