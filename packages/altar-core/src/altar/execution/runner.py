@@ -26,7 +26,7 @@ import errno
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -697,14 +697,7 @@ class _Run:
         ]
         if not pending:
             return False
-        outcomes = await asyncio.gather(
-            *(self._collect_one(record) for record in pending), return_exceptions=True
-        )
-        self.flush()
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return any(outcomes)
+        return any(await self._all_journaled([self._collect_one(r) for r in pending]))
 
     async def _collect_one(self, record: TaskRecord) -> bool:
         outputs = self.tasks[record.id].spec.outputs
@@ -754,41 +747,48 @@ class _Run:
             async with limit:
                 return await self._cancel_one(record, reason)
 
-        outcomes = await asyncio.gather(
-            *(cancel(record) for record in unfinished), return_exceptions=True
-        )
-        self.flush()  # what was cancelled is journaled even if one cancel raised
+        outcomes = await self._all_journaled([cancel(record) for record in unfinished])
+        return [record.id for record, ok in zip(unfinished, outcomes, strict=True) if not ok]
+
+    async def _all_journaled(self, calls: list[Coroutine[Any, Any, bool]]) -> list[bool]:
+        """Run ``calls`` to their ends, journal what they changed, then raise the first error.
+
+        One call raising must neither stop the others midway (they act on the provider) nor
+        keep what they did out of the journal.
+        """
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        self.flush()
+        results: list[bool] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        return [record.id for record, ok in zip(unfinished, outcomes, strict=True) if not ok]
+            results.append(outcome)
+        return results
 
     async def _cancel_one(self, record: TaskRecord, reason: str) -> bool:
         last = record.last
-        if last is not None and last.handle is not None and record.state in (PENDING, RUNNING):
-            try:
-                await self.backend.cancel(last.handle)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                self.emit("cancel_failed", f"{record.id}: cancel: {_one_line(error)}", record)
-                return False
-            last.state = FAILED
-            last.failure = TaskFailure("cancelled", reason)
-            last.finished_at = time.time()
         detail = reason
-        if record.state == SUBMITTING and last is not None:
-            # its submit was abandoned (it outlasted the grace): the provider may have started
-            # a task for it, and without a handle nothing can cancel that task
-            record.in_doubt += 1
+        if last is not None and record.state in (SUBMITTING, PENDING, RUNNING):
+            if last.handle is None:
+                # its submit was abandoned (it outlasted the grace): the provider may have
+                # started a task for it, and without a handle nothing can cancel that task
+                record.in_doubt += 1
+                detail = (
+                    f"{reason}; its submit had not returned, so a task the provider may have "
+                    "started for it could not be cancelled"
+                )
+                self.emit("in_doubt", f"{record.id}: {detail}", record)
+            else:
+                try:
+                    await self.backend.cancel(last.handle)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    self.emit("cancel_failed", f"{record.id}: cancel: {_one_line(error)}", record)
+                    return False
             last.state = FAILED
             last.failure = TaskFailure("cancelled", reason)
             last.finished_at = time.time()
-            detail = (
-                f"{reason}; its submit had not returned, so a task the provider may have "
-                "started for it could not be cancelled"
-            )
-            self.emit("in_doubt", f"{record.id}: {detail}", record)
         self.set_state(record, CANCELLED)
         record.detail = detail
         self.changed(record)

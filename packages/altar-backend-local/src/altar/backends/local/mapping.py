@@ -54,9 +54,14 @@ def host_path(data_root: str, logical_path: str) -> str:
         raise ValueError(
             f"logical path {logical_path!r} names the data root itself, not a file in it"
         )
-    if not path.startswith(root.rstrip(os.sep) + os.sep):
+    if not _inside(path, root):
         raise ValueError(f"logical path {logical_path!r} leaves the data root {data_root!r}")
     return path
+
+
+def _inside(path: str, root: str) -> bool:
+    """``path`` is below ``root`` (both normalised)."""
+    return path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def contained_host_path(data_root: str, logical_path: str, *, follow_last: bool = False) -> str:
@@ -73,7 +78,7 @@ def contained_host_path(data_root: str, logical_path: str, *, follow_last: bool 
     while probe != lexical_root and not os.path.lexists(probe):
         probe = os.path.dirname(probe)  # only what exists can be a symlink
     real = os.path.realpath(probe)
-    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+    if real != root and not _inside(real, root):
         raise ValueError(
             f"logical path {logical_path!r} leads outside the data root {data_root!r} through "
             f"a symlink ({probe!r} resolves to {real!r}); a task may have made it"

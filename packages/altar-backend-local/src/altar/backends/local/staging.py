@@ -43,7 +43,7 @@ from altar.execution.digest import (
     write_verification_record,
 )
 from altar.execution.errors import DigestMismatchError
-from altar.execution.transfer_progress import report
+from altar.execution.transfer_progress import current_callback, report
 from altar.execution.uris import local_file
 
 __all__ = ["INDEX_DIR", "StageAction", "Stager", "local_path"]
@@ -183,8 +183,9 @@ class Stager:
                 action = self._stage_digest(transfer, transfer.digest, source, dest)
             else:
                 action = self._stage_plain(transfer, source, dest)
-        if action is not StageAction.COPIED:
-            # already in place: complete at once (a copy reported itself as it went)
+        if action is not StageAction.COPIED and current_callback() is not None:
+            # already in place: complete at once (a copy reported itself as it went); the
+            # stat is spent only when someone listens
             size = _stat_or_none(dest)
             if size is not None:
                 report(transfer.logical_path, size.st_size, size.st_size)
