@@ -99,3 +99,41 @@ def slurm_cluster(service_env: dict[str, str]) -> dict[str, str]:
         "partition": service_env.get("ALTAR_TEST_SLURM_PARTITION", "debug"),
         "conf": service_env.get("SLURM_CONF", "/etc/slurm/slurm.conf"),
     }
+
+
+# --- Saved reference files (submitit style) ------------------------------------------------------
+# Renderers (Job manifests, Docker create requests, Modal sandbox requests, sbatch scripts) are pure
+# functions; their output is compared with a file saved beside the tests, so any change to what a
+# provider receives shows up in review as a diff. `pytest --update-references` rewrites the files.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-references",
+        action="store_true",
+        default=False,
+        help="rewrite saved reference files (tests/references/...) instead of comparing with them",
+    )
+
+
+class ReferenceFiles:
+    """Compare rendered text with a saved file, or rewrite it under ``--update-references``."""
+
+    def __init__(self, update: bool) -> None:
+        self.update = update
+
+    def check(self, path: Path, text: str) -> None:
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return
+        if not path.is_file():
+            pytest.fail(f"no reference file {path}; run pytest --update-references and review it")
+        expected = path.read_text()
+        assert text == expected, f"{path} differs; if intended, run pytest --update-references"
+
+
+@pytest.fixture(scope="session")
+def reference_files(pytestconfig: pytest.Config) -> ReferenceFiles:
+    """Saved reference files for pure renderers (see ``--update-references``)."""
+    return ReferenceFiles(bool(pytestconfig.getoption("--update-references")))
