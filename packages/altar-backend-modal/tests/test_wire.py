@@ -16,7 +16,7 @@ from pathlib import Path
 import modal
 import pytest
 from altar.backends.modal import ModalExecutionBackend
-from altar.backends.modal.sdk import ModalSdkRuntime
+from altar.backends.modal.sdk_runtime import ModalSdkRuntime
 from altar.execution import (
     BackendUnavailableError,
     ContainerTaskSpec,

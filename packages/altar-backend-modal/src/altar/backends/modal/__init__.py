@@ -11,7 +11,7 @@ from altar.backends.modal.backend import (
     DEFAULT_VOLUME_NAME,
     ModalExecutionBackend,
 )
-from altar.backends.modal.mapping import DEFAULT_POOL_ACCELERATORS, MODAL_MAX_SANDBOX_TIMEOUT_S
+from altar.backends.modal.render import DEFAULT_POOL_ACCELERATORS, MODAL_MAX_SANDBOX_TIMEOUT_S
 from altar.backends.modal.runtime import (
     ModalCredentialsError,
     ModalRuntime,

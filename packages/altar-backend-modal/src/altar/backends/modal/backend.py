@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import ClassVar, TypeVar
 
-from altar.backends.modal.mapping import (
+from altar.backends.modal.classify import status_from_result
+from altar.backends.modal.render import (
     DEFAULT_POOL_ACCELERATORS,
     check_accelerators,
     sandbox_request,
-    status_from_result,
     volume_path,
 )
 from altar.backends.modal.runtime import ModalRuntime, SandboxNotFoundError
@@ -96,7 +96,7 @@ class ModalExecutionBackend(ExecutionBackend):
         self.trust_verification_records = trust_verification_records
         self.max_concurrency = max_concurrency
         if runtime is None:
-            from altar.backends.modal.sdk import ModalSdkRuntime
+            from altar.backends.modal.sdk_runtime import ModalSdkRuntime
 
             runtime = ModalSdkRuntime()
         self.runtime = runtime

@@ -1,7 +1,7 @@
 """The runtime seam between the backend and Modal: plain values in, plain values out.
 
 :class:`ModalRuntime` is what :class:`~altar.backends.modal.ModalExecutionBackend` needs from
-Modal. :class:`~altar.backends.modal.sdk.ModalSdkRuntime` implements it with the modal SDK;
+Modal. :class:`~altar.backends.modal.sdk_runtime.ModalSdkRuntime` implements it with the modal SDK;
 :class:`~altar.backends.modal.fake.FakeModalRuntime` implements it in memory for tests. No
 Modal type crosses this seam, so the backend never imports the SDK.
 
