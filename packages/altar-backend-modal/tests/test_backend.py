@@ -441,6 +441,26 @@ async def test_submit_removes_stale_outputs_and_collect_outputs_renames_into_pla
 
 
 @pytest.mark.asyncio
+async def test_collect_outputs_verifies_a_declared_output_digest(
+    backend: ModalExecutionBackend, fake: FakeModalRuntime, tmp_path: Path
+) -> None:
+    destination = tmp_path / "results" / "scores.tsv"
+    destination.parent.mkdir()
+    destination.write_bytes(b"previous run's scores\n")
+    output = Transfer(str(destination), "jobs/J/scores.tsv", digest=_digest(b"expected scores\n"))
+    fake.put("vol", "jobs/J/scores.tsv", b"truncated sco")
+    with pytest.raises(TransferIntegrityError, match=r"scores\.tsv"):
+        await backend.collect_outputs([output])
+    # nothing half-written and the previous file untouched
+    assert _names(destination.parent) == ["scores.tsv"]
+    assert destination.read_bytes() == b"previous run's scores\n"
+    fake.put("vol", "jobs/J/scores.tsv", b"expected scores\n")
+    await backend.collect_outputs([output])
+    assert destination.read_bytes() == b"expected scores\n"
+    assert _names(destination.parent) == ["scores.tsv"]
+
+
+@pytest.mark.asyncio
 async def test_a_missing_output_leaves_no_partial_file(
     backend: ModalExecutionBackend, tmp_path: Path
 ) -> None:

@@ -236,7 +236,11 @@ class ModalExecutionBackend(ExecutionBackend):
         return record_matches(raw, digest, version)
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
-        """Download each output beside its destination, then rename it into place."""
+        """Download each output beside its destination, then rename it into place.
+
+        An output that declares a digest is hashed before the rename: a mismatch raises
+        TransferIntegrityError and leaves the destination as it was.
+        """
         for transfer in transfers:
             destination = local_path(transfer.uri)
             destination.parent.mkdir(parents=True, exist_ok=True)
@@ -245,6 +249,7 @@ class ModalExecutionBackend(ExecutionBackend):
                 await self.runtime.download(
                     self.volume_name, volume_path(transfer.logical_path), tmp
                 )
+                await asyncio.to_thread(verify_transfer_digest, transfer, tmp)
                 os.replace(tmp, destination)
             finally:
                 tmp.unlink(missing_ok=True)
