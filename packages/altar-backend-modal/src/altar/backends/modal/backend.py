@@ -17,7 +17,7 @@ from altar.backends.modal.render import (
     sandbox_request,
     volume_path,
 )
-from altar.backends.modal.runtime import ModalRuntime, SandboxNotFoundError
+from altar.backends.modal.runtime import ModalRuntime, SandboxNotFoundError, SandboxResult
 from altar.backends.modal.staging import (
     local_path,
     record_matches,
@@ -49,6 +49,7 @@ MODAL_VOLUME_ENV = "ALTAR_MODAL_VOLUME"
 DEFAULT_APP_NAME = "altar-exec"
 DEFAULT_VOLUME_NAME = "altar-data"
 LOG_TAIL_LINES = 20
+RUN_LABEL = "altar.run"
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -73,6 +74,8 @@ class ModalExecutionBackend(ExecutionBackend):
 
     name: ClassVar[str] = "modal"
     input_digest_verification: ClassVar[DigestVerification | None] = "staging"
+    LIST_FROM: ClassVar[int] = 8
+    """A poll of at least this many sandboxes starts with one listing of the running ones."""
 
     def __init__(
         self,
@@ -145,17 +148,40 @@ class ModalExecutionBackend(ExecutionBackend):
         )
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
-        return await self._bounded(handles, self._poll_one)
+        """One listing of the app's running sandboxes, then one wait per sandbox it missed.
 
-    async def _poll_one(self, handle: TaskHandle) -> TaskStatus:
+        ``Sandbox.list`` reports running sandboxes only, a page per request, so a poll of many
+        running tasks costs a request or two; a sandbox the listing does not show (finished,
+        or of another app) is asked about by id, ``max_concurrency`` at a time. Below
+        ``LIST_FROM`` distinct sandboxes the listing is skipped: asking by id is as cheap.
+        """
+        ids = list(dict.fromkeys(handle.external_id for handle in handles))
+        results: dict[str, SandboxResult | None] = {}
+        if len(ids) >= self.LIST_FROM:
+            results.update(await self._listed(set(ids), _shared_run_tag(handles)))
+        rest = [sandbox_id for sandbox_id in ids if sandbox_id not in results]
+        results.update(zip(rest, await self._bounded(rest, self._result_by_id), strict=True))
+        return [_status(handle, results[handle.external_id]) for handle in handles]
+
+    async def _listed(
+        self, wanted: set[str], tags: Mapping[str, str]
+    ) -> dict[str, SandboxResult | None]:
+        """Results of the ``wanted`` sandboxes the listing shows; stops paging once all are seen."""
+        seen: dict[str, SandboxResult | None] = {}
+        async with contextlib.aclosing(self.runtime.list_running(self.app_name, tags)) as listing:
+            async for entry in listing:
+                if entry.sandbox_id in wanted:
+                    seen[entry.sandbox_id] = entry.result
+                    if len(seen) == len(wanted):
+                        break
+        return seen
+
+    async def _result_by_id(self, sandbox_id: str) -> SandboxResult | None:
+        """The sandbox's result, or None when Modal does not know the id."""
         try:
-            result = await self.runtime.sandbox_result(handle.external_id)
-        except SandboxNotFoundError as error:
-            failure = TaskFailure(
-                "container_missing", f"modal sandbox {handle.external_id} not found: {error}"
-            )
-            return TaskStatus(handle, TaskState.FAILED, failure)
-        return status_from_result(handle, result)
+            return await self.runtime.sandbox_result(sandbox_id)
+        except SandboxNotFoundError:
+            return None
 
     async def cancel(self, handle: TaskHandle) -> None:
         await self._terminate_quietly(handle.external_id)
@@ -253,3 +279,18 @@ class ModalExecutionBackend(ExecutionBackend):
                 os.replace(tmp, destination)
             finally:
                 tmp.unlink(missing_ok=True)
+
+
+def _shared_run_tag(handles: list[TaskHandle]) -> dict[str, str]:
+    """``{"altar.run": run}`` when every handle belongs to one run (a narrower listing)."""
+    runs = {handle.labels.get(RUN_LABEL) for handle in handles}
+    if len(runs) == 1 and (run := runs.pop()) is not None:
+        return {RUN_LABEL: run}
+    return {}
+
+
+def _status(handle: TaskHandle, result: SandboxResult | None) -> TaskStatus:
+    if result is None:
+        failure = TaskFailure("container_missing", f"modal sandbox {handle.external_id} not found")
+        return TaskStatus(handle, TaskState.FAILED, failure)
+    return status_from_result(handle, result)

@@ -15,14 +15,16 @@ import contextlib
 import io
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import grpclib
 from altar.backends.modal.runtime import (
+    ListedSandbox,
     ModalCredentialsError,
     ResultStatus,
+    SandboxExistsError,
     SandboxNotFoundError,
     SandboxRequest,
     SandboxResult,
@@ -135,6 +137,17 @@ def _refused_as_unsupported() -> Iterator[None]:
         ) from error
 
 
+@contextlib.contextmanager
+def _already_exists(request: SandboxRequest) -> Iterator[None]:
+    """``AlreadyExistsError`` at create: a running sandbox of the app holds the name."""
+    try:
+        yield
+    except modal_errors.AlreadyExistsError as error:
+        raise SandboxExistsError(
+            f"a running sandbox of app {request.app_name!r} is already named {request.name!r}"
+        ) from error
+
+
 class ModalSdkRuntime:
     """The real runtime. Credentials come from the SDK's usual config (``MODAL_TOKEN_ID`` …).
 
@@ -182,12 +195,14 @@ class ModalSdkRuntime:
         volumes: dict[str | Any, Any] = {}
         if request.volume_name is not None:
             volumes[request.mount_root] = self._volume(request.volume_name)
-        with _refused_as_unsupported(), _modal_errors():
-            # Tags go in with the create call: nothing after it can fail and orphan the
-            # sandbox. The SDK itself terminates a sandbox that was created but never scheduled.
+        with _already_exists(request), _refused_as_unsupported(), _modal_errors():
+            # Tags (and the name) go in with the create call: nothing after it can fail and
+            # orphan the sandbox. The SDK itself terminates a sandbox that was created but
+            # never scheduled, and retries the request under one idempotency key.
             sandbox = await modal.Sandbox.create.aio(
                 *request.command,
                 app=app,
+                name=request.name,
                 image=modal.Image.from_registry(request.image),
                 env=dict(request.env) or None,
                 tags=dict(request.tags) or None,
@@ -209,6 +224,45 @@ class ModalSdkRuntime:
         if code is None:
             return SandboxResult(ResultStatus.RUNNING)
         return SandboxResult(ResultStatus.SUCCESS if code == 0 else ResultStatus.FAILURE, code)
+
+    async def list_running(
+        self, app_name: str, tags: Mapping[str, str]
+    ) -> AsyncGenerator[ListedSandbox, None]:
+        """``Sandbox.list(app_id=…, tags=…)``: one ``SandboxList`` request per page.
+
+        The SDK asks for running sandboxes only (``include_finished=False``) and pages with
+        ``before_timestamp`` until a page comes back empty; closing this generator stops it.
+        """
+        app = await self._app(app_name)
+        with _modal_errors():
+            listing = modal.Sandbox.list.aio(
+                app_id=app.app_id, tags=dict(tags) or None, client=self.client
+            )
+        try:
+            while True:
+                with _modal_errors():
+                    try:
+                        sandbox = await listing.__anext__()
+                    except StopAsyncIteration:
+                        return
+                found, result = _private_result(sandbox)
+                listed = result_from_proto(result) if found else SandboxResult(ResultStatus.RUNNING)
+                yield ListedSandbox(str(sandbox.object_id), listed)
+        finally:
+            await listing.aclose()
+
+    async def sandbox_by_name(self, app_name: str, name: str) -> str | None:
+        try:
+            with _modal_errors(name):
+                sandbox = await modal.Sandbox.from_name.aio(app_name, name, client=self.client)
+        except SandboxNotFoundError:
+            return None
+        return str(sandbox.object_id)
+
+    async def sandbox_tags(self, sandbox_id: str) -> dict[str, str]:
+        sandbox = await self._sandbox(sandbox_id)
+        with _modal_errors(sandbox_id):
+            return dict(await sandbox.get_tags.aio())
 
     async def terminate_sandbox(self, sandbox_id: str) -> None:
         sandbox = await self._sandbox(sandbox_id)
