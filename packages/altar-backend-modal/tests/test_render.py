@@ -13,6 +13,7 @@ from altar.backends.modal.render import (
     modal_gpu,
     modal_timeout,
     request_document,
+    sandbox_name,
     sandbox_request,
     volume_path,
 )
@@ -21,6 +22,7 @@ from altar.execution import (
     ResourceRequest,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import submission_labels
 
 HOSTILE = ["sh", "-c", 'echo "$(id)" $HOME; exit 3', "a b", "it's", "line\nbreak", "../../x"]
 
@@ -138,8 +140,23 @@ def test_the_sandbox_request_matches_the_saved_reference(reference_files: Any) -
     spec = _spec(
         resources=ResourceRequest(gpu="a100", count=2, memory_gb=7.5, cpu=1.5),
         env={"SEED": "1", "QUOTE": "'\"$(x)", "SPACES": "  padded  "},
-        labels={"job_id": "J", "fold": "0"},
+        labels={"job_id": "J", "fold": "0", **submission_labels("0" * 32, "fold-0", 2)},
         timeout_s=3600,
     )
     request = _request(spec, {"a100": "A100-80GB"})
+    assert request.name == "altar-" + spec.labels["altar.submission"]
     reference_files.check(REFERENCES / "sandbox_request.json", request_document(request))
+
+
+@pytest.mark.parametrize("key", [None, "not-a-key", "A" * 32, "0" * 31])
+def test_only_a_well_formed_submission_key_names_the_sandbox(key: str | None) -> None:
+    labels = {"job_id": "J"} if key is None else {"altar.submission": key}
+    assert _request(_spec(labels=labels)).name is None
+
+
+def test_sandbox_names_are_within_modals_name_rules() -> None:
+    name = sandbox_name("0123456789abcdef" * 2)
+    assert name == "altar-0123456789abcdef0123456789abcdef"
+    assert len(name) < 64
+    with pytest.raises(ValueError, match="submission key"):
+        sandbox_name("../x")

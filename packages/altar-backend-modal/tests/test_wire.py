@@ -18,7 +18,7 @@ import modal
 import pytest
 from altar.backends.modal import ModalExecutionBackend
 from altar.backends.modal.fake import FakeModalRuntime
-from altar.backends.modal.runtime import SandboxRequest
+from altar.backends.modal.runtime import SandboxExistsError, SandboxRequest
 from altar.backends.modal.sdk_runtime import ModalSdkRuntime
 from altar.execution import (
     BackendUnavailableError,
@@ -31,6 +31,7 @@ from altar.execution import (
     TransferIntegrityError,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import submission_labels
 from modal_proto import api_pb2
 
 from .modal_control_plane import ControlPlane
@@ -415,5 +416,59 @@ async def test_the_fake_costs_a_create_what_the_sdk_sends(control_plane: Control
         assert costs[1] == Counter(
             ["ImageGetOrCreate", "SecretGetOrCreate", "SandboxCreate", "SandboxGetTaskId"]
         )
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_a_submit_cut_off_after_modal_accepted_it_is_adopted_on_resubmit(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    servicer = control_plane.servicer
+    run = "0123456789abcdef0123456789abcdef"
+    labels = submission_labels(run, "fold-0", 1)
+    spec = _spec(["sleep", "30"], labels=labels)
+    try:
+        # The runner dies while Modal's answer to SandboxCreate is on its way: the sandbox
+        # exists and runs, the SDK never learnt its id (so it could not terminate it).
+        servicer.create_answer_delay_s = 30
+        first = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client), app_name="altar-kill")
+        submit = asyncio.ensure_future(first.submit(spec))
+        await _eventually(lambda: bool(servicer.sandboxes))
+        submit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await submit
+        (created,) = servicer.sandboxes
+        servicer.create_answer_delay_s = 0
+
+        # The resumed runner submits the same spec (the journaled key) from a new runtime.
+        resumed = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client), app_name="altar-kill"
+        )
+        handle = await resumed.submit(spec)
+        assert handle.external_id == created
+        assert [name for name, _ in servicer.requests].count("SandboxCreate") == 1
+        assert servicer.sandboxes[created].definition.name == "altar-" + labels["altar.submission"]
+        assert servicer.sandboxes[created].tags == labels
+
+        listed = await resumed.list_submissions(run)
+        assert listed is not None
+        assert [(h.external_id, h.labels) for h in listed] == [(created, labels)]
+        assert await resumed.list_submissions("f" * 32) == []
+
+        # a second create under the same name is refused by Modal while the first runs
+        runtime = ModalSdkRuntime(client=client)
+        request = SandboxRequest(
+            app_name="altar-kill",
+            image="busybox:1.36",
+            command=("true",),
+            timeout_s=60,
+            name="altar-" + labels["altar.submission"],
+        )
+        with pytest.raises(SandboxExistsError, match="already named"):
+            await runtime.create_sandbox(request)
+        await resumed.cleanup([handle])
+        assert await resumed.list_submissions(run) == []
     finally:
         await client.close.aio()

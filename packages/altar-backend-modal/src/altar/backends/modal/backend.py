@@ -17,7 +17,12 @@ from altar.backends.modal.render import (
     sandbox_request,
     volume_path,
 )
-from altar.backends.modal.runtime import ModalRuntime, SandboxNotFoundError, SandboxResult
+from altar.backends.modal.runtime import (
+    ModalRuntime,
+    SandboxExistsError,
+    SandboxNotFoundError,
+    SandboxResult,
+)
 from altar.backends.modal.staging import (
     local_path,
     record_matches,
@@ -39,6 +44,8 @@ from altar.execution import (
 )
 from altar.execution.backend import DigestVerification, ExecutionBackend
 from altar.execution.digest import require_digest_file
+from altar.execution.handles import mint_handle
+from altar.execution.labels import LABEL_RUN
 
 __all__ = ["DEFAULT_APP_NAME", "DEFAULT_VOLUME_NAME", "ModalExecutionBackend"]
 
@@ -49,7 +56,6 @@ MODAL_VOLUME_ENV = "ALTAR_MODAL_VOLUME"
 DEFAULT_APP_NAME = "altar-exec"
 DEFAULT_VOLUME_NAME = "altar-data"
 LOG_TAIL_LINES = 20
-RUN_LABEL = "altar.run"
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -74,6 +80,9 @@ class ModalExecutionBackend(ExecutionBackend):
 
     name: ClassVar[str] = "modal"
     input_digest_verification: ClassVar[DigestVerification | None] = "staging"
+    # Not True: a sandbox that already finished cannot be found by its key (Modal lists and
+    # names running sandboxes only), so a resubmit after it would run the task again.
+    adopts_submissions: ClassVar[bool] = False
     LIST_FROM: ClassVar[int] = 8
     """A poll of at least this many sandboxes starts with one listing of the running ones."""
 
@@ -129,23 +138,64 @@ class ModalExecutionBackend(ExecutionBackend):
     # -- tasks -----------------------------------------------------------------------------
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        """Create one sandbox, or adopt the running one created earlier for the same key.
+
+        A spec carrying an ``altar.submission`` key names its sandbox after it. If a sandbox of
+        the app with that name is running (a resubmit after an in-doubt submit), its handle is
+        returned and nothing is created or removed. Modal keeps names unique among running
+        sandboxes, so a create racing another one for the same key fails and is answered with
+        the sandbox that won. A finished sandbox cannot be found by name (see the docs).
+        """
         request = sandbox_request(
             spec,
             app_name=self.app_name,
             volume_name=self.volume_name,
             accelerators=self.pool_accelerators,
         )
+        if request.name is not None:
+            running = await self.runtime.sandbox_by_name(self.app_name, request.name)
+            if running is not None:
+                log.info("adopting modal sandbox %s (%s)", running, request.name)
+                return mint_handle(self.name, spec, running)
         outputs = [volume_path(t.logical_path) for t in spec.outputs]
         # A stale output from an earlier run must not be collected as this run's.
         await self._bounded(outputs, lambda path: self.runtime.remove(self.volume_name, path))
-        # Tags go in with the create call, so no later step can fail and orphan the sandbox.
-        sandbox_id = await self.runtime.create_sandbox(request)
-        return TaskHandle(
-            backend=self.name,
-            external_id=sandbox_id,
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        # Tags and name go in with the create call, so no later step can fail and orphan it.
+        try:
+            sandbox_id = await self.runtime.create_sandbox(request)
+        except SandboxExistsError as exists:
+            assert request.name is not None  # only a named create can collide
+            running = await self.runtime.sandbox_by_name(self.app_name, request.name)
+            if running is None:
+                raise BackendUnavailableError(
+                    f"modal sandbox {request.name} was running a moment ago and has finished; "
+                    "its id cannot be read back, retry the submit"
+                ) from exists
+            sandbox_id = running
+        return mint_handle(self.name, spec, sandbox_id)
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """A handle (with the sandbox's tags as labels) per running sandbox of ``run``.
+
+        Finished sandboxes are not listed: ``Sandbox.list`` reports running ones only.
+        """
+        ids: list[str] = []
+        listing = self.runtime.list_running(self.app_name, {LABEL_RUN: run})
+        async with contextlib.aclosing(listing):
+            async for entry in listing:
+                ids.append(entry.sandbox_id)
+        tags = await self._bounded(ids, self._tags_or_none)
+        return [
+            TaskHandle(self.name, sandbox_id, labels)
+            for sandbox_id, labels in zip(ids, tags, strict=True)
+            if labels is not None and labels.get(LABEL_RUN) == run
+        ]
+
+    async def _tags_or_none(self, sandbox_id: str) -> dict[str, str] | None:
+        try:
+            return await self.runtime.sandbox_tags(sandbox_id)
+        except SandboxNotFoundError:
+            return None
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         """One listing of the app's running sandboxes, then one wait per sandbox it missed.
@@ -283,9 +333,9 @@ class ModalExecutionBackend(ExecutionBackend):
 
 def _shared_run_tag(handles: list[TaskHandle]) -> dict[str, str]:
     """``{"altar.run": run}`` when every handle belongs to one run (a narrower listing)."""
-    runs = {handle.labels.get(RUN_LABEL) for handle in handles}
+    runs = {handle.labels.get(LABEL_RUN) for handle in handles}
     if len(runs) == 1 and (run := runs.pop()) is not None:
-        return {RUN_LABEL: run}
+        return {LABEL_RUN: run}
     return {}
 
 

@@ -17,6 +17,7 @@ from altar.execution import (
     ContainerTaskSpec,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import LABEL_SUBMISSION, is_submission_key
 
 __all__ = [
     "DEFAULT_POOL_ACCELERATORS",
@@ -25,7 +26,9 @@ __all__ = [
     "modal_gpu",
     "modal_timeout",
     "request_document",
+    "sandbox_name",
     "sandbox_request",
+    "submission_key_of",
     "volume_path",
 ]
 
@@ -81,6 +84,26 @@ def volume_path(logical_path: str) -> str:
     return normalized
 
 
+SANDBOX_NAME_PREFIX = "altar-"
+
+
+def submission_key_of(spec: ContainerTaskSpec) -> str | None:
+    """The spec's ``altar.submission`` key, or None when it carries none (or a malformed one)."""
+    key = spec.labels.get(LABEL_SUBMISSION)
+    return key if key is not None and is_submission_key(key) else None
+
+
+def sandbox_name(key: str) -> str:
+    """The sandbox name for a submission key: ``altar-<32 hex>``.
+
+    Modal keeps a name unique among an app's running sandboxes and accepts letters, digits,
+    ``-``, ``.`` and ``_`` up to 63 characters; this name is 38.
+    """
+    if not is_submission_key(key):
+        raise ValueError(f"not a submission key: {key!r}")
+    return SANDBOX_NAME_PREFIX + key
+
+
 def sandbox_request(
     spec: ContainerTaskSpec,
     *,
@@ -93,7 +116,8 @@ def sandbox_request(
 
     CPU and memory become ``(request, limit)`` pairs with request == limit, so the memory
     limit is enforced (a bare memory value would only be a request). Memory is rounded up to
-    whole MiB. Labels become sandbox tags; the command is passed unchanged.
+    whole MiB. Labels become sandbox tags; the command is passed unchanged. A spec carrying an
+    ``altar.submission`` key names its sandbox after the key (:func:`sandbox_name`).
     """
     resources = spec.resources
     cpu = (float(resources.cpu), float(resources.cpu)) if resources.cpu is not None else None
@@ -113,6 +137,7 @@ def sandbox_request(
         gpu=modal_gpu(resources.gpu, resources.count, accelerators),
         volume_name=volume_name,
         mount_root=mount_root,
+        name=sandbox_name(key) if (key := submission_key_of(spec)) is not None else None,
     )
 
 
