@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from altar.backends.modal.classify import status_from_result
@@ -42,10 +42,13 @@ from altar.execution import (
     TransferIntegrityError,
     verify_transfer_digest,
 )
+from altar.execution.atomic import fsync_directory, temp_path
 from altar.execution.backend import DigestVerification, ExecutionBackend
-from altar.execution.digest import require_digest_file
+from altar.execution.digest import input_label, require_digest_file
+from altar.execution.gather import gather_bounded
 from altar.execution.handles import mint_handle
 from altar.execution.labels import LABEL_RUN
+from altar.execution.stager import verify_output_digest
 
 __all__ = ["DEFAULT_APP_NAME", "DEFAULT_VOLUME_NAME", "ModalExecutionBackend"]
 
@@ -117,23 +120,8 @@ class ModalExecutionBackend(ExecutionBackend):
         return PathResolver(CONTAINER_MOUNT_ROOT)
 
     async def _bounded(self, items: Iterable[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
-        """``call`` on every item with at most ``max_concurrency`` in flight; results in order.
-
-        Every call runs to completion; the first error (in item order) is then raised.
-        """
-        semaphore = asyncio.Semaphore(self.max_concurrency)
-
-        async def one(item: T) -> R:
-            async with semaphore:
-                return await call(item)
-
-        outcomes = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
-        results: list[R] = []
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            results.append(outcome)
-        return results
+        """``call`` on every item, ``max_concurrency`` at once (altar-core's one error rule)."""
+        return await gather_bounded((call(item) for item in items), self.max_concurrency)
 
     # -- tasks -----------------------------------------------------------------------------
 
@@ -280,9 +268,7 @@ class ModalExecutionBackend(ExecutionBackend):
             before = await asyncio.to_thread(os.stat, source)
             await asyncio.to_thread(verify_transfer_digest, transfer, source)
         elif not source.exists():
-            raise FileNotFoundError(
-                f"input {transfer.uri!r} ({transfer.logical_path!r}) does not exist on this machine"
-            )
+            raise FileNotFoundError(f"{input_label(transfer)} does not exist on this machine")
         await self.runtime.upload(self.volume_name, remote, source)
         if digest is None:
             return
@@ -294,8 +280,8 @@ class ModalExecutionBackend(ExecutionBackend):
         ):
             await self.runtime.remove(self.volume_name, remote)
             raise TransferIntegrityError(
-                f"staged input {transfer.uri!r} ({transfer.logical_path!r}) changed while it was "
-                "uploaded; the uploaded copy was removed, stage it again once it is stable"
+                f"{input_label(transfer)} changed while it was uploaded; the uploaded copy was "
+                "removed, stage it again once it is stable"
             )
         version = await self.runtime.file_version(self.volume_name, remote)
         if version is not None:
@@ -320,13 +306,13 @@ class ModalExecutionBackend(ExecutionBackend):
         for transfer in transfers:
             destination = local_path(transfer.uri)
             destination.parent.mkdir(parents=True, exist_ok=True)
-            tmp = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.partial")
+            tmp = temp_path(destination)  # the one name a resumed run knows to clean up
             try:
                 await self.runtime.download(
                     self.volume_name, volume_path(transfer.logical_path), tmp
                 )
-                await asyncio.to_thread(verify_transfer_digest, transfer, tmp)
-                os.replace(tmp, destination)
+                await asyncio.to_thread(verify_output_digest, transfer, tmp)
+                await asyncio.to_thread(_settle, tmp, destination)
             finally:
                 tmp.unlink(missing_ok=True)
 
@@ -344,3 +330,14 @@ def _status(handle: TaskHandle, result: SandboxResult | None) -> TaskStatus:
         failure = TaskFailure("container_missing", f"modal sandbox {handle.external_id} not found")
         return TaskStatus(handle, TaskState.FAILED, failure)
     return status_from_result(handle, result)
+
+
+def _settle(tmp: Path, destination: Path) -> None:
+    """Make a downloaded file durable under its final name (fsync, rename, fsync the folder)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, destination)
+    fsync_directory(destination.parent)
