@@ -48,3 +48,16 @@ def test_old_module_names_keep_working_with_a_deprecation_warning(
         module = importlib.import_module(old)
     for name in names:
         assert callable(getattr(module, name))
+
+
+def test_a_missing_modal_sdk_is_one_line_with_the_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from altar.backends.modal import ModalExecutionBackend
+    from altar.execution import BackendImportError
+
+    monkeypatch.setitem(sys.modules, "modal", None)  # import modal → ImportError
+    monkeypatch.delitem(sys.modules, "altar.backends.modal.sdk_runtime", raising=False)
+    with pytest.raises(BackendImportError, match="pip install altar-backend-modal") as raised:
+        ModalExecutionBackend()
+    assert "\n" not in str(raised.value)

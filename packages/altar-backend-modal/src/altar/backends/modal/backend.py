@@ -31,6 +31,7 @@ from altar.backends.modal.staging import (
 )
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    BackendImportError,
     BackendUnavailableError,
     ContainerTaskSpec,
     PathResolver,
@@ -111,9 +112,7 @@ class ModalExecutionBackend(ExecutionBackend):
         self.trust_verification_records = trust_verification_records
         self.max_concurrency = max_concurrency
         if runtime is None:
-            from altar.backends.modal.sdk_runtime import ModalSdkRuntime
-
-            runtime = ModalSdkRuntime()
+            runtime = _sdk_runtime()
         self.runtime = runtime
 
     def path_resolver(self) -> PathResolver:
@@ -341,3 +340,15 @@ def _settle(tmp: Path, destination: Path) -> None:
         os.close(fd)
     os.replace(tmp, destination)
     fsync_directory(destination.parent)
+
+
+def _sdk_runtime() -> ModalRuntime:
+    """The real runtime; the modal SDK is imported here, not when this package is."""
+    try:
+        from altar.backends.modal.sdk_runtime import ModalSdkRuntime
+    except ImportError as error:
+        raise BackendImportError(
+            f"backend 'modal' needs the modal SDK, which cannot be imported ({error}); "
+            "pip install altar-backend-modal"
+        ) from error
+    return ModalSdkRuntime()
