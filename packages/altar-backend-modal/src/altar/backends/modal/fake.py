@@ -16,7 +16,11 @@ method name and each taking ``latency_s``, one after another as the SDK awaits t
 lists running sandboxes only); ``terminate_sandbox`` a ``SandboxWait`` and a
 ``SandboxTerminate``; ``create_sandbox`` image, secret and create requests plus a
 ``SandboxGetTaskId``, and the app, environment and volume look-ups the first time.
-Modal does not document its page size; 100 is this fake's assumption.
+``sandbox_by_name`` is one ``SandboxGetFromName``. The names are those of V1 sandboxes
+(``MODAL_SANDBOX_V2=0``, the wire tests' setting); with the SDK's default ``sandbox_v2`` the list
+request is ``SandboxListV2`` (same count) and a name look-up tries the V2 lookup first, so it
+costs 2 requests when the V2 lookup misses. Modal does not document its page size; 100 is this
+fake's assumption.
 
 Tests script outcomes with :meth:`FakeModalRuntime.finish`, :meth:`expire`, :meth:`oom_kill`,
 :meth:`evict` and :meth:`write_output`; ``unreachable = True`` makes every call fail as a dead
