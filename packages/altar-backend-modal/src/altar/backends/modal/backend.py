@@ -150,9 +150,8 @@ class ModalExecutionBackend(ExecutionBackend):
         # Tags and name go in with the create call, so no later step can fail and orphan it.
         try:
             sandbox_id = await self.runtime.create_sandbox(request)
-        except SandboxExistsError as exists:
-            assert request.name is not None  # only a named create can collide
-            running = await self.runtime.sandbox_by_name(self.app_name, request.name)
+        except SandboxExistsError as exists:  # only a named create collides
+            running = await self.runtime.sandbox_by_name(self.app_name, str(request.name))
             if running is None:
                 raise BackendUnavailableError(
                     f"modal sandbox {request.name} was running a moment ago and has finished; "
