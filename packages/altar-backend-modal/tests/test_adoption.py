@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
@@ -167,3 +168,37 @@ async def test_list_submissions_when_modal_is_unreachable_is_transient() -> None
     fake.unreachable = True
     with pytest.raises(BackendUnavailableError):
         await _backend(fake).list_submissions(RUN)
+
+
+class NoWorkerYet(FakeModalRuntime):
+    """Modal accepted the create but finds no worker: the wait for scheduling never ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scheduling = asyncio.Event()
+        self.blocked = True
+
+    async def _rpc(self, rpc: str) -> None:
+        await super()._rpc(rpc)
+        if rpc == "SandboxGetTaskId" and self.blocked:
+            self.scheduling.set()
+            await asyncio.Event().wait()
+
+
+@pytest.mark.asyncio
+async def test_a_submit_cancelled_while_modal_schedules_terminates_its_sandbox() -> None:
+    # The SDK's behaviour (tests/test_wire.py checks it on the wire): a cancelled create
+    # terminates the sandbox, so a later resubmit rightly creates a fresh one.
+    fake = NoWorkerYet()
+    backend = _backend(fake)
+    spec = _spec()
+    submit = asyncio.ensure_future(backend.submit(spec))
+    await fake.scheduling.wait()
+    submit.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await submit
+    (first,) = fake.sandboxes
+    assert fake.sandboxes[first].result.status.value == "terminated"
+    fake.blocked = False
+    again = await backend.submit(spec)
+    assert again.external_id != first

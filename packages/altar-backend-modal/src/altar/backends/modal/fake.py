@@ -25,7 +25,8 @@ fake's assumption.
 Tests script outcomes with :meth:`FakeModalRuntime.finish`, :meth:`expire`, :meth:`oom_kill`,
 :meth:`evict` and :meth:`write_output`; ``unreachable = True`` makes every call fail as a dead
 network would; ``drop_create_answers = n`` makes the next ``n`` creates reach Modal (the
-sandbox is created and runs) while the answer is lost, as when the connection drops.
+sandbox is created and runs) while the answer is lost, as when the connection drops. A create
+cancelled while it waits for scheduling terminates its sandbox, as the SDK's does.
 """
 
 from __future__ import annotations
@@ -173,7 +174,14 @@ class FakeModalRuntime:
             raise BackendUnavailableError(
                 "cannot reach Modal: connection lost while waiting for the answer"
             )
-        await self._rpc("SandboxGetTaskId")
+        try:
+            await self._rpc("SandboxGetTaskId")
+        except BaseException:
+            # As the SDK does: a create that fails or is cancelled while waiting for scheduling
+            # terminates its sandbox, since no caller will ever hold its id.
+            if not self.unreachable:
+                self.sandboxes[sandbox_id].result = SandboxResult(ResultStatus.TERMINATED, 0)
+            raise
         return sandbox_id
 
     async def sandbox_result(self, sandbox_id: str) -> SandboxResult:
