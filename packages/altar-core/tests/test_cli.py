@@ -617,3 +617,20 @@ def test_text_from_tasks_cannot_drive_the_terminal():
     assert "\\x1b]0;pwned" in rendered
     assert "first" in format_failures([task])  # the detail's own lines are kept
     assert "\n" not in format_event(event, plain=True)
+
+
+def test_every_run_stopped_error_is_one_line_and_exit_1(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    from altar.execution.errors import RunStoppedError
+
+    class SomeNewStop(RunStoppedError):
+        pass
+
+    async def stopped(*args, **kwargs):
+        raise SomeNewStop("the run stopped for a reason\nnamed here; resume it")
+
+    monkeypatch.setattr(cli, "run_plan", stopped)
+    code, _, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "run"], capsys)
+    assert code == 1
+    assert err.splitlines()[-1] == "altar: the run stopped for a reason named here; resume it"
