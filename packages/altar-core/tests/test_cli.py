@@ -528,7 +528,7 @@ def test_run_shows_staging_progress_and_json_output_is_unchanged(fake_registry, 
     code, out, err = run_cli(["run", plan, "--run-dir", tmp_path / "json", "--json"], capsys)
     assert code == 0, err
     data = json.loads(out)
-    assert list(data) == ["run_dir", "backend", "ok", "elapsed_s", "counts", "tasks"]
+    assert list(data) == ["run_dir", "backend", "run_id", "ok", "elapsed_s", "counts", "tasks"]
     assert " MiB" not in out
     assert " MiB" not in err
 
