@@ -9,8 +9,8 @@ import itertools
 import pytest
 from altar.execution import ContainerTaskSpec, ResourceRequest, Transfer, runner
 from altar.execution.clock import Clock
-from altar.execution.labels import submission_key
 from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal, open_journal
+from altar.execution.labels import submission_key
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import (
     StagingError,

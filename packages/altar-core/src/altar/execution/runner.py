@@ -314,11 +314,12 @@ class _Run:
 
     async def run(self) -> RunResult:
         try:
+            resuming = bool(self.journal.pids) or any(r.attempts for r in self.records.values())
             earlier = [pid for pid in self.journal.pids if pid != os.getpid()]
             self.journal.pids = [*earlier, os.getpid()]
             self.journal.save()  # our pid is durable before we write any temporary file
             self.resume()
-            if earlier:
+            if resuming:
                 self.tidy(earlier)
                 await self.reconcile()
             with sweeping_for(earlier):
