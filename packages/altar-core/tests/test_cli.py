@@ -16,7 +16,7 @@ import pytest
 from altar.execution import cli
 from altar.execution import registry as registry_module
 from altar.execution.digest import sha256_file, verify_files_script
-from altar.execution.journal import JOURNAL_NAME, run_lock
+from altar.execution.journal import JOURNAL_NAME, Journal, run_lock
 from altar.execution.progress import ProgressPrinter, format_duration, format_table
 from altar.execution.registry import BackendRegistry
 from altar.execution.runner import RunEvent, TaskResult
@@ -212,8 +212,13 @@ def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
             await task
 
     asyncio.run(partial())
-    code, out, _ = run_cli(["status", tmp_path / "r"], capsys)
+    code, out, err = run_cli(["status", tmp_path / "r"], capsys)
     assert code == 0
+    run_id = Journal.load(tmp_path / "r").run_id
+    assert (
+        f"altar: run {run_id} on fake; its provider objects carry the labels altar.run={run_id}"
+        in err
+    )
     assert [line.split()[2] for line in out.splitlines()[1:]] == [
         "running",
         "running",
@@ -471,7 +476,6 @@ def test_a_signal_stops_altar_run_with_a_resume_hint(tmp_path, signum, code, how
     assert err.rstrip().endswith(f"altar run '{plan}' --run-dir {tmp_path / 'r'}")
     assert sum(1 for line in err.splitlines() if "Resume with" in line) == 1
     assert "Traceback" not in err
-    from altar.execution.journal import Journal
 
     record = Journal.load(tmp_path / "r").tasks["k-0"]
     # a submit in flight got its grace: its handle is journaled, nothing is left in doubt

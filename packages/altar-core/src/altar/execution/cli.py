@@ -356,6 +356,10 @@ async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         _print_json(result.to_dict(), out)
     else:
         out.write(format_table(result.tasks) + "\n")
+        err.write(
+            f"altar: run {result.run_id} on {result.backend}; its provider objects carry the "
+            f"labels altar.run={result.run_id}, altar.task, altar.attempt and altar.submission\n"
+        )
     return EXIT_OK
 
 

@@ -14,17 +14,21 @@ The journal holds, per task, the hash of its spec, every attempt with its durabl
 Appending one line per change keeps the cost of a change independent of the plan's size (a
 snapshot per change would make a run of n tasks cost O(n^2)).
 
-Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle)
-before ``submit`` is called, and the handle is appended and fsync-ed as soon as ``submit``
-returns (submits that return in the same event-loop turn share one fsync; a run that is
-cancelled meanwhile lets its submits in flight return first, within a grace period, and writes
-their handles on its way out). A run that finds an attempt still ``submitting``
-cannot know whether the
-provider accepted it (the process died inside ``submit``), so it submits the same spec again:
-the contract requires ``submit`` to accept a resubmission, and a backend that names tasks by
-spec (Kubernetes) adopts the task that is still running instead of starting a second one. A
-backend that mints fresh ids (Docker, Modal) may then leave the first, unrecorded task
-running; the run reports such an attempt as ``in_doubt``.
+Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle) with
+its submission key (:mod:`altar.execution.labels`) before ``submit`` is called, and the handle is
+appended and fsync-ed as soon as ``submit`` returns (submits that return in the same event-loop
+turn share one fsync; a run that is cancelled meanwhile lets its submits in flight return first,
+within a grace period, and writes their handles on its way out). A run that finds an attempt
+still ``submitting`` cannot know whether the provider accepted it (the process died inside
+``submit``): the attempt becomes ``in_doubt``. If the backend can list the run's objects, the
+runner adopts the one carrying that key, or learns that there is none; otherwise it submits the
+attempt again with the same key, which a backend with ``adopts_submissions`` answers with the
+task it already holds. Only a backend that can do neither may then run the task twice; the
+attempt counts that possible execution (``reexecuted``) and the results table marks it.
+
+The snapshot also keeps the run id (``altar.run`` on every provider object), the pids of the
+processes that drove the run (so a resume removes only their leftover temporary files), and the
+provider objects removed because no journal entry owned them.
 """
 
 from __future__ import annotations

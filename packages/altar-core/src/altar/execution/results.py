@@ -37,8 +37,11 @@ class RunEvent:
 
     ``kind`` is one of ``staging``, ``staging_progress`` (bytes of the inputs in place so far,
     in ``bytes_done`` and ``bytes_total``; see :mod:`altar.execution.staging_progress`),
-    ``staged``, ``resumed``, ``submitted``, ``in_doubt``, ``state`` (a task changed state),
-    ``retry``, ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
+    ``staged``, ``resumed``, ``submitted``, ``in_doubt``, ``adopted`` (the provider held the
+    task of an in-doubt submit: the run follows it), ``removed`` (a provider object of this run
+    the journal does not own was cancelled and cleaned up), ``litter_removed`` (temporary files
+    that killed processes of this run left), ``state`` (a task changed state), ``retry``,
+    ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
     ``backend_unavailable``, ``cleanup_failed``, ``stopping`` (the run is ending early and waits
     for its submits in flight), ``done``.
     """
