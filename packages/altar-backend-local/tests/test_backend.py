@@ -593,7 +593,7 @@ def test_an_explicit_tcp_engine_keeps_the_environments_tls_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Like ``docker -H tcp://...``: the URL is ours, TLS still comes from DOCKER_TLS_VERIFY."""
-    from altar.backends.local.docker_runtime import _client_kwargs
+    from altar.backends.local.sdk_runtime import _client_kwargs
 
     for name in ("ca.pem", "cert.pem", "key.pem"):
         (tmp_path / name).write_text("not read until a connection is made\n")

@@ -10,18 +10,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import ClassVar, TypeVar
 
-from altar.backends.local.docker_runtime import DockerSdkRuntime
-from altar.backends.local.mapping import (
+from altar.backends.local.classify import DEADLINE_SLACK_S
+from altar.backends.local.poller import Observation, Poller, missing
+from altar.backends.local.render import (
     BACKEND_LABEL,
     BACKEND_LABEL_VALUE,
     contained_host_path,
     host_path,
     render_request,
 )
-from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
 from altar.backends.local.staging import StageAction, Stager, local_path
-from altar.backends.local.states import DEADLINE_SLACK_S
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
@@ -58,6 +57,13 @@ def _default_user(data_root: str) -> str | None:
         return f"{st.st_uid}:{st.st_gid}"
     except OSError:
         return f"{os.getuid()}:{os.getgid()}"
+
+
+def _sdk_runtime(docker_host: str | None) -> DockerRuntime:
+    """The real runtime; the docker SDK is imported here, not when this module is."""
+    from altar.backends.local.sdk_runtime import DockerSdkRuntime
+
+    return DockerSdkRuntime(docker_host)
 
 
 class LocalDockerExecutionBackend(ExecutionBackend):
@@ -118,7 +124,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self.network = network
         self.gpu_devices = gpu_devices
         self.trust_verification_records = trust_verification_records
-        self.runtime: DockerRuntime = runtime or DockerSdkRuntime(docker_host)
+        self.runtime: DockerRuntime = runtime or _sdk_runtime(docker_host)
         self._poller = Poller(self.runtime, use_events=use_events)
         self._stager = Stager(self.data_root, trust_records=trust_verification_records)
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None

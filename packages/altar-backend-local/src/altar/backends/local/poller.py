@@ -16,19 +16,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from altar.backends.local.mapping import timeout_from_labels
-from altar.backends.local.runtime import (
-    ContainerEvent,
-    ContainerNotFoundError,
-    ContainerSummary,
-    DockerRuntime,
-)
-from altar.backends.local.states import (
+from altar.backends.local.classify import (
     Outcome,
     deadline,
     live_state,
     terminal_failure,
     timeout_failure,
+)
+from altar.backends.local.render import timeout_from_labels
+from altar.backends.local.runtime import (
+    ContainerEvent,
+    ContainerNotFoundError,
+    ContainerSummary,
+    DockerRuntime,
 )
 from altar.execution import TaskFailure, TaskState
 

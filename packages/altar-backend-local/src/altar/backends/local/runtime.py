@@ -1,7 +1,7 @@
 """The runtime seam: the few Docker Engine operations the backend needs, as plain values.
 
 :class:`DockerRuntime` is what the backend talks to.
-:class:`~altar.backends.local.docker_runtime.DockerSdkRuntime` implements it with the docker SDK
+:class:`~altar.backends.local.sdk_runtime.DockerSdkRuntime` implements it with the docker SDK
 against a real engine; :class:`~altar.backends.local.fake.FakeDockerRuntime` implements it in
 memory for tests. Only plain values cross the seam, and every method is
 synchronous (the backend calls them through :func:`asyncio.to_thread`).
