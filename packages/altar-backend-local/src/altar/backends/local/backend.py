@@ -36,7 +36,7 @@ from altar.execution import (
     UnsupportedCapabilityError,
 )
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend"]
+__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend", "tail_lines"]
 
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
@@ -218,15 +218,20 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         return Capacity(pools={"cpu": max(0, self.slots - started)})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
+        """The last :data:`LOG_TAIL_LINES` lines: stdout's tail, then stderr's (issue 15).
+
+        The streams are read apart because the engine orders them only by when it copied them,
+        and a merged tail often missed the one error line on stderr; see :func:`tail_lines`.
+        """
         if not _CONTAINER_ID.fullmatch(handle.external_id):
             return None
         try:
-            text = await self._thread(
-                lambda: self.runtime.log_tail(handle.external_id, LOG_TAIL_LINES)
+            tails = await self._thread(
+                lambda: self.runtime.log_tails(handle.external_id, LOG_TAIL_LINES)
             )
         except ContainerNotFoundError:
             return None
-        lines = text.splitlines()[-LOG_TAIL_LINES:]
+        lines = tail_lines(tails.stdout.splitlines(), tails.stderr.splitlines(), LOG_TAIL_LINES)
         return "\n".join(lines) if lines else None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -297,6 +302,17 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         """
         if self._watchdog is not None:
             self._watchdog.stop()
+
+
+def tail_lines(stdout: list[str], stderr: list[str], budget: int) -> list[str]:
+    """At most ``budget`` lines: stdout's last lines, then stderr's, stderr last.
+
+    stderr (where errors go) keeps at least half the budget when both streams are long, and
+    either stream takes what the other leaves unused.
+    """
+    n_err = min(len(stderr), max(budget - len(stdout), budget // 2))
+    n_out = min(len(stdout), budget - n_err)
+    return stdout[len(stdout) - n_out :] + stderr[len(stderr) - n_err :]
 
 
 async def _bounded(awaitables: list[Awaitable[_T]], limit: int) -> list[_T]:

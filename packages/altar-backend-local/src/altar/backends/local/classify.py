@@ -14,13 +14,15 @@ __all__ = [
     "TERMINAL_STATES",
     "Outcome",
     "deadline",
+    "deadline_from_start",
     "live_state",
     "terminal_failure",
     "timeout_failure",
 ]
 
-#: The list API reports creation in whole seconds, so a deadline is counted from the second
-#: after it: a task is never killed early, at most this much late.
+#: A task may run ``timeout_s`` from its start (the engine's ``State.StartedAt``, issue 15), and
+#: is killed at most this much later: the margin covers the engine's clock read through the
+#: host's and the whole-second ``Created`` the earliest possible deadline is bounded by.
 DEADLINE_SLACK_S = 1.0
 LIVE_STATES = {
     "created": TaskState.PENDING,
@@ -42,14 +44,27 @@ class Outcome:
     exit_code: int
     oom_killed: bool
     finished_at: float | None
+    started_at: float | None = None  # engine seconds; None when not known
 
 
 def deadline(summary: ContainerSummary) -> float | None:
-    """Engine time after which the container has overrun its ``altar.timeout_s`` label."""
+    """The earliest engine time the container can overrun its ``altar.timeout_s`` label.
+
+    A container starts after it is created, so its deadline (:func:`deadline_from_start`) is
+    never before this; only past it is the start time worth asking for.
+    """
     timeout_s = timeout_from_labels(summary.labels)
     if timeout_s is None:
         return None
     return summary.created + DEADLINE_SLACK_S + timeout_s
+
+
+def deadline_from_start(summary: ContainerSummary, started_at: float) -> float | None:
+    """Engine time after which a container started at ``started_at`` has overrun its limit."""
+    timeout_s = timeout_from_labels(summary.labels)
+    if timeout_s is None:
+        return None
+    return max(started_at, summary.created) + DEADLINE_SLACK_S + timeout_s
 
 
 def live_state(summary: ContainerSummary) -> TaskState | None:
@@ -74,13 +89,19 @@ def timeout_failure(container_id: str, timeout_s: int) -> TaskFailure:
 def terminal_failure(summary: ContainerSummary, outcome: Outcome) -> TaskFailure | None:
     """The failure of a finished container, or None if it succeeded.
 
+    The deadline counts from ``outcome.started_at`` when known, else from creation (the earliest
+    it can be; the poller fetches the start time before relying on that).
     Order matters: a container that finished past its deadline timed out (whoever killed it
     and whatever it exited with, so a success after the deadline is not a success); an
     ``OOMKilled`` container failed for memory even when its main process exited 0 because
     only a child was killed; ``dead`` means the engine lost track of it.
     """
     cid = summary.id
-    limit = deadline(summary)
+    limit = (
+        deadline_from_start(summary, outcome.started_at)
+        if outcome.started_at is not None
+        else deadline(summary)
+    )
     timeout_s = timeout_from_labels(summary.labels)
     if (
         limit is not None

@@ -28,16 +28,19 @@ from altar.backends.local.runtime import (
     ContainerRequest,
     ContainerSummary,
     EngineRefusedError,
+    LogTail,
 )
 from altar.execution import BackendUnavailableError
 from docker.utils import kwargs_from_env
 
-__all__ = ["DockerSdkRuntime", "describe_engine"]
+__all__ = ["LOG_SCAN_LINES", "DockerSdkRuntime", "demultiplex", "describe_engine"]
 
 _T = TypeVar("_T")
 # Ids are sent in one list request; keep each request line well below the engine's 1 MiB limit.
 _IDS_PER_REQUEST = 2000
 _ZERO_TIME_PREFIX = "0001-01-01"
+#: How far back ``log_tails`` looks in the interleaved log for each stream's last lines.
+LOG_SCAN_LINES = 1000
 
 
 def describe_engine(base_url: str | None) -> str:
@@ -62,6 +65,25 @@ def _client_kwargs(base_url: str | None) -> dict[str, Any]:
         if not base_url.startswith("tcp://"):
             kwargs.pop("tls", None)  # a unix socket or ssh:// engine takes no TLS settings
     return kwargs
+
+
+def demultiplex(body: bytes) -> tuple[bytes, bytes]:
+    """Split the engine's multiplexed log stream into (stdout, stderr).
+
+    Each frame is an 8-byte header (stream type 1 = stdout, 2 = stderr; three zero bytes; the
+    payload's length, big-endian) and the payload. A truncated last frame is kept as far as it
+    goes; an unknown stream type (0, stdin) is ignored.
+    """
+    streams = {1: bytearray(), 2: bytearray()}
+    offset = 0
+    while offset + 8 <= len(body):
+        kind = body[offset]
+        size = int.from_bytes(body[offset + 4 : offset + 8], "big")
+        payload = body[offset + 8 : offset + 8 + size]
+        if kind in streams:
+            streams[kind] += payload
+        offset += 8 + size
+    return bytes(streams[1]), bytes(streams[2])
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -248,12 +270,17 @@ class DockerSdkRuntime:
             exit_code=int(state.get("ExitCode") or 0),
             oom_killed=bool(state.get("OOMKilled")),
             finished_at=_parse_time(state.get("FinishedAt")),
+            started_at=_parse_time(state.get("StartedAt")),
         )
 
     def exit_events(
         self, container_ids: Sequence[str], since: float, until: float
     ) -> list[ContainerEvent]:
-        filters = {"type": "container", "event": ["die", "oom"], "container": list(container_ids)}
+        filters = {
+            "type": "container",
+            "event": ["start", "die", "oom"],
+            "container": list(container_ids),
+        }
 
         def read(api: docker.APIClient) -> list[dict[str, Any]]:
             # With ``until`` in the past the engine sends its buffered events and closes.
@@ -308,3 +335,30 @@ class DockerSdkRuntime:
     def log_tail(self, container_id: str, lines: int) -> str:
         raw = self._call(lambda api: api.logs(container_id, stdout=True, stderr=True, tail=lines))
         return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+    def log_tails(self, container_id: str, lines: int) -> LogTail:
+        """One request for the log's last :data:`LOG_SCAN_LINES` lines, split by stream.
+
+        The engine applies ``tail`` to the interleaved log *before* its stream filter, so asking
+        for "stderr, last 20 lines" returns nothing when stderr's lines are older than the last
+        20 of stdout. The multiplexed answer (8-byte frame headers naming the stream) is split
+        here instead, with the SDK's own frame reader.
+        """
+
+        def read(api: docker.APIClient) -> bytes:
+            client: Any = api  # the SDK's typed surface has no demultiplexing logs call
+            params = {"stdout": 1, "stderr": 1, "tail": max(lines, LOG_SCAN_LINES)}
+            response = client.get(client._url("/containers/{0}/logs", container_id), params=params)
+            client._raise_for_status(response)
+            body: bytes = response.content
+            return body
+
+        # Containers are created without a TTY, so the answer is multiplexed.
+        out, err = demultiplex(self._call(read))
+
+        def last(raw: bytes) -> str:
+            text = raw.decode("utf-8", errors="replace")
+            kept = text.splitlines()[-lines:] if lines else []
+            return "".join(line + "\n" for line in kept)
+
+        return LogTail(stdout=last(out), stderr=last(err))
