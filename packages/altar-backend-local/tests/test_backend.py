@@ -593,7 +593,7 @@ def test_an_explicit_tcp_engine_keeps_the_environments_tls_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Like ``docker -H tcp://...``: the URL is ours, TLS still comes from DOCKER_TLS_VERIFY."""
-    from altar.backends.local.docker_runtime import _client_kwargs
+    from altar.backends.local.sdk_runtime import _client_kwargs
 
     for name in ("ca.pem", "cert.pem", "key.pem"):
         (tmp_path / name).write_text("not read until a connection is made\n")
@@ -610,3 +610,78 @@ def test_an_explicit_tcp_engine_keeps_the_environments_tls_settings(
     monkeypatch.delenv("DOCKER_TLS_VERIFY")
     monkeypatch.delenv("DOCKER_CERT_PATH")
     assert _client_kwargs("tcp://engine.example:2375") == {"base_url": "tcp://engine.example:2375"}
+
+
+@pytest.mark.asyncio
+async def test_issue_15_failure_detail_ends_with_stderr_tail(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.write_log(handle.external_id, ["Traceback (most recent call last):"], stream="stderr")
+    engine.write_log(handle.external_id, [f"progress {i}" for i in range(60)])
+    engine.write_log(handle.external_id, ["ValueError: bad fold"], stream="stderr")
+    engine.finish(handle.external_id, 1)
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    assert detail.splitlines() == [f"progress {i}" for i in range(42, 60)] + [
+        "Traceback (most recent call last):",
+        "ValueError: bad fold",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("n_out", "n_err", "kept"),
+    [(0, 0, (0, 0)), (100, 0, (20, 0)), (0, 100, (0, 20)), (100, 100, (10, 10)), (3, 40, (3, 17))],
+)
+def test_tail_lines_shares_the_budget_and_puts_stderr_last(
+    n_out: int, n_err: int, kept: tuple[int, int]
+) -> None:
+    from altar.backends.local.backend import tail_lines
+
+    out = [f"o{i}" for i in range(n_out)]
+    err = [f"e{i}" for i in range(n_err)]
+    lines = tail_lines(out, err, 20)
+    assert lines == out[n_out - kept[0] :] + err[n_err - kept[1] :]
+
+
+@pytest.mark.asyncio
+async def test_issue_15_a_deadline_counts_from_the_start_not_the_creation(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    """Created long ago (a loaded engine, a held start), started just now: not overrun."""
+    engine.hold_starts = True
+    submitting = asyncio.ensure_future(backend.submit(spec(timeout_s=3)))
+    await _until(lambda: bool(engine.held_starts()), "created")
+    (cid,) = engine.held_starts()
+    engine.containers[cid].created -= 3600  # waited an hour between create and start
+    engine.release_start(cid)
+    handle = await submitting
+    (status,) = await backend.poll([handle])
+    assert status.state is TaskState.RUNNING, status.failure
+    assert engine.requests["inspect"] == 1  # the start time, asked once
+    await backend.poll([handle])
+    assert engine.requests["inspect"] == 1
+    engine.expire(cid)  # now it really ran past its limit (a start time never changes, so a
+    # fresh instance looks: this one remembers the start it read)
+    fresh = LocalDockerExecutionBackend(data_root=backend.data_root, runtime=engine, watchdog=False)
+    (status,) = await fresh.poll([handle])
+    assert status.failure is not None
+    assert status.failure.reason == "timeout"
+
+
+def test_demultiplex_splits_the_engines_log_frames_by_stream() -> None:
+    from altar.backends.local.sdk_runtime import demultiplex
+
+    def frame(kind: int, payload: bytes) -> bytes:
+        return bytes([kind, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+    body = (
+        frame(2, b"Error: first\n")
+        + frame(1, b"out 1\nout")
+        + frame(0, b"stdin is ignored")
+        + frame(1, b" 2\n")
+        + frame(2, b"Error: last\n")
+        + frame(1, b"cut sh")[:-2]  # a frame cut short keeps what arrived
+    )
+    assert demultiplex(body) == (b"out 1\nout 2\ncut ", b"Error: first\nError: last\n")
+    assert demultiplex(b"") == (b"", b"")

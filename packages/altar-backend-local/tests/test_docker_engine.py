@@ -517,3 +517,70 @@ async def test_a_run_interrupted_while_a_container_starts_resumes_without_a_seco
         decode=True,
     )
     assert len(list(events)) == 1
+
+
+def _engine_seconds(value: str) -> float:
+    """An engine timestamp (RFC 3339 with nanoseconds) as epoch seconds."""
+    from altar.backends.local.sdk_runtime import _parse_time
+
+    parsed = _parse_time(value)
+    assert parsed is not None, value
+    return parsed
+
+
+@pytest.mark.asyncio
+async def test_issue_15_the_deadline_counts_from_the_start_not_the_creation(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    """On a loaded engine a container can wait seconds between create and start; its
+    ``timeout_s`` is the time it may *run*, so it must not be killed for the wait."""
+    timeout_s = 5
+    created = api.create_container(
+        IMAGE,
+        ["sleep", "300"],
+        labels={
+            "altar.test": SESSION,
+            "altar.backend": "local",
+            "altar.timeout_s": str(timeout_s),
+        },
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    cid = created["Id"]
+    handle = TaskHandle("local", cid)
+    await asyncio.sleep(timeout_s + 2.5)  # created, not started, for longer than the limit
+    api.start(cid)
+    (status,) = await backend.poll([handle])
+    assert status.state is TaskState.RUNNING, status.failure
+    final = await settle(backend, handle, limit_s=60)
+    assert final.failure is not None
+    assert final.failure.reason == "timeout"
+    state = api.inspect_container(cid)["State"]
+    ran = _engine_seconds(state["FinishedAt"]) - _engine_seconds(state["StartedAt"])
+    assert ran >= timeout_s  # killed, but never before its limit counted from the start
+
+
+@pytest.mark.asyncio
+async def test_issue_15_failure_detail_keeps_the_error_line_on_stderr(
+    backend: LocalDockerExecutionBackend,
+) -> None:
+    """The error goes to stderr first, then 60 lines of progress to stdout: the merged 20-line
+    tail held only stdout. The detail must keep stderr's tail, last."""
+    handle = await backend.submit(
+        spec(
+            [
+                "sh",
+                "-c",
+                "echo 'Error: weights file is truncated' >&2; "
+                'i=0; while [ $i -lt 60 ]; do echo "progress $i"; i=$((i+1)); done; exit 2',
+            ]
+        )
+    )
+    status = await settle(backend, handle)
+    assert status.failure is not None
+    assert status.failure.reason == "exit_2"
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    lines = detail.splitlines()
+    assert lines[-1] == "Error: weights file is truncated"
+    assert "progress 59" in lines  # stdout's tail is kept too
+    assert len(lines) <= 20

@@ -10,18 +10,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import ClassVar, TypeVar
 
-from altar.backends.local.docker_runtime import DockerSdkRuntime
-from altar.backends.local.mapping import (
+from altar.backends.local.classify import DEADLINE_SLACK_S
+from altar.backends.local.poller import Observation, Poller, missing
+from altar.backends.local.render import (
     BACKEND_LABEL,
     BACKEND_LABEL_VALUE,
     contained_host_path,
     host_path,
     render_request,
 )
-from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
 from altar.backends.local.staging import StageAction, Stager, local_path
-from altar.backends.local.states import DEADLINE_SLACK_S
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
@@ -37,7 +36,7 @@ from altar.execution import (
     UnsupportedCapabilityError,
 )
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend"]
+__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend", "tail_lines"]
 
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
@@ -58,6 +57,13 @@ def _default_user(data_root: str) -> str | None:
         return f"{st.st_uid}:{st.st_gid}"
     except OSError:
         return f"{os.getuid()}:{os.getgid()}"
+
+
+def _sdk_runtime(docker_host: str | None) -> DockerRuntime:
+    """The real runtime; the docker SDK is imported here, not when this module is."""
+    from altar.backends.local.sdk_runtime import DockerSdkRuntime
+
+    return DockerSdkRuntime(docker_host)
 
 
 class LocalDockerExecutionBackend(ExecutionBackend):
@@ -118,7 +124,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self.network = network
         self.gpu_devices = gpu_devices
         self.trust_verification_records = trust_verification_records
-        self.runtime: DockerRuntime = runtime or DockerSdkRuntime(docker_host)
+        self.runtime: DockerRuntime = runtime or _sdk_runtime(docker_host)
         self._poller = Poller(self.runtime, use_events=use_events)
         self._stager = Stager(self.data_root, trust_records=trust_verification_records)
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
@@ -212,15 +218,20 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         return Capacity(pools={"cpu": max(0, self.slots - started)})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
+        """The last :data:`LOG_TAIL_LINES` lines: stdout's tail, then stderr's (issue 15).
+
+        The streams are read apart because the engine orders them only by when it copied them,
+        and a merged tail often missed the one error line on stderr; see :func:`tail_lines`.
+        """
         if not _CONTAINER_ID.fullmatch(handle.external_id):
             return None
         try:
-            text = await self._thread(
-                lambda: self.runtime.log_tail(handle.external_id, LOG_TAIL_LINES)
+            tails = await self._thread(
+                lambda: self.runtime.log_tails(handle.external_id, LOG_TAIL_LINES)
             )
         except ContainerNotFoundError:
             return None
-        lines = text.splitlines()[-LOG_TAIL_LINES:]
+        lines = tail_lines(tails.stdout.splitlines(), tails.stderr.splitlines(), LOG_TAIL_LINES)
         return "\n".join(lines) if lines else None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -291,6 +302,17 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         """
         if self._watchdog is not None:
             self._watchdog.stop()
+
+
+def tail_lines(stdout: list[str], stderr: list[str], budget: int) -> list[str]:
+    """At most ``budget`` lines: stdout's last lines, then stderr's, stderr last.
+
+    stderr (where errors go) keeps at least half the budget when both streams are long, and
+    either stream takes what the other leaves unused.
+    """
+    n_err = min(len(stderr), max(budget - len(stdout), budget // 2))
+    n_out = min(len(stdout), budget - n_err)
+    return stdout[len(stdout) - n_out :] + stderr[len(stderr) - n_err :]
 
 
 async def _bounded(awaitables: list[Awaitable[_T]], limit: int) -> list[_T]:

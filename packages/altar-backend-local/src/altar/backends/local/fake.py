@@ -1,7 +1,8 @@
 """An in-memory Docker engine behind the runtime seam, for tests.
 
 It behaves like the Docker Engine 20.10 the backend talks to, not like the backend: fresh
-64-hex ids, whole-second ``Created`` times, ``die``/``oom`` events with a bounded window,
+64-hex ids, whole-second ``Created`` and precise ``StartedAt`` times, ``start``/``die``/``oom``
+events with a bounded window,
 image labels merged under the container's, 404 for unknown containers, 409-style no-ops for
 killing a stopped container, the engine's own refusals (CPU quota above the host's CPUs, a
 device request without a GPU runtime), and an engine that cannot be reached. Tests script
@@ -18,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from altar.backends.local.runtime import (
     LIVE_CONTAINER_STATES,
@@ -28,6 +29,7 @@ from altar.backends.local.runtime import (
     ContainerRequest,
     ContainerSummary,
     EngineRefusedError,
+    LogTail,
 )
 from altar.execution import BackendUnavailableError
 
@@ -43,7 +45,8 @@ class FakeContainer:
     exit_code: int = 0
     oom_killed: bool = False
     finished_at: float | None = None
-    logs: list[str] = field(default_factory=list)
+    started_at: float | None = None
+    logs: list[tuple[str, str]] = field(default_factory=list)  # (stream, line), as written
     # The container's labels as the engine reports them: the image's, then the request's.
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -95,6 +98,11 @@ class FakeDockerRuntime:
             raise ContainerNotFoundError(f"No such container: {container_id}")
         return matches[0]
 
+    def _start(self, container: FakeContainer) -> None:
+        container.state = "running"
+        container.started_at = self.now()
+        self.events.append(ContainerEvent(container.id, "start", container.started_at))
+
     def _end(self, container: FakeContainer, exit_code: int, *, oom: bool = False) -> None:
         now = self.now()
         if oom:
@@ -144,6 +152,7 @@ class FakeDockerRuntime:
             container = FakeContainer(container_id, request, created=int(self.now()), labels=labels)
             self.containers[container_id] = container
             if not self.hold_starts:
+                self._start(container)
                 return container_id
             container.state = "created"
             started = self._starts[container_id] = threading.Event()
@@ -160,7 +169,7 @@ class FakeDockerRuntime:
         with self._lock:
             for cid, event in self._starts.items():
                 if container_id in (None, cid) and not event.is_set():
-                    self.containers[cid].state = "running"
+                    self._start(self.containers[cid])
                     event.set()
 
     def list_containers(self, ids: Sequence[str]) -> list[ContainerSummary]:
@@ -194,7 +203,9 @@ class FakeDockerRuntime:
         with self._lock:
             self._request("inspect")
             c = self._get(container_id)
-            return ContainerDetail(c.id, c.state, c.exit_code, c.oom_killed, c.finished_at)
+            return ContainerDetail(
+                c.id, c.state, c.exit_code, c.oom_killed, c.finished_at, c.started_at
+            )
 
     def exit_events(
         self, container_ids: Sequence[str], since: float, until: float
@@ -206,7 +217,7 @@ class FakeDockerRuntime:
                 e
                 for e in self.events
                 if e.container_id in wanted
-                and e.action in ("die", "oom")
+                and e.action in ("start", "die", "oom")
                 and since <= e.time <= until
             ]
 
@@ -239,7 +250,19 @@ class FakeDockerRuntime:
             self._request("logs")
             container = self._get(container_id)
             tail = container.logs[-lines:] if lines else []
-            return "".join(line + "\n" for line in tail)
+            return "".join(line + "\n" for _, line in tail)
+
+    def log_tails(self, container_id: str, lines: int) -> LogTail:
+        with self._lock:
+            self._request("logs")
+            self._request("logs")  # the engine serves one stream per request
+            container = self._get(container_id)
+
+            def tail(stream: str) -> str:
+                chosen = [line for s, line in container.logs if s == stream]
+                return "".join(line + "\n" for line in (chosen[-lines:] if lines else []))
+
+            return LogTail(tail("stdout"), tail("stderr"))
 
     # -- scripting (not engine requests) -----------------------------------------------------
 
@@ -257,10 +280,22 @@ class FakeDockerRuntime:
             container = self._get(container_id)
             timeout = int(container.labels.get("altar.timeout_s", "0") or 0)
             container.created -= timeout + 5
+            if container.started_at is not None:
+                container.started_at -= timeout + 5
+            # ...and its start event says so too (the window keeps its order and size).
+            events = [
+                replace(e, time=e.time - timeout - 5)
+                if e.container_id == container.id and e.action == "start"
+                else e
+                for e in self.events
+            ]
+            self.events.clear()
+            self.events.extend(events)
 
-    def write_log(self, container_id: str, lines: list[str]) -> None:
+    def write_log(self, container_id: str, lines: list[str], *, stream: str = "stdout") -> None:
+        """The container writes ``lines`` to ``stream`` (``stdout`` or ``stderr``)."""
         with self._lock:
-            self._get(container_id).logs.extend(lines)
+            self._get(container_id).logs.extend((stream, line) for line in lines)
 
     def set_state(self, container_id: str, state: str) -> None:
         with self._lock:

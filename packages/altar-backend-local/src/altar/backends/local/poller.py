@@ -14,21 +14,22 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from altar.backends.local.mapping import timeout_from_labels
+from altar.backends.local.classify import (
+    Outcome,
+    deadline,
+    deadline_from_start,
+    live_state,
+    terminal_failure,
+    timeout_failure,
+)
+from altar.backends.local.render import timeout_from_labels
 from altar.backends.local.runtime import (
     ContainerEvent,
     ContainerNotFoundError,
     ContainerSummary,
     DockerRuntime,
-)
-from altar.backends.local.states import (
-    Outcome,
-    deadline,
-    live_state,
-    terminal_failure,
-    timeout_failure,
 )
 from altar.execution import TaskFailure, TaskState
 
@@ -70,6 +71,7 @@ class Poller:
         self.runtime = runtime
         self.use_events = use_events
         self._terminal: dict[str, Observation] = {}
+        self._started: dict[str, float] = {}  # engine start times (StartedAt), once known
         self._offset: float | None = None  # engine clock minus ours
         self._lock = threading.Lock()
 
@@ -120,12 +122,7 @@ class Poller:
     ) -> Observation:
         state = live_state(summary)
         if state is not None:
-            limit = deadline(summary)
-            if (
-                limit is not None
-                and time.time() + _CLOCK_MARGIN_S >= limit
-                and self.engine_now() >= limit
-            ):
+            if self._overrun(summary):
                 self.runtime.kill(summary.id)
                 timeout_s = timeout_from_labels(summary.labels) or 0
                 observation = Observation(TaskState.FAILED, timeout_failure(summary.id, timeout_s))
@@ -168,6 +165,42 @@ class Poller:
         self._remember_as(key, summary.id, observation)
         return observation
 
+    def _overrun(self, summary: ContainerSummary) -> bool:
+        """A live container has run past its limit, counted from its start (issue 15).
+
+        Its creation bounds the deadline from below, so the start time costs a request (once
+        per container) only for a container that may have overrun by that bound.
+        """
+        earliest = deadline(summary)
+        if (
+            earliest is None
+            or time.time() + _CLOCK_MARGIN_S < earliest
+            or self.engine_now() < earliest
+        ):
+            return False
+        started = self.started_at(summary.id)
+        limit = deadline_from_start(summary, started) if started is not None else None
+        return limit is not None and self.engine_now() >= limit
+
+    def note_start(self, container_id: str, started_at: float) -> None:
+        """Record a container's engine start time (from an event, or an inspect)."""
+        with self._lock:
+            self._started[container_id] = started_at
+
+    def started_at(self, container_id: str) -> float | None:
+        """The container's start time: remembered, else one inspect; None if never started."""
+        with self._lock:
+            known = self._started.get(container_id)
+        if known is not None:
+            return known
+        try:
+            detail = self.runtime.inspect(container_id)
+        except ContainerNotFoundError:
+            return None
+        if detail.started_at is not None:
+            self.note_start(detail.id, detail.started_at)
+        return detail.started_at
+
     def _remember_as(self, key: str, container_id: str, observation: Observation) -> None:
         self.remember(container_id, observation)
         if key != container_id:
@@ -178,6 +211,9 @@ class Poller:
         if self.use_events:
             since = min(s.created for s in ended) - 1
             events = self.runtime.exit_events([s.id for s in ended], since, self.engine_now())
+            for event in events:
+                if event.action == "start":
+                    self.note_start(event.container_id, event.time)
             outcomes.update(_from_events(ended, events))
         rest = [s.id for s in ended if s.id not in outcomes]
         if len(rest) > 1:
@@ -186,6 +222,19 @@ class Poller:
                 outcomes.update(zip(rest, pool.map(self._inspect, rest), strict=True))
         else:
             outcomes.update((cid, self._inspect(cid)) for cid in rest)
+        for summary in ended:
+            outcome = outcomes.get(summary.id)
+            earliest = deadline(summary)
+            if (
+                outcome is not None
+                and outcome.started_at is None
+                and earliest is not None
+                and outcome.finished_at is not None
+                and outcome.finished_at >= earliest
+            ):
+                # Near its limit: whether it overran depends on when it started.
+                started = self.started_at(summary.id)
+                outcomes[summary.id] = replace(outcome, started_at=started)
         return outcomes
 
     def _inspect(self, container_id: str) -> Outcome | None:
@@ -193,7 +242,9 @@ class Poller:
             detail = self.runtime.inspect(container_id)
         except ContainerNotFoundError:
             return None
-        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at)
+        if detail.started_at is not None:
+            self.note_start(detail.id, detail.started_at)
+        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at, detail.started_at)
 
 
 def _from_events(
@@ -202,8 +253,11 @@ def _from_events(
     """Outcomes the event window vouches for: containers whose ``die`` event it holds."""
     die: dict[str, ContainerEvent] = {}
     oom: set[str] = set()
+    start: dict[str, float] = {}
     for event in events:
-        if event.action == "die":
+        if event.action == "start":
+            start[event.container_id] = max(event.time, start.get(event.container_id, 0.0))
+        elif event.action == "die":
             if event.container_id not in die or event.time >= die[event.container_id].time:
                 die[event.container_id] = event
         elif event.action == "oom":
@@ -213,5 +267,7 @@ def _from_events(
         found = die.get(summary.id)
         if found is None or found.exit_code is None:
             continue
-        outcomes[summary.id] = Outcome(found.exit_code, summary.id in oom, found.time)
+        outcomes[summary.id] = Outcome(
+            found.exit_code, summary.id in oom, found.time, start.get(summary.id)
+        )
     return outcomes

@@ -1,7 +1,7 @@
 """The runtime seam: the few Docker Engine operations the backend needs, as plain values.
 
 :class:`DockerRuntime` is what the backend talks to.
-:class:`~altar.backends.local.docker_runtime.DockerSdkRuntime` implements it with the docker SDK
+:class:`~altar.backends.local.sdk_runtime.DockerSdkRuntime` implements it with the docker SDK
 against a real engine; :class:`~altar.backends.local.fake.FakeDockerRuntime` implements it in
 memory for tests. Only plain values cross the seam, and every method is
 synchronous (the backend calls them through :func:`asyncio.to_thread`).
@@ -33,6 +33,7 @@ __all__ = [
     "ContainerSummary",
     "DockerRuntime",
     "EngineRefusedError",
+    "LogTail",
 ]
 
 
@@ -84,14 +85,23 @@ class ContainerDetail:
     exit_code: int
     oom_killed: bool
     finished_at: float | None  # engine epoch seconds; None while it never finished
+    started_at: float | None = None  # engine epoch seconds; None while it never started
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The last lines of each output stream, read apart (the engine interleaves them by time)."""
+
+    stdout: str
+    stderr: str
 
 
 @dataclass(frozen=True)
 class ContainerEvent:
-    """A ``die`` or ``oom`` event from the engine's event stream."""
+    """A ``start``, ``die`` or ``oom`` event from the engine's event stream."""
 
     container_id: str
-    action: str  # "die" or "oom"
+    action: str  # "start", "die" or "oom"
     time: float  # engine epoch seconds
     exit_code: int | None = None  # set on "die"
 
@@ -125,7 +135,7 @@ class DockerRuntime(Protocol):
     def exit_events(
         self, container_ids: Sequence[str], since: float, until: float
     ) -> list[ContainerEvent]:
-        """``die`` and ``oom`` events of these containers between two engine times.
+        """``start``, ``die`` and ``oom`` events of these containers between two engine times.
 
         The engine keeps only a bounded window of past events; an event that fell out of it is
         simply absent, so callers must not read absence of a ``die`` event as anything.
@@ -146,4 +156,8 @@ class DockerRuntime(Protocol):
 
     def log_tail(self, container_id: str, lines: int) -> str:
         """The last ``lines`` lines of stdout and stderr together; raises ContainerNotFoundError."""
+        ...
+
+    def log_tails(self, container_id: str, lines: int) -> LogTail:
+        """The last ``lines`` of stdout and of stderr, apart; raises ContainerNotFoundError."""
         ...

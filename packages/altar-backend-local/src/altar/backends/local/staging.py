@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from altar.backends.local.mapping import contained_host_path
+from altar.backends.local.render import contained_host_path
 from altar.execution import Transfer, TransferIntegrityError
 from altar.execution.digest import (
     CopyResult,

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
-from altar.backends.local.mapping import (
+from altar.backends.local.render import (
     BACKEND_LABEL,
     TIMEOUT_LABEL,
+    create_body,
+    create_body_json,
     host_path,
     memory_bytes,
     nano_cpus,
@@ -133,3 +138,53 @@ def test_host_path_refuses_to_leave_the_data_root() -> None:
     for logical in (".", "/", "a/.."):
         with pytest.raises(ValueError, match="names the data root itself"):
             host_path("/data", logical)
+
+
+REFERENCES = Path(__file__).parent / "references"
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "options"),
+    [
+        (
+            "create-hostile",
+            ContainerTaskSpec(
+                kind="score",
+                image="registry.example/model:1@sha256:" + "a" * 64,
+                command=HOSTILE,
+                labels={"job_id": "J 1", "fold": "$(rm -rf /)", "multi": "a\nb"},
+                env={"PATH_LIKE": "/a b:$HOME", "NEWLINE": "x\ny", "EMPTY": ""},
+                resources=ResourceRequest(memory_gb=1.5, cpu=0.25),
+                timeout_s=90,
+            ),
+            {},
+        ),
+        (
+            "create-gpu-bridge-image-user",
+            ContainerTaskSpec(
+                kind="train",
+                image="busybox:latest",
+                command=["nvidia-smi"],
+                resources=ResourceRequest(gpu="a100", count=2),
+            ),
+            {"user": None, "network_mode": "bridge", "gpu_devices": 4},
+        ),
+    ],
+    ids=["hostile", "gpu"],
+)
+def test_the_create_request_matches_its_reference_file(
+    reference_files: Any, name: str, spec: ContainerTaskSpec, options: dict[str, object]
+) -> None:
+    """The exact ``POST /containers/create`` body the engine receives, saved for review."""
+    reference_files.check(REFERENCES / f"{name}.json", create_body_json(render(spec, **options)))
+
+
+def test_the_create_body_is_what_the_engine_is_sent() -> None:
+    body = create_body(render(ContainerTaskSpec(kind="k", image="i", command=["a", "b c"])))
+    assert body["Cmd"] == ["a", "b c"]
+    assert body["HostConfig"]["Mounts"] == [
+        {"Target": "/mnt/volume", "Source": "/data root", "Type": "bind", "ReadOnly": False}
+    ]
+    assert "Memory" not in body["HostConfig"]
+    assert "NanoCpus" not in body["HostConfig"]
+    assert "DeviceRequests" not in body["HostConfig"]
