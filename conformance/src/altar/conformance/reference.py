@@ -23,6 +23,7 @@ import asyncio
 import importlib
 import itertools
 import os
+import secrets
 import subprocess
 import threading
 import time
@@ -65,6 +66,8 @@ __all__ = [
 Runtime = Callable[[ContainerTaskSpec, Path], int | None]
 """A task body: ``runtime(spec, workdir) -> exit code`` (None means 0)."""
 
+SUBMISSION_LABEL = "altar.submission"
+RUN_LABEL = "altar.run"
 LOG_TAIL_LINES = 20
 OOM_EXIT_CODE = 137
 TIMEOUT_EXIT_CODE = 124
@@ -118,7 +121,8 @@ class _Task:
     spec: ContainerTaskSpec
     launched: LaunchedTask
     timeout_s: int | None
-    started: float
+    started: float | None  # None: created, never started
+    key: str | None = None
     finished: float | None = None
     exit_code: int | None = None
     ended_by: str | None = None  # None: the task's own exit; else why it was ended
@@ -148,6 +152,9 @@ class InProcessFabric:
         self._clock = clock
         self._lock = threading.Lock()
         self._tasks: dict[str, _Task] = {}
+        # Ids unique across fabrics too, as a provider's are: a lost task is never confused
+        # with a new one that happens to get the same number.
+        self._prefix = f"in-process-{secrets.token_hex(3)}"
         self._ids = itertools.count(1)
         self.reachable = True  # False: every provider call fails, as in an outage
 
@@ -166,11 +173,29 @@ class InProcessFabric:
         timeout_s: int | None,
         runtime: Runtime | None,
         workdir: Path,
+        *,
+        start: bool = True,
     ) -> str:
+        """Run a task; one whose ``altar.submission`` key is known is adopted, not rerun.
+
+        An adopted task that was only created is started now; a running or finished one is
+        left as it is. ``start=False`` only creates it (a submit killed before its start).
+        """
         self._answer()
+        key = spec.labels.get(SUBMISSION_LABEL)
         with self._lock:
-            external_id = f"in-process-{next(self._ids)}"
-            self._tasks[external_id] = _Task(spec, launched, timeout_s, started=self._clock())
+            known = self._by_key(key)
+            if known is not None:
+                external_id, task = known
+                if task.started is not None or not start:
+                    return external_id
+                task.started = self._clock()
+            else:
+                external_id = f"{self._prefix}-{next(self._ids)}"
+                started = self._clock() if start else None
+                self._tasks[external_id] = _Task(spec, launched, timeout_s, started, key)
+                if not start:
+                    return external_id
         if runtime is not None:
             thread = threading.Thread(
                 target=self._run,
@@ -180,6 +205,24 @@ class InProcessFabric:
             )
             thread.start()
         return external_id
+
+    def _by_key(self, key: str | None) -> tuple[str, _Task] | None:
+        if key is None:
+            return None
+        for external_id, task in self._tasks.items():
+            if task.key == key:
+                return external_id, task
+        return None
+
+    def of_run(self, run: str) -> list[tuple[str, ContainerTaskSpec]]:
+        """Every task labelled ``altar.run == run``, in launch order."""
+        self._answer()
+        with self._lock:
+            return [
+                (external_id, task.spec)
+                for external_id, task in self._tasks.items()
+                if task.spec.labels.get(RUN_LABEL) == run
+            ]
 
     def inspect(self, external_id: str) -> FabricTask | None:
         self._answer()
@@ -214,7 +257,7 @@ class InProcessFabric:
         """The task has been running past its deadline (its start moves into the past)."""
         with self._lock:
             task = self._tasks[external_id]
-            if task.timeout_s is not None and task.finished is None:
+            if task.timeout_s is not None and task.finished is None and task.started is not None:
                 task.started -= task.timeout_s + 1
 
     def oom_kill(self, external_id: str) -> None:
@@ -271,7 +314,7 @@ class InProcessFabric:
     def _enforce_deadline(self, task: _Task) -> None:
         # Called with the lock held. A running task past its deadline is killed now, whether
         # or not anyone polls (ending calls come through here too).
-        if task.finished is None and task.timeout_s is not None:
+        if task.finished is None and task.timeout_s is not None and task.started is not None:
             deadline = task.started + task.timeout_s
             if self._clock() >= deadline:
                 task.finished = deadline
@@ -280,9 +323,11 @@ class InProcessFabric:
     @staticmethod
     def _outcome(external_id: str, task: _Task) -> tuple[TaskState, TaskFailure | None]:
         if task.finished is None:
-            return TaskState.RUNNING, None
+            return (TaskState.PENDING if task.started is None else TaskState.RUNNING), None
         if task.ended_by == "timeout" or (
-            task.timeout_s is not None and task.finished - task.started > task.timeout_s
+            task.timeout_s is not None
+            and task.started is not None
+            and task.finished - task.started > task.timeout_s
         ):
             return TaskState.FAILED, TaskFailure(
                 "timeout", f"task {external_id} ran past its timeout of {task.timeout_s} s"
@@ -325,6 +370,7 @@ class InProcessExecutionBackend(ExecutionBackend):
 
     name: ClassVar[str] = "in-process"
     input_digest_verification: ClassVar[DigestVerification | None] = "staging"
+    adopts_submissions: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -428,6 +474,12 @@ class InProcessExecutionBackend(ExecutionBackend):
             else:
                 statuses.append(TaskStatus(handle, task.state, task.failure))
         return statuses
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        return [
+            TaskHandle(self.name, external_id, dict(spec.labels), spec.plugin_identity)
+            for external_id, spec in self.fabric.of_run(run)
+        ]
 
     async def cancel(self, handle: TaskHandle) -> None:
         self.fabric.kill(handle.external_id)

@@ -70,6 +70,14 @@ class InProcessBackendContract(ExecutionBackendContract):
         assert isinstance(backend, InProcessExecutionBackend)
         return backend.reopen()
 
+    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
+        assert isinstance(backend, InProcessExecutionBackend)
+        launched = backend._launch_record(spec)
+        timeout_s = backend._timeout_for(spec)
+        return backend.fabric.launch(
+            spec, launched, timeout_s, None, backend.data_root, start=False
+        )
+
     def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
         _fabric_of(backend).oom_kill(handle.external_id)
         return True
