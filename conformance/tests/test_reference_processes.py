@@ -85,7 +85,8 @@ async def test_by_default_a_task_is_its_argv_run_as_a_local_process(tmp_path: Pa
     spec.command.extend(["sh", "arg with 'quotes'"])  # $0 and $1 of the script
     handle = await backend.submit(spec)
     status = await _settle(backend, handle)
-    assert status.failure is not None and status.failure.reason == "exit_3"
+    assert status.failure is not None
+    assert status.failure.reason == "exit_3"
     # it ran in the data root, with the env and argv as given
     assert (tmp_path / "out.txt").read_text() == "  spaced $(id) |arg with 'quotes'"
     assert "to-stderr" in (await backend.failure_detail(handle) or "")
@@ -144,7 +145,8 @@ async def test_cancel_kills_the_process_and_reads_as_cancelled(tmp_path: Path) -
     await backend.cancel(handle)
     await backend.cancel(handle)
     (status,) = await InProcessExecutionBackend(data_root=tmp_path).poll([handle])
-    assert status.failure is not None and status.failure.reason == "cancelled"
+    assert status.failure is not None
+    assert status.failure.reason == "cancelled"
     _wait_for(lambda: _gone(pid), f"process {pid} to end")
 
 
@@ -153,7 +155,8 @@ async def test_the_deadline_is_enforced_by_the_supervisor(tmp_path: Path) -> Non
     backend = InProcessExecutionBackend(data_root=tmp_path)
     handle = await backend.submit(_spec("exec sleep 60", timeout_s=1))
     status = await _settle(backend, handle)
-    assert status.failure is not None and status.failure.reason == "timeout"
+    assert status.failure is not None
+    assert status.failure.reason == "timeout"
     assert not status.failure.deterministic
 
 
@@ -168,7 +171,8 @@ async def test_a_killed_supervisor_takes_its_command_along_and_is_reported(tmp_p
     os.kill(supervisor, signal.SIGKILL)
     _wait_for(lambda: _gone(command_pid), "the command to die with its supervisor")
     status = await _settle(backend, handle)
-    assert status.failure is not None and status.failure.reason == "job_failed"
+    assert status.failure is not None
+    assert status.failure.reason == "job_failed"
     assert "supervisor" in (status.failure.detail or "")
     assert not status.failure.deterministic
 
@@ -185,7 +189,8 @@ async def test_a_task_verifying_backend_never_runs_a_command_with_a_wrong_input(
     await backend.stage_inputs([transfer])
     handle = await backend.submit(_spec("echo ran > ran.txt", inputs=[transfer]))
     status = await _settle(backend, handle)
-    assert status.failure is not None and status.failure.reason == "input_digest_mismatch"
+    assert status.failure is not None
+    assert status.failure.reason == "input_digest_mismatch"
     assert not (tmp_path / "ran.txt").exists()
 
 
@@ -211,13 +216,17 @@ RUNNER = textwrap.dedent(
 )
 
 
+def _start_runner(data_root: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", RUNNER, str(data_root)], stdout=subprocess.PIPE, text=True
+    )
+
+
 @pytest.mark.asyncio
 async def test_a_runner_killed_with_sigkill_leaves_a_task_the_next_runner_adopts(
     tmp_path: Path,
 ) -> None:
-    runner = subprocess.Popen(
-        [sys.executable, "-c", RUNNER, str(tmp_path)], stdout=subprocess.PIPE, text=True
-    )
+    runner = _start_runner(tmp_path)
     assert runner.stdout is not None
     external_id = runner.stdout.readline().strip()
     _wait_for(lambda: (tmp_path / "ledger").exists(), "the task to start")
@@ -227,7 +236,8 @@ async def test_a_runner_killed_with_sigkill_leaves_a_task_the_next_runner_adopts
     # The next runner: finds the task by listing the run and by resubmitting its key.
     backend = InProcessExecutionBackend(data_root=tmp_path)
     listed = await backend.list_submissions(RUN)
-    assert listed is not None and [h.external_id for h in listed] == [external_id]
+    assert listed is not None
+    assert [h.external_id for h in listed] == [external_id]
     (status,) = await backend.poll(listed)
     assert status.state is TaskState.RUNNING, "the task outlives the runner that submitted it"
     spec = _keyed(_spec("never run"))
