@@ -57,9 +57,9 @@ class Counts:
             f"  {self.tasks} tasks, {self.executions} executions (ledger), "
             f"{self.double_count} double, {len(self.lost)} lost, {self.stuck} stuck, "
             f"{self.retried} retried after a provider failure",
-            f"  {self.processes} altar processes; {self.kills} SIGKILLs, "
-            + ", ".join(f"{n} {name}" for name, n in sorted(others.items()))
-            + f"; by phase: {phases}; {self.in_flight_kills} with a submit in flight",
+            f"  {self.processes} altar processes; {self.kills} SIGKILLs"
+            + "".join(f", {n} {name}" for name, n in sorted(others.items()))
+            + f"; by phase: {phases or '-'}; {self.in_flight_kills} with a submit in flight",
             f"  left: {len(self.containers_left)} containers, {len(self.processes_left)} "
             f"processes, {len(self.records_left)} task records, {len(self.temporaries_left)} "
             f"temporary files; {len(self.unlabelled)} unlabelled, {len(self.unowned)} unowned",

@@ -9,12 +9,15 @@ again), then counts from the ledger and the leftovers. The caller asserts on the
 from __future__ import annotations
 
 import os
+import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from crashkit.driver import Drive, Driver, Interruption
+from crashkit.engine import PrivateEngine
 from crashkit.journalview import JournalView
 from crashkit.ledger import Executions, read_ledger
 from crashkit.leftovers import (
@@ -28,7 +31,7 @@ from crashkit.plan import CrashPlan, build_plan
 from crashkit.report import Counts
 from crashkit.schedule import Moment, make_schedule
 
-__all__ = ["Setup", "altar_command", "count", "prepare", "run_scenario"]
+__all__ = ["Setup", "altar_command", "count", "prepare", "run_engine_scenario", "run_scenario"]
 
 #: failure reasons of attempts that never ran (so a later execution is no double)
 NOT_STARTED = frozenset({"submit_rejected", "submit_failed"})
@@ -203,5 +206,74 @@ def run_scenario(
     driver.drive.rerun_status = driver.finish()
     after = read_ledger(setup.plan.ledger, setup.plan.marker).total
     counts = count(setup, driver.drive, after - before)
+    log(counts.format())
+    return counts
+
+
+def run_engine_scenario(
+    workdir: Path,
+    seed: int,
+    engine: PrivateEngine,
+    *,
+    engine_kills: int = 3,
+    log: Callable[[str], None] = print,
+    process_bound_s: float = 300.0,
+) -> Counts:
+    """One ``altar run`` on the local backend while its Docker engine is killed during submits.
+
+    At the n-th submit intent the journal records after each restart (n chosen by the seed),
+    ``dockerd`` gets SIGKILL; it is started again a moment later (the runner meanwhile finds
+    the engine unavailable and waits). The run is then left to finish, resumed if it stopped,
+    and run once more.
+    """
+    assert engine.docker_host
+    setup = prepare(workdir, "local", seed, docker_host=engine.docker_host)
+    rng = random.Random(seed)
+    log(f"engine-kill test: seed {seed}, {engine_kills} engine kills, plan {setup.plan.path}")
+    driver = Driver(
+        altar_command(),
+        setup.plan,
+        setup.run_dir,
+        setup.env,
+        process_bound_s=process_bound_s,
+        log=log,
+    )
+    driver.view.poll()
+    process, _ = driver.spawn()
+    born = time.monotonic()
+    notes = []
+    for _ in range(engine_kills):
+        wanted, seen = rng.randint(1, 3), 0
+        while seen < wanted and process.poll() is None:
+            if time.monotonic() - born > process_bound_s:
+                break
+            seen += sum(1 for change in driver.view.poll() if change.submitting)
+            time.sleep(0.005)
+        if process.poll() is not None:
+            notes.append("the run ended before every engine kill")
+            break
+        driver.view.poll()
+        in_flight = driver._in_flight()
+        pid = engine.kill()
+        down_s = rng.uniform(0.2, 1.5)
+        log(
+            f"killed dockerd (pid {pid}) at submit #{wanted}, {in_flight} submit(s) in flight; "
+            f"restarting it after {down_s:.1f}s"
+        )
+        time.sleep(down_s)  # the engine stays down a moment: the runner finds it unavailable
+        engine.up()
+    status = driver._wait_exit(process, process_bound_s)
+    if status is None:
+        driver._kill_stuck(process, f"the run did not end within {process_bound_s:.0f}s")
+    log(f"[00] ended with status {status}")
+    driver.drive.final_status = status
+    if status != 0:
+        driver.drive.final_status = driver.finish()
+    before = read_ledger(setup.plan.ledger, setup.plan.marker).total
+    driver.drive.rerun_status = driver.finish()
+    after = read_ledger(setup.plan.ledger, setup.plan.marker).total
+    counts = count(setup, driver.drive, after - before)
+    counts.engine_kills = engine.kills
+    counts.notes.extend(notes)
     log(counts.format())
     return counts
