@@ -11,22 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from altar.backends.kubernetes.calls import RuntimeCalls
-from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo, classify_failure
-from altar.backends.kubernetes.manifest import (
-    CPU_POOL,
-    DEFAULT_DIGEST_VERIFIER_IMAGE,
-    GPU_RESOURCE_KEY,
-    MAIN_CONTAINER,
-    MANIFEST_DIGEST_ANNOTATION,
-    POOL_ANNOTATION,
-    VERIFY_INPUTS_CONTAINER,
-    ManifestOptions,
-    PoolConfig,
-    add_input_verification,
-    annotate_manifest_digest,
-    build_job_manifest,
-    plain_json,
-)
+from altar.backends.kubernetes.classify import classify_failure, failure_without_pods
 from altar.backends.kubernetes.naming import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -35,10 +20,26 @@ from altar.backends.kubernetes.naming import (
     job_name,
     parse_external_id,
 )
-from altar.backends.kubernetes.runtime import (
-    AsyncKubernetesRuntime,
+from altar.backends.kubernetes.render import (
+    CPU_POOL,
+    DEFAULT_DIGEST_VERIFIER_IMAGE,
+    GPU_RESOURCE_KEY,
+    MANIFEST_DIGEST_ANNOTATION,
+    POOL_ANNOTATION,
+    ManifestOptions,
+    PoolConfig,
+    add_input_verification,
+    annotate_manifest_digest,
+    build_job_manifest,
+    plain_json,
+)
+from altar.backends.kubernetes.runtime import AsyncKubernetesRuntime, KubernetesRuntime
+from altar.backends.kubernetes.values import (
+    MAIN_CONTAINER,
+    VERIFY_INPUTS_CONTAINER,
     K8sJobExistsError,
-    KubernetesRuntime,
+    K8sJobInfo,
+    K8sPodInfo,
     PropagationPolicy,
 )
 from altar.execution import (
@@ -110,7 +111,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
             )
         self.namespace = namespace or os.environ.get(NAMESPACE_ENV) or "default"
         if runtime is None:
-            from altar.backends.kubernetes.client import ClientRuntime
+            from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 
             runtime = ClientRuntime(kubeconfig=kubeconfig, context=context)
         self._runtime = runtime
@@ -273,7 +274,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
             key = (job.name, job.uid or "")
             if job.uid and key in self._outcomes:
                 continue
-            quick = self._failure_without_pods(job)
+            quick = failure_without_pods(job)
             if quick is not None:
                 failures[key] = quick
                 if job.uid:
@@ -311,17 +312,6 @@ class KubernetesExecutionBackend(ExecutionBackend):
             self._status(handle, ident, by_name, failures)
             for handle, ident in zip(handles, ids, strict=True)
         ]
-
-    @staticmethod
-    def _failure_without_pods(job: K8sJobInfo) -> TaskFailure | None:
-        for condition in job.conditions:
-            if (
-                condition.type in ("Failed", "FailureTarget")
-                and condition.status == "True"
-                and condition.reason == "DeadlineExceeded"
-            ):
-                return classify_failure(job, [])
-        return None
 
     def _remember_outcome(self, key: tuple[str, str], failure: TaskFailure | None) -> None:
         if len(self._outcomes) >= _OUTCOME_CACHE_LIMIT:
