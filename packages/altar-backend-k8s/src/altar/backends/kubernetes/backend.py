@@ -15,7 +15,10 @@ from altar.backends.kubernetes.classify import classify_failure, failure_without
 from altar.backends.kubernetes.naming import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    RUN_LABEL,
+    SUBMISSION_LABEL,
     format_external_id,
+    identity_of,
     is_valid_label,
     job_name,
     parse_external_id,
@@ -66,14 +69,17 @@ class KubernetesExecutionBackend(ExecutionBackend):
     """Runs each ContainerTaskSpec as a Kubernetes Job.
 
     The Job is named from a hash of the spec (:func:`~altar.backends.kubernetes.naming.job_name`),
-    so submitting a spec again adopts its active Job or replaces its finished one; see the
-    package docs for the exact rules. Handles name one attempt (``<job name>/<job uid>``).
+    so submitting a spec again adopts its active Job or replaces its finished one; a spec that
+    carries the runner's submission key (``altar.submission``) adopts the Job created under
+    that key in whatever state, finished included (``adopts_submissions``). See the package
+    docs for the exact rules. Handles name one attempt (``<job name>/<job uid>``).
     Inputs with a digest are verified in the task by a ``verify-inputs`` init container.
     All options are keyword-only; see ``docs/backends/kubernetes.md``.
     """
 
     name: ClassVar[str] = "kubernetes"
     input_digest_verification = "task"
+    adopts_submissions: ClassVar[bool] = True
     #: Pauses between create attempts while an old Job is being replaced (about a minute).
     recreate_waits_s: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0)
     log_tail_lines: ClassVar[int] = 20
@@ -179,7 +185,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         manifest, digest = self.render(spec)
-        job = await self._create_or_adopt(manifest, digest)
+        job = await self._create_or_adopt(manifest, digest, spec.labels.get(SUBMISSION_LABEL))
         if job.uid:
             self._submitted[(job.name, job.uid)] = (tuple(spec.outputs), time.time())
         return TaskHandle(
@@ -189,7 +195,17 @@ class KubernetesExecutionBackend(ExecutionBackend):
             plugin_identity=spec.plugin_identity,
         )
 
-    async def _create_or_adopt(self, manifest: dict[str, Any], digest: str) -> K8sJobInfo:
+    async def _create_or_adopt(
+        self, manifest: dict[str, Any], digest: str, key: str | None
+    ) -> K8sJobInfo:
+        """Create the Job, or find the one that already does this work.
+
+        A Job carrying ``key`` (the runner's submission key) is adopted in any state: it is
+        this very submission, whose answer was lost or whose runner died before journaling
+        it, and replacing a finished one would run the task twice. Without a key (or under
+        another one) a running Job of the same manifest is adopted and a finished one is
+        replaced, as in 0.3.0.
+        """
         name = manifest["metadata"]["name"]
         last: K8sJobExistsError | None = None
         for pause in (None, *self._recreate_waits_s):
@@ -204,6 +220,11 @@ class KubernetesExecutionBackend(ExecutionBackend):
             existing = await self._calls.read_job(name)
             if existing is None or existing.deleting:
                 continue  # gone since the conflict, or on its way out: create again
+            if (
+                key is not None
+                and identity_of(existing.labels, existing.annotations).get(SUBMISSION_LABEL) == key
+            ):
+                return existing  # this submission, created before: adopt, never replace
             if not existing.state.is_terminal:
                 found = existing.annotations.get(MANIFEST_DIGEST_ANNOTATION)
                 if found == digest:
@@ -412,6 +433,31 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 for pool, ceiling in self.max_slots.items()
             }
         )
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """One handle per Job of run ``run`` (one list call), with the labels it carries.
+
+        A Job being deleted is already on its way out and is not listed. Where ``run`` is not
+        label-safe it was stored as an annotation, so every Job of this backend is listed and
+        filtered here.
+        """
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        if is_valid_label(RUN_LABEL, run):
+            selector += f",{RUN_LABEL}={run}"
+        handles = []
+        for job in await self._calls.list_jobs(selector):
+            identity = identity_of(job.labels, job.annotations)
+            if job.deleting or identity.get(RUN_LABEL) != run:
+                continue
+            labels = {k: v for k, v in job.labels.items() if k != MANAGED_BY_LABEL}
+            handles.append(
+                TaskHandle(
+                    backend=self.name,
+                    external_id=format_external_id(job.name, job.uid),
+                    labels={**labels, **identity},
+                )
+            )
+        return handles
 
     async def cancel(self, handle: TaskHandle) -> None:
         """Delete the handle's Job attempt with its pods; a newer attempt is never touched.

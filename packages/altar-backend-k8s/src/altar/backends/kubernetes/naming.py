@@ -12,14 +12,25 @@ from altar.execution import ContainerTaskSpec, UnsupportedCapabilityError, spec_
 __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_VALUE",
+    "RUN_LABEL",
+    "SUBMISSION_LABEL",
     "format_external_id",
+    "identity_of",
+    "is_identity_key",
     "job_name",
     "parse_external_id",
+    "split_identity",
     "validate_labels",
 ]
 
 MANAGED_BY_LABEL = "altar.kundajelab.org/managed-by"
 MANAGED_BY_VALUE = "altar"
+# The runner's reserved spec labels (altar.run, altar.task, altar.attempt, altar.submission):
+# keys in the bare ``altar.`` namespace, which plans may not use. Our own keys carry a DNS
+# prefix (``altar.kundajelab.org/...``), so they never count as identity.
+RUN_LABEL = "altar.run"
+SUBMISSION_LABEL = "altar.submission"
+_IDENTITY_PREFIX = "altar."
 
 _NAME_LIMIT = 63
 _HASH_LENGTH = 12
@@ -72,6 +83,24 @@ def parse_external_id(external_id: str) -> tuple[str, str | None]:
             f"{external_id!r} is not a Kubernetes backend handle id (<job name>/<job uid>)"
         )
     return name, uid
+
+
+def is_identity_key(key: str) -> bool:
+    """Whether ``key`` is one of the runner's reserved identity labels (``altar.<name>``)."""
+    return key.startswith(_IDENTITY_PREFIX) and "/" not in key
+
+
+def split_identity(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(identity, user)``: the runner's reserved labels apart from the plan's own."""
+    identity = {k: v for k, v in labels.items() if is_identity_key(k)}
+    return identity, {k: v for k, v in labels.items() if k not in identity}
+
+
+def identity_of(labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str]:
+    """The identity a Job carries: as labels where label-safe, else as annotations."""
+    found = {k: v for k, v in annotations.items() if is_identity_key(k)}
+    found.update((k, v) for k, v in labels.items() if is_identity_key(k))
+    return found
 
 
 def _label_error(message: str) -> UnsupportedCapabilityError:

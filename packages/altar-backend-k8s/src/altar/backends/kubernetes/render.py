@@ -20,7 +20,10 @@ from typing import Any, Literal
 from altar.backends.kubernetes.naming import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    is_valid_label,
     job_name,
+    split_identity,
+    validate_label_key,
     validate_labels,
 )
 from altar.backends.kubernetes.values import MAIN_CONTAINER, VERIFY_INPUTS_CONTAINER
@@ -185,9 +188,17 @@ def build_job_manifest(
     spec: ContainerTaskSpec, options: ManifestOptions, *, name: str | None = None
 ) -> dict[str, Any]:
     """The Job for ``spec`` without input verification or the manifest digest annotation."""
-    validate_labels(spec.labels)
+    identity, user_labels = split_identity(spec.labels)
+    validate_labels(user_labels)
+    for key in identity:
+        validate_label_key(key)
+    # The runner's identity (run, task, attempt, submission key) goes where a label selector
+    # finds it when the value is label-safe, and into an annotation otherwise (a run or task
+    # id may hold characters or a length labels refuse).
+    safe = {k: v for k, v in identity.items() if is_valid_label(k, v)}
+    unsafe = {k: v for k, v in identity.items() if k not in safe}
     pool = _pool_config(spec, options)
-    labels = {**spec.labels, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+    labels = {**user_labels, **safe, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if spec.resources.cpu is not None:
@@ -267,7 +278,7 @@ def build_job_manifest(
         "metadata": {
             "name": name or job_name(spec),
             "labels": labels,
-            "annotations": {POOL_ANNOTATION: spec.resources.gpu or CPU_POOL},
+            "annotations": {POOL_ANNOTATION: spec.resources.gpu or CPU_POOL, **unsafe},
         },
         "spec": job_spec,
     }

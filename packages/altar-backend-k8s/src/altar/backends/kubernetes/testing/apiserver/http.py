@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+from contextlib import suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
@@ -98,6 +99,13 @@ class Handler(BaseHTTPRequestHandler):
             code, result = self._route(method, path, query, body)
         except ApiError as error:
             self._send(error.code, error.body())
+            return
+        if method == "POST" and code == 201 and fake._take_dropped_answer():
+            # The object is stored; the connection dies before the answer leaves (a server
+            # restart, a proxy timeout, the client's node losing its network).
+            self.close_connection = True
+            with suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
             return
         self._send(code, result)
 

@@ -49,6 +49,7 @@ class FakeApiServer(ApiOperations):
         self.minor_version = minor_version
         self.requests: list[RecordedRequest] = []
         self._faults: list[_Fault] = []
+        self._dropped_answers = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
@@ -137,6 +138,18 @@ class FakeApiServer(ApiOperations):
             self._faults.append(
                 _Fault(code, times, retry_after, frozenset(methods) if methods else None)
             )
+
+    def drop_created_answers(self, times: int = 1) -> None:
+        """Store the next ``times`` created objects, then drop the connection unanswered."""
+        with self._lock:
+            self._dropped_answers += times
+
+    def _take_dropped_answer(self) -> bool:
+        with self._lock:
+            if self._dropped_answers <= 0:
+                return False
+            self._dropped_answers -= 1
+            return True
 
     def _take_fault(self, method: str) -> _Fault | None:
         with self._lock:
