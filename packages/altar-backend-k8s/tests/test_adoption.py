@@ -11,13 +11,18 @@ import hashlib
 from typing import Any
 
 import pytest
-from altar.backends.kubernetes import K8sJobExistsError, KubernetesExecutionBackend
+from altar.backends.kubernetes import (
+    MANIFEST_DIGEST_ANNOTATION,
+    K8sJobExistsError,
+    K8sJobInfo,
+    KubernetesExecutionBackend,
+)
+from altar.backends.kubernetes.adoption import decide
 from altar.backends.kubernetes.naming import parse_external_id
 from altar.execution import BackendUnavailableError, ContainerTaskSpec, TaskState
 
 # conftest.Cluster (tests are not a package, so it cannot be imported here)
 Cluster = Any
-pytestmark = pytest.mark.asyncio
 
 
 def submission_key(run: str, task: str, attempt: int) -> str:
@@ -49,11 +54,13 @@ def name_of(external_id: str) -> str:
     return parse_external_id(external_id)[0]
 
 
+@pytest.mark.asyncio
 async def test_the_backend_says_it_adopts_submissions(cluster: Cluster) -> None:
     assert KubernetesExecutionBackend.adopts_submissions is True
     assert cluster.backend.adopts_submissions is True
 
 
+@pytest.mark.asyncio
 async def test_a_create_accepted_but_unanswered_is_adopted_by_the_resubmit(
     cluster: Cluster,
 ) -> None:
@@ -67,6 +74,7 @@ async def test_a_create_accepted_but_unanswered_is_adopted_by_the_resubmit(
     assert cluster.jobs() == [(name, uid)]  # one Job: the task runs once
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize(("exit_code", "state"), [(0, TaskState.SUCCEEDED), (3, TaskState.FAILED)])
 async def test_a_finished_job_of_the_same_key_is_adopted_not_replaced(
     cluster: Cluster, exit_code: int, state: TaskState
@@ -88,6 +96,7 @@ async def test_a_finished_job_of_the_same_key_is_adopted_not_replaced(
         assert status.failure.reason == "exit_3"
 
 
+@pytest.mark.asyncio
 async def test_without_a_key_a_finished_job_is_still_replaced(cluster: Cluster) -> None:
     spec = keyed(labels={"job_id": "J"})
     first = await cluster.backend.submit(spec)
@@ -108,6 +117,7 @@ class NamedByTask(KubernetesExecutionBackend):
         return "task-" + spec.labels["altar.task"]
 
 
+@pytest.mark.asyncio
 async def test_under_another_key_a_finished_job_is_replaced(cluster: Cluster) -> None:
     backend = cluster.new_backend(NamedByTask)
     first = await backend.submit(keyed(attempt=1))
@@ -121,6 +131,7 @@ async def test_under_another_key_a_finished_job_is_replaced(cluster: Cluster) ->
     assert [uid for _, uid in cluster.jobs()] != [old_uid]
 
 
+@pytest.mark.asyncio
 async def test_under_another_key_a_running_job_is_refused(cluster: Cluster) -> None:
     backend = cluster.new_backend(NamedByTask)
     await backend.submit(keyed(attempt=1))
@@ -129,6 +140,7 @@ async def test_under_another_key_a_running_job_is_refused(cluster: Cluster) -> N
     assert len(cluster.jobs()) == 1
 
 
+@pytest.mark.asyncio
 async def test_the_same_key_is_adopted_even_where_names_ignore_it(cluster: Cluster) -> None:
     backend = cluster.new_backend(NamedByTask)
     first = await backend.submit(keyed(attempt=1))
@@ -137,6 +149,7 @@ async def test_the_same_key_is_adopted_even_where_names_ignore_it(cluster: Clust
     assert again.external_id == first.external_id
 
 
+@pytest.mark.asyncio
 async def test_each_attempt_gets_its_own_job(cluster: Cluster) -> None:
     one = await cluster.backend.submit(keyed(attempt=1))
     two = await cluster.backend.submit(keyed(attempt=2))
@@ -144,6 +157,7 @@ async def test_each_attempt_gets_its_own_job(cluster: Cluster) -> None:
     assert len(cluster.jobs()) == 2
 
 
+@pytest.mark.asyncio
 async def test_list_submissions_is_one_list_call_for_the_jobs_of_one_run(
     cluster: Cluster,
 ) -> None:
@@ -162,6 +176,7 @@ async def test_list_submissions_is_one_list_call_for_the_jobs_of_one_run(
     assert all(h.backend == "kubernetes" for h in listed)
 
 
+@pytest.mark.asyncio
 async def test_a_run_id_that_is_not_label_safe_travels_as_an_annotation(
     cluster: Cluster,
 ) -> None:
@@ -176,6 +191,7 @@ async def test_a_run_id_that_is_not_label_safe_travels_as_an_annotation(
     assert await cluster.backend.list_submissions("nightly") == []
 
 
+@pytest.mark.asyncio
 async def test_a_job_being_deleted_is_not_listed(cluster: Cluster) -> None:
     backend = cluster.new_backend(delete_propagation="Foreground")
     kept = await backend.submit(keyed(task="kept"))
@@ -184,3 +200,36 @@ async def test_a_job_being_deleted_is_not_listed(cluster: Cluster) -> None:
     listed = await backend.list_submissions("r1")
     assert listed is not None
     assert [h.external_id for h in listed] == [kept.external_id]
+
+
+def _info(state: TaskState, *, key: str | None = None, **fields: Any) -> K8sJobInfo:
+    annotations = {MANIFEST_DIGEST_ANNOTATION: "sha256:same"}
+    labels = {"altar.submission": key} if key else {}
+    return K8sJobInfo("j", state, labels=labels, annotations=annotations, uid="u", **fields)
+
+
+@pytest.mark.parametrize(
+    ("existing", "key", "digest", "decision"),
+    [
+        (None, "k", "sha256:same", "create"),
+        (_info(TaskState.RUNNING, key="k", deleting=True), "k", "sha256:same", "create"),
+        (_info(TaskState.SUCCEEDED, key="k", finished=True), "k", "sha256:other", "adopt"),
+        (_info(TaskState.FAILED, key="k", finished=False), "k", "sha256:same", "adopt"),
+        (_info(TaskState.SUCCEEDED, key="k", finished=True), "other", "sha256:same", "replace"),
+        (_info(TaskState.SUCCEEDED, finished=True), None, "sha256:same", "replace"),
+        (_info(TaskState.FAILED, finished=False), None, "sha256:same", "wait"),
+        (_info(TaskState.RUNNING), None, "sha256:same", "adopt"),
+        (_info(TaskState.RUNNING, key="k"), "other", "sha256:other", "refuse"),
+    ],
+)
+def test_the_decision_table(
+    existing: K8sJobInfo | None, key: str | None, digest: str, decision: str
+) -> None:
+    assert decide(existing, key=key, digest=digest) == decision
+
+
+def test_a_key_stored_as_an_annotation_counts_too() -> None:
+    job = K8sJobInfo(
+        "j", TaskState.SUCCEEDED, annotations={"altar.submission": "k"}, uid="u", finished=True
+    )
+    assert decide(job, key="k", digest="sha256:x") == "adopt"

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from altar.backends.kubernetes.adoption import decide, listed_labels, refusal
 from altar.backends.kubernetes.calls import RuntimeCalls
 from altar.backends.kubernetes.classify import classify_failure, failure_without_pods
 from altar.backends.kubernetes.naming import (
@@ -22,12 +23,12 @@ from altar.backends.kubernetes.naming import (
     is_valid_label,
     job_name,
     parse_external_id,
+    shared_selector,
 )
 from altar.backends.kubernetes.render import (
     CPU_POOL,
     DEFAULT_DIGEST_VERIFIER_IMAGE,
     GPU_RESOURCE_KEY,
-    MANIFEST_DIGEST_ANNOTATION,
     POOL_ANNOTATION,
     ManifestOptions,
     PoolConfig,
@@ -198,14 +199,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
     async def _create_or_adopt(
         self, manifest: dict[str, Any], digest: str, key: str | None
     ) -> K8sJobInfo:
-        """Create the Job, or find the one that already does this work.
-
-        A Job carrying ``key`` (the runner's submission key) is adopted in any state: it is
-        this very submission, whose answer was lost or whose runner died before journaling
-        it, and replacing a finished one would run the task twice. Without a key (or under
-        another one) a running Job of the same manifest is adopted and a finished one is
-        replaced, as in 0.3.0.
-        """
+        """Create the Job, or adopt or replace the one holding its name (see .adoption)."""
         name = manifest["metadata"]["name"]
         last: K8sJobExistsError | None = None
         for pause in (None, *self._recreate_waits_s):
@@ -218,29 +212,13 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 if conflict.being_deleted:
                     continue
             existing = await self._calls.read_job(name)
-            if existing is None or existing.deleting:
-                continue  # gone since the conflict, or on its way out: create again
-            if (
-                key is not None
-                and identity_of(existing.labels, existing.annotations).get(SUBMISSION_LABEL) == key
-            ):
-                return existing  # this submission, created before: adopt, never replace
-            if not existing.state.is_terminal:
-                found = existing.annotations.get(MANIFEST_DIGEST_ANNOTATION)
-                if found == digest:
-                    return existing  # the same work is already running: adopt it
-                raise K8sJobExistsError(
-                    name,
-                    namespace=self.namespace,
-                    detail=(
-                        f"it is still {existing.state.value} and was rendered from a different "
-                        f"manifest ({MANIFEST_DIGEST_ANNOTATION} {found or 'missing'}, expected "
-                        f"{digest}); let it finish or delete it (kubectl delete job {name} -n "
-                        f"{self.namespace}) before resubmitting"
-                    ),
-                )
-            if not existing.replaceable:
-                continue  # failed or succeeded, but its pods are still terminating
+            decision = decide(existing, key=key, digest=digest)
+            if decision == "adopt" and existing is not None:
+                return existing
+            if decision == "refuse" and existing is not None:
+                raise refusal(existing, namespace=self.namespace, digest=digest)
+            if decision != "replace" or existing is None:
+                continue  # create again, or wait for its pods to terminate
             # Finished: delete exactly this attempt (a newer one by another driver survives).
             if existing.state is TaskState.SUCCEEDED and existing.uid:
                 self._remember_outcome((name, existing.uid), None)
@@ -257,17 +235,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
     # -- poll --
 
     def _selector(self, handles: Sequence[TaskHandle], legacy: bool) -> str | None:
-        shared: dict[str, str] | None = None
-        for handle in handles:
-            labels = {k: v for k, v in handle.labels.items() if is_valid_label(k, v)}
-            shared = (
-                labels
-                if shared is None
-                else {k: v for k, v in shared.items() if labels.get(k) == v}
-            )
-        parts = [] if legacy else [f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"]
-        parts += [f"{k}={v}" for k, v in sorted((shared or {}).items())]
-        return ",".join(parts) or None
+        return shared_selector([h.labels for h in handles], managed_only=not legacy)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         if not handles:
@@ -449,12 +417,11 @@ class KubernetesExecutionBackend(ExecutionBackend):
             identity = identity_of(job.labels, job.annotations)
             if job.deleting or identity.get(RUN_LABEL) != run:
                 continue
-            labels = {k: v for k, v in job.labels.items() if k != MANAGED_BY_LABEL}
             handles.append(
                 TaskHandle(
                     backend=self.name,
                     external_id=format_external_id(job.name, job.uid),
-                    labels={**labels, **identity},
+                    labels=listed_labels(job),
                 )
             )
         return handles

@@ -6,7 +6,7 @@ every Job gets a fresh uid and one pending Pod labelled as the Job controller la
 list calls honour label selectors (the fake API server's parser), a delete with a ``uid``
 precondition spares a newer Job of the same name, a foreground delete keeps the Job visible
 (``deleting``) until :meth:`FakeKubernetesRuntime.collect_garbage`, and a label the API server
-would refuse is a 422. Tests script outcomes with :meth:`start`, :meth:`finish`,
+would refuse is a 422. Tests script outcomes with :meth:`finish`,
 :meth:`expire` and :meth:`fail_verification`, make the API unreachable with ``down``, and with
 :meth:`drop_created_answers` accept a create but lose its answer (the connection drops after
 the server stored the Job). ``calls`` counts requests per operation.
@@ -89,7 +89,8 @@ class FakeKubernetesRuntime:
         uid = str(uuid.uuid4())
         job = K8sJobInfo(
             name=name,
-            state=TaskState.PENDING,
+            # the Job controller creates its pod at once and counts it in status.active
+            state=TaskState.RUNNING,
             labels=labels,
             annotations=dict(meta.get("annotations") or {}),
             uid=uid,
@@ -168,10 +169,6 @@ class FakeKubernetesRuntime:
 
     def job(self, name: str, namespace: str = "default") -> K8sJobInfo:
         return self.jobs[(namespace, name)]
-
-    def start(self, name: str, *, namespace: str = "default") -> None:
-        job = self.job(name, namespace)
-        self.jobs[(namespace, name)] = replace(job, state=TaskState.RUNNING)
 
     def finish(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from altar.execution import ContainerTaskSpec, UnsupportedCapabilityError, spec_to_dict
 
@@ -19,6 +19,7 @@ __all__ = [
     "is_identity_key",
     "job_name",
     "parse_external_id",
+    "shared_selector",
     "split_identity",
     "validate_labels",
 ]
@@ -158,3 +159,17 @@ def is_valid_label(key: str, value: str) -> bool:
     except UnsupportedCapabilityError:
         return False
     return True
+
+
+def shared_selector(label_sets: Sequence[Mapping[str, str]], *, managed_only: bool) -> str | None:
+    """A label selector matching every set: the label-safe labels all of them share.
+
+    ``managed_only`` adds this backend's managed-by label (Jobs of 0.3.0 carry none).
+    """
+    shared: dict[str, str] | None = None
+    for labels in label_sets:
+        safe = {k: v for k, v in labels.items() if is_valid_label(k, v)}
+        shared = safe if shared is None else {k: v for k, v in shared.items() if safe.get(k) == v}
+    parts = [f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"] if managed_only else []
+    parts += [f"{k}={v}" for k, v in sorted((shared or {}).items())]
+    return ",".join(parts) or None
