@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "kubernetes_live" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary(service_env: dict[str, str]) -> str:
+    """The real kubectl: the pinned one ``scripts/services up`` installs, else one on PATH.
+
+    Absent, the test is skipped, or fails under ``ALTAR_REQUIRE_SERVICES=1`` (as the root
+    conftest treats every real provider).
+    """
+    path = service_env.get("ALTAR_TEST_KUBECTL") or shutil.which("kubectl")
+    if not path or not os.access(path, os.X_OK):
+        message = "kubectl is not installed; run `scripts/services up` (it installs one)"
+        if os.environ.get("ALTAR_REQUIRE_SERVICES") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return path
 
 
 @pytest.fixture
