@@ -7,7 +7,6 @@ would make it (nothing cached from the first).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import pytest
@@ -19,27 +18,21 @@ from altar.backends.kubernetes import (
 )
 from altar.backends.kubernetes.adoption import decide
 from altar.backends.kubernetes.naming import parse_external_id
-from altar.execution import BackendUnavailableError, ContainerTaskSpec, TaskState
+from altar.execution import (
+    BackendUnavailableError,
+    ContainerTaskSpec,
+    TaskState,
+    submission_labels,
+)
 
 # conftest.Cluster (tests are not a package, so it cannot be imported here)
 Cluster = Any
 
 
-def submission_key(run: str, task: str, attempt: int) -> str:
-    # the contract's rule, spelled out here so a drift in either place shows
-    return hashlib.sha256(f"{run}\0{task}\0{attempt}".encode()).hexdigest()[:32]
-
-
 def keyed(
     run: str = "r1", task: str = "t1", attempt: int = 1, **overrides: Any
 ) -> ContainerTaskSpec:
-    labels = {
-        "job_id": "J",
-        "altar.run": run,
-        "altar.task": task,
-        "altar.attempt": str(attempt),
-        "altar.submission": submission_key(run, task, attempt),
-    }
+    labels = {"job_id": "J", **submission_labels(run, task, attempt)}
     values: dict[str, Any] = {
         "kind": "score",
         "image": "busybox:local",

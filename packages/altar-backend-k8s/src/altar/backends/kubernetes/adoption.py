@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from altar.backends.kubernetes.naming import MANAGED_BY_LABEL, SUBMISSION_LABEL, identity_of
+from altar.backends.kubernetes.naming import MANAGED_BY_LABEL, identity_of
 from altar.backends.kubernetes.render import MANIFEST_DIGEST_ANNOTATION
 from altar.backends.kubernetes.values import K8sJobExistsError, K8sJobInfo
+from altar.execution import LABEL_SUBMISSION
 
 __all__ = ["Decision", "decide", "listed_labels", "refusal"]
 
@@ -56,7 +57,7 @@ def refusal(existing: K8sJobInfo, *, namespace: str, digest: str) -> K8sJobExist
 
 
 def submission_key(job: K8sJobInfo) -> str | None:
-    return identity_of(job.labels, job.annotations).get(SUBMISSION_LABEL)
+    return identity_of(job.labels, job.annotations).get(LABEL_SUBMISSION)
 
 
 def listed_labels(job: K8sJobInfo) -> dict[str, str]:

@@ -16,8 +16,6 @@ from altar.backends.kubernetes.classify import classify_failure, failure_without
 from altar.backends.kubernetes.naming import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    RUN_LABEL,
-    SUBMISSION_LABEL,
     format_external_id,
     identity_of,
     is_valid_label,
@@ -48,6 +46,8 @@ from altar.backends.kubernetes.values import (
 )
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -57,6 +57,7 @@ from altar.execution import (
     TaskState,
     TaskStatus,
     Transfer,
+    mint_handle,
 )
 
 __all__ = ["NAMESPACE_ENV", "PVC_ENV", "KubernetesExecutionBackend"]
@@ -186,15 +187,10 @@ class KubernetesExecutionBackend(ExecutionBackend):
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         manifest, digest = self.render(spec)
-        job = await self._create_or_adopt(manifest, digest, spec.labels.get(SUBMISSION_LABEL))
+        job = await self._create_or_adopt(manifest, digest, spec.labels.get(LABEL_SUBMISSION))
         if job.uid:
             self._submitted[(job.name, job.uid)] = (tuple(spec.outputs), time.time())
-        return TaskHandle(
-            backend=self.name,
-            external_id=format_external_id(job.name, job.uid),
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        return mint_handle(self.name, spec, format_external_id(job.name, job.uid))
 
     async def _create_or_adopt(
         self, manifest: dict[str, Any], digest: str, key: str | None
@@ -410,12 +406,12 @@ class KubernetesExecutionBackend(ExecutionBackend):
         filtered here.
         """
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-        if is_valid_label(RUN_LABEL, run):
-            selector += f",{RUN_LABEL}={run}"
+        if is_valid_label(LABEL_RUN, run):
+            selector += f",{LABEL_RUN}={run}"
         handles = []
         for job in await self._calls.list_jobs(selector):
             identity = identity_of(job.labels, job.annotations)
-            if job.deleting or identity.get(RUN_LABEL) != run:
+            if job.deleting or identity.get(LABEL_RUN) != run:
                 continue
             handles.append(
                 TaskHandle(

@@ -7,13 +7,16 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
-from altar.execution import ContainerTaskSpec, UnsupportedCapabilityError, spec_to_dict
+from altar.execution import (
+    RESERVED_LABEL_PREFIX,
+    ContainerTaskSpec,
+    UnsupportedCapabilityError,
+    spec_to_dict,
+)
 
 __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_VALUE",
-    "RUN_LABEL",
-    "SUBMISSION_LABEL",
     "format_external_id",
     "identity_of",
     "is_identity_key",
@@ -26,12 +29,6 @@ __all__ = [
 
 MANAGED_BY_LABEL = "altar.kundajelab.org/managed-by"
 MANAGED_BY_VALUE = "altar"
-# The runner's reserved spec labels (altar.run, altar.task, altar.attempt, altar.submission):
-# keys in the bare ``altar.`` namespace, which plans may not use. Our own keys carry a DNS
-# prefix (``altar.kundajelab.org/...``), so they never count as identity.
-RUN_LABEL = "altar.run"
-SUBMISSION_LABEL = "altar.submission"
-_IDENTITY_PREFIX = "altar."
 
 _NAME_LIMIT = 63
 _HASH_LENGTH = 12
@@ -88,7 +85,8 @@ def parse_external_id(external_id: str) -> tuple[str, str | None]:
 
 def is_identity_key(key: str) -> bool:
     """Whether ``key`` is one of the runner's reserved identity labels (``altar.<name>``)."""
-    return key.startswith(_IDENTITY_PREFIX) and "/" not in key
+    # Our own keys share the prefix but carry a DNS part (altar.kundajelab.org/...).
+    return key.startswith(RESERVED_LABEL_PREFIX) and "/" not in key
 
 
 def split_identity(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
