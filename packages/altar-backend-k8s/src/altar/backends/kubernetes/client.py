@@ -1,4 +1,4 @@
-"""Import shim (altar-backend-k8s 0.3): the real runtime moved to :mod:`.sdk_runtime`.
+"""Import shim, kept for one release: the real runtime moved to :mod:`.sdk_runtime`.
 
 This module will be removed in the next release.
 """

@@ -1,4 +1,4 @@
-"""Import shim (altar-backend-k8s 0.3): the values, wire parsers and classifier moved.
+"""Import shim, kept for one release: the values, wire parsers and classifier moved.
 
 Values live in :mod:`.values`, API JSON parsing in :mod:`.wire`, the state mapping and
 failure classification in :mod:`.classify`. This module will be removed in the next release.

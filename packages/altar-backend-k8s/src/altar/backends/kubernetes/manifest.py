@@ -1,4 +1,4 @@
-"""Import shim (altar-backend-k8s 0.3): the renderer moved to :mod:`.render`.
+"""Import shim, kept for one release: the renderer moved to :mod:`.render`.
 
 This module will be removed in the next release.
 """

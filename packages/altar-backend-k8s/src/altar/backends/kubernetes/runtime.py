@@ -25,7 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
-# The errors and PropagationPolicy were defined here until 0.3; re-exported so old imports work.
+# The errors and PropagationPolicy were defined here; re-exported so old imports work.
 from altar.backends.kubernetes.values import (
     K8sApiError,
     K8sConfigError,

@@ -1,4 +1,4 @@
-"""Import shim (altar-backend-k8s 0.3): the fake API server moved to :mod:`.apiserver`.
+"""Import shim, kept for one release: the fake API server moved to :mod:`.apiserver`.
 
 This module will be removed in the next release.
 """
