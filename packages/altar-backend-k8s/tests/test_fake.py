@@ -38,8 +38,9 @@ def job(name: str, **labels: str) -> dict[str, Any]:
 class Both:
     """One runtime and the controls of the fake behind it."""
 
-    def __init__(self, runtime: Any, finish: Any, drop: Any, collect: Any) -> None:
+    def __init__(self, runtime: Any, finish: Any, drop: Any, collect: Any, log: Any) -> None:
         self.runtime, self.finish, self.drop, self.collect = runtime, finish, drop, collect
+        self.write_log = log
 
 
 @pytest.fixture(params=["seam", "apiserver"])
@@ -51,6 +52,7 @@ def both(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Both]:
             lambda n, code=0: fake.finish(n, exit_code=code),
             fake.drop_created_answers,
             fake.collect_garbage,
+            fake.write_log,
         )
         return
     with FakeApiServer(deletion_delay_s=None) as server:
@@ -60,6 +62,7 @@ def both(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Both]:
             lambda n, code=0: server.finish_job(n, exit_code=code),
             server.drop_created_answers,
             server.collect_garbage,
+            server.write_log,
         )
         runtime.close()
 
@@ -162,3 +165,12 @@ def test_finishing_sets_the_conditions_kubernetes_sets(both: Both) -> None:
     assert {c.type for c in bad.conditions} == {"FailureTarget", "Failed"}
     [pod] = both.runtime.list_pods(namespace=NS, label_selector="job-name=bad")
     assert [(e.name, e.exit_code) for e in pod.container_exits] == [("main", 2)]
+
+
+@pytest.mark.parametrize(("lines", "expected"), [(2, "two\nthree\n"), (10, "one\ntwo\nthree\n")])
+def test_log_tails(both: Both, lines: int, expected: str) -> None:
+    both.runtime.create_job(job("a"), namespace=NS)
+    both.write_log("a", "one\ntwo\nthree\n")
+    [pod] = both.runtime.list_pods(namespace=NS)
+    tail = both.runtime.read_log_tail(pod.name, namespace=NS, container="main", lines=lines)
+    assert tail == expected

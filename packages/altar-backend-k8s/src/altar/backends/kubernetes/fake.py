@@ -2,7 +2,7 @@
 
 It behaves like the API server and its controllers, not like the backend: a taken name is
 :class:`K8sJobExistsError` (``being_deleted`` while the holder is in foreground deletion),
-every Job gets a fresh uid and one pending Pod labelled as the Job controller labels it,
+every Job gets a fresh uid and one Pod (active at once) labelled as the Job controller labels it,
 list calls honour label selectors (the fake API server's parser), a delete with a ``uid``
 precondition spares a newer Job of the same name, a foreground delete keeps the Job visible
 (``deleting``) until :meth:`FakeKubernetesRuntime.collect_garbage`, and a label the API server
@@ -15,6 +15,7 @@ the server stored the Job). ``calls`` counts requests per operation.
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
 import uuid
 from dataclasses import dataclass, field, replace
@@ -97,7 +98,7 @@ class FakeKubernetesRuntime:
             finished=False,
         )
         self.jobs[(namespace, name)] = job
-        self.manifests[uid] = manifest
+        self.manifests[uid] = copy.deepcopy(manifest)  # the server keeps its own copy
         pod_name = f"{name}-{uid[:5]}"
         pod_labels = {**(template.get("labels") or {}), "controller-uid": uid, "job-name": name}
         self.pods[(namespace, pod_name)] = _Pod(
@@ -154,7 +155,9 @@ class FakeKubernetesRuntime:
         self._call("read_log_tail")
         pod = self.pods.get((namespace, pod_name))
         text = pod.logs.get(container) if pod is not None else None
-        return None if text is None else "".join(text.splitlines(keepends=True)[-lines:])
+        if text is None:
+            return None
+        return "".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else ""
 
     # -- the controllers, driven by tests --
 
@@ -200,6 +203,12 @@ class FakeKubernetesRuntime:
         )
         pod.logs[VERIFY_INPUTS_CONTAINER] = log
         self._terminal(job, namespace, False, "BackoffLimitExceeded", True)
+
+    def write_log(
+        self, name: str, text: str, *, container: str = MAIN_CONTAINER, namespace: str = "default"
+    ) -> None:
+        """Set the log of a container of the Job's pod."""
+        self._pod_of(self.job(name, namespace), namespace).logs[container] = text
 
     def expire(self, name: str, *, namespace: str = "default") -> None:
         """The Job outlives ``activeDeadlineSeconds``; it fails with ``DeadlineExceeded``."""
