@@ -15,7 +15,7 @@ from altar.backends.kubernetes import (
     manifest_digest,
     render_manifest,
 )
-from altar.backends.kubernetes.manifest import add_input_verification, build_job_manifest
+from altar.backends.kubernetes.render import add_input_verification, build_job_manifest
 from altar.execution import (
     ContainerTaskSpec,
     ResourceRequest,
