@@ -8,6 +8,7 @@ lists a run's tasks, like a provider with labels.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 import pytest
@@ -356,3 +357,59 @@ async def test_a_cancelled_runs_stray_objects_are_removed_too(
     )
     assert provider.tasks[stray].removed
     assert all(t.removed for t in provider.tasks.values())
+
+
+@pytest.mark.asyncio
+async def test_killed_again_and_again_every_task_runs_exactly_once(
+    tmp_path, provider, adopting_backend_class, monkeypatch
+):
+    """A 40-task plan killed (no grace, like SIGKILL) at 20 moments, resumed each time."""
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.0)
+    provider.duration = 3
+    provider.slots = 8
+    tasks = []
+    for i in range(40):
+        after = (f"t{i - 5}",) if i >= 5 and i % 3 == 0 else ()
+        tasks.append(PlanTask(f"t{i}", spec(f"t{i}"), after))
+    plan = Plan("fake", {}, tasks)
+    run_dir = tmp_path / "run"
+    kills = 0
+    result = None
+    moments = itertools.cycle([2, 3, 2, 4, 3, 5, 2, 3])
+    for _ in range(300):  # a bound, not a measurement: each run gets further than the last
+        stop_at = next(moments)
+        # every submit is accepted at once and answered a little later: a kill lands in between
+        provider.slow_submits.update({f"t{i}": 0.002 for i in range(40)})
+        running: list[asyncio.Task] = []
+        seen = 0
+
+        def on_event(event, limit=stop_at, running=running):
+            nonlocal seen
+            seen += 1
+            if seen == limit and running:
+                running[0].cancel()
+
+        task = asyncio.ensure_future(
+            run_plan(
+                plan,
+                adopting_backend_class(provider=provider),
+                run_dir=run_dir,
+                on_event=on_event,
+                **FAST,
+            )
+        )
+        running.append(task)
+        try:
+            result = await task
+            break
+        except asyncio.CancelledError:
+            kills += 1
+    print(f"kills={kills}", f"in_doubt={sum(t.in_doubt for t in result.tasks)}")
+    assert kills >= 20
+    assert result is not None
+    assert result.ok
+    executions = {f"t{i}": provider.executions(f"t{i}") for i in range(40)}
+    assert executions == {f"t{i}": 1 for i in range(40)}  # no double, no lost task
+    assert [t.id for t in result.tasks if t.attempts != 1 or t.reexecuted] == []
+    assert [t.id for t in provider.tasks.values() if not t.removed] == []  # nothing left
+    assert sum(t.in_doubt for t in result.tasks) > 0  # the kills did land inside submits

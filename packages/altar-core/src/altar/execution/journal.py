@@ -128,16 +128,16 @@ class Journal:
     tasks: dict[str, TaskRecord]
     staged: bool = False
     finished: bool = False
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    seq: int = 0
+    log_lines: int = 0
     #: The run id (``altar.run``): 32 hex characters, fixed when the run directory is made.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: The processes that drove this run, so a resume can tell their leftover temporary files.
     pids: list[int] = field(default_factory=list)
     #: Provider objects of this run the journal did not own, cancelled and cleaned up.
     removed: list[dict[str, Any]] = field(default_factory=list)
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    seq: int = 0
-    log_lines: int = 0
     _changed: dict[str, None] = field(default_factory=dict, repr=False)
     # (length to cut the log back to, newline needed) when replay found a torn last line
     _log_repair: tuple[int, bool] | None = field(default=None, repr=False)
