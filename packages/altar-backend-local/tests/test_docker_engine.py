@@ -216,9 +216,10 @@ async def test_oom_kill_is_oom_killed(
     assert status.failure is not None
     assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", exit_code)
     assert not status.failure.deterministic
-    # The path under test really was the one taken: the engine's events, or one inspect.
+    # The path under test really was the one taken: the followed events, or one inspect.
     assert runtime.calls["inspect"] == (0 if use_events else 1)
-    assert (runtime.calls["exit_events"] > 0) is use_events
+    assert runtime.calls["exit_events"] == 0
+    backend.close()
 
 
 @pytest.mark.asyncio
@@ -584,3 +585,32 @@ async def test_issue_15_failure_detail_keeps_the_error_line_on_stderr(
     assert lines[-1] == "Error: weights file is truncated"
     assert "progress 59" in lines  # stdout's tail is kept too
     assert len(lines) <= 20
+
+
+@pytest.mark.asyncio
+async def test_issue_16_outcomes_and_start_times_come_from_the_followed_stream(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    runtime = CountingRuntime()
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, watchdog=False, runtime=runtime)
+    try:
+        handles = [
+            await backend.submit(spec(["sh", "-c", f"exit {i}"], timeout_s=600)) for i in range(5)
+        ]
+        for handle in handles:
+            assert await backend.wait_for_exit([handle], 60), "no die event pushed"
+        statuses = await backend.poll(handles)
+        reasons = [s.failure.reason if s.failure else "ok" for s in statuses]
+        assert reasons == ["ok", "exit_1", "exit_2", "exit_3", "exit_4"]
+        assert runtime.calls == {}  # neither the event window nor an inspect was needed
+        follower = backend._follower
+        assert follower is not None
+        for handle in handles:
+            started = follower.started(handle.external_id)
+            state = api.inspect_container(handle.external_id)["State"]
+            assert started is not None
+            assert started >= _engine_seconds(state["StartedAt"])  # the event follows the start
+    finally:
+        backend.close()
+    assert follower._thread is not None
+    assert not follower._thread.is_alive()  # closing the SDK's stream ended the thread

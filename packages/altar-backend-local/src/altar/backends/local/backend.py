@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import ClassVar, TypeVar
 
 from altar.backends.local.classify import DEADLINE_SLACK_S
+from altar.backends.local.events import EventFollower
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.render import (
     BACKEND_LABEL,
@@ -126,6 +127,16 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self.trust_verification_records = trust_verification_records
         self.runtime: DockerRuntime = runtime or _sdk_runtime(docker_host)
         self._poller = Poller(self.runtime, use_events=use_events)
+        # Followed from the first submit or poll on (not from here: constructing a backend, as
+        # `altar check` does, must not touch the engine).
+        self._follower = (
+            EventFollower(
+                self.runtime, f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}", self._poller.engine_now
+            )
+            if use_events
+            else None
+        )
+        self._poller.follower = self._follower
         self._stager = Stager(self.data_root, trust_records=trust_verification_records)
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
         self.last_staging: list[tuple[Transfer, StageAction]] = []
@@ -162,6 +173,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             gpu_devices=self.gpu_devices,
         )
         await self._thread(lambda: self._prepare_outputs(spec))
+        if self._follower is not None:
+            await self._thread(self._follower.ensure_started)  # before the create it must see
         try:
             container_id = await self._thread(lambda: self.runtime.run(request))
         except EngineRefusedError as error:
@@ -194,6 +207,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         ids = [h.external_id for h in handles if _CONTAINER_ID.fullmatch(h.external_id)]
+        if ids and self._follower is not None and not self._follower.following:
+            await self._thread(self._follower.ensure_started)
         observations = await self._thread(lambda: self._poller.observe(ids)) if ids else {}
         statuses = []
         for handle in handles:
@@ -261,6 +276,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             and not (s.failure is not None and s.failure.reason == "container_missing")
         ]
         await _bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
+        if self._follower is not None:
+            self._follower.forget(finished)
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -296,12 +313,66 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         await _bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
 
     def close(self) -> None:
-        """Stop the watchdog for good (containers keep running; poll still enforces deadlines).
+        """Stop the watchdog and the event stream for good (containers keep running; poll
+        still enforces deadlines and finds outcomes, with more requests).
 
-        Optional: the watchdog's thread also ends by itself once nothing is left to watch.
+        Optional: both threads are daemons, and the watchdog's ends by itself once nothing is
+        left to watch.
         """
         if self._watchdog is not None:
             self._watchdog.stop()
+        if self._follower is not None:
+            self._follower.stop()
+
+    async def wait_for_exit(self, handles: list[TaskHandle], timeout_s: float) -> bool:
+        """Wait until one of ``handles``' containers has ended, or ``timeout_s``; True if one did.
+
+        The engine pushes each ``die`` event through the followed stream, so the waiter wakes
+        within milliseconds of an exit rather than at its next poll. False at once when events
+        are not followed (``use_events=False``, or the stream is down): poll instead.
+        """
+        follower = self._follower
+        ids = [h.external_id for h in handles]
+        if follower is None or not follower.following or not ids:
+            return False
+        return await self._thread(lambda: follower.wait_for_exit(ids, timeout_s))
+
+    async def await_completion(
+        self,
+        handles: list[TaskHandle],
+        *,
+        interval_s: float = 1.0,
+        max_interval_s: float = 10.0,
+        timeout_s: float | None = None,
+    ) -> list[TaskStatus]:
+        """As the contract's, but woken by each container's exit instead of sleeping.
+
+        Between polls it waits for a ``die`` event of an open handle (at most ``interval_s``
+        when the stream is down, ``max_interval_s`` otherwise), so an exit is noticed as it
+        happens; deadlines are still enforced by the polls in between.
+        """
+        final: dict[int, TaskStatus] = {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            open_indexes = [i for i in range(len(handles)) if i not in final]
+            if not open_indexes:
+                return [final[i] for i in range(len(handles))]
+            statuses = await self.poll([handles[i] for i in open_indexes])
+            for index, status in zip(open_indexes, statuses, strict=True):
+                if status.state.is_terminal:
+                    final[index] = status
+            if len(final) == len(handles):
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(
+                    f"{len(handles) - len(final)} of {len(handles)} task(s) still open "
+                    f"after {timeout_s} s"
+                )
+            pause = max_interval_s if left is None else min(max_interval_s, left)
+            still_open = [handles[i] for i in range(len(handles)) if i not in final]
+            if not await self.wait_for_exit(still_open, pause):
+                await asyncio.sleep(min(interval_s, pause))
 
 
 def tail_lines(stdout: list[str], stderr: list[str], budget: int) -> list[str]:

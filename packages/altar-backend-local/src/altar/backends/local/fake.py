@@ -15,10 +15,11 @@ second) until :meth:`release_start`.
 from __future__ import annotations
 
 import collections
+import queue
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from altar.backends.local.runtime import (
@@ -33,7 +34,44 @@ from altar.backends.local.runtime import (
 )
 from altar.execution import BackendUnavailableError
 
-__all__ = ["FakeContainer", "FakeDockerRuntime"]
+__all__ = ["FakeContainer", "FakeDockerRuntime", "FakeEventStream"]
+
+_CLOSED = object()
+
+
+class FakeEventStream:
+    """An open events request: the engine pushes matching events; closing ends the iteration."""
+
+    def __init__(self, label: str) -> None:
+        self.key, _, self.value = label.partition("=")
+        self._queue: queue.Queue[object] = queue.Queue()
+        self.closed = False
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return self.key in labels and (not self.value or labels[self.key] == self.value)
+
+    def push(self, event: ContainerEvent) -> None:
+        self._queue.put(event)
+
+    def __iter__(self) -> Iterator[ContainerEvent]:
+        while True:
+            item = self._queue.get()
+            if item is _CLOSED:
+                self._queue.task_done()
+                return
+            assert isinstance(item, ContainerEvent)
+            yield item
+            self._queue.task_done()  # the reader came back for more: it handled ``item``
+
+    def drain(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) until the reader has handled every event pushed so far."""
+        end = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks and not self.closed and time.monotonic() < end:
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self.closed = True
+        self._queue.put(_CLOSED)
 
 
 @dataclass
@@ -78,6 +116,7 @@ class FakeDockerRuntime:
         self.requests: collections.Counter[str] = collections.Counter()
         self.hold_starts = hold_starts
         self._starts: dict[str, threading.Event] = {}
+        self.streams: list[FakeEventStream] = []
         self._lock = threading.RLock()
 
     # -- engine behaviour ---------------------------------------------------------------------
@@ -98,20 +137,26 @@ class FakeDockerRuntime:
             raise ContainerNotFoundError(f"No such container: {container_id}")
         return matches[0]
 
+    def _event(self, container: FakeContainer, event: ContainerEvent) -> None:
+        self.events.append(event)
+        for stream in self.streams:
+            if not stream.closed and stream.matches(container.labels):
+                stream.push(event)
+
     def _start(self, container: FakeContainer) -> None:
         container.state = "running"
         container.started_at = self.now()
-        self.events.append(ContainerEvent(container.id, "start", container.started_at))
+        self._event(container, ContainerEvent(container.id, "start", container.started_at))
 
     def _end(self, container: FakeContainer, exit_code: int, *, oom: bool = False) -> None:
         now = self.now()
         if oom:
             container.oom_killed = True
-            self.events.append(ContainerEvent(container.id, "oom", now))
+            self._event(container, ContainerEvent(container.id, "oom", now))
         container.state = "exited"
         container.exit_code = exit_code
         container.finished_at = now
-        self.events.append(ContainerEvent(container.id, "die", now, exit_code))
+        self._event(container, ContainerEvent(container.id, "die", now, exit_code))
 
     # -- the seam -----------------------------------------------------------------------------
 
@@ -221,6 +266,24 @@ class FakeDockerRuntime:
                 and since <= e.time <= until
             ]
 
+    def watch_events(self, label: str, since: float) -> FakeEventStream:
+        with self._lock:
+            self._request("events")
+            stream = FakeEventStream(label)
+            for event in self.events:  # the window's events since ``since`` come first
+                container = self.containers.get(event.container_id)
+                if event.time >= since and container and stream.matches(container.labels):
+                    stream.push(event)
+            self.streams.append(stream)
+            return stream
+
+    def break_event_streams(self) -> None:
+        """The engine drops every open events request (a restart, a proxy timeout)."""
+        with self._lock:
+            for stream in self.streams:
+                stream.close()
+            self.streams.clear()
+
     def engine_time(self) -> float:
         with self._lock:
             self._request("info")
@@ -291,6 +354,13 @@ class FakeDockerRuntime:
             ]
             self.events.clear()
             self.events.extend(events)
+            if container.started_at is not None:
+                # Followers learn the earlier start too (a contrivance: real starts don't move).
+                for stream in self.streams:
+                    if not stream.closed and stream.matches(container.labels):
+                        stream.push(ContainerEvent(container.id, "start", container.started_at))
+        for stream in list(self.streams):
+            stream.drain()  # outside the lock: the reader may be waiting on it
 
     def write_log(self, container_id: str, lines: list[str], *, stream: str = "stdout") -> None:
         """The container writes ``lines`` to ``stream`` (``stdout`` or ``stderr``)."""

@@ -17,7 +17,7 @@ Errors crossing the seam:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,6 +33,7 @@ __all__ = [
     "ContainerSummary",
     "DockerRuntime",
     "EngineRefusedError",
+    "EventStream",
     "LogTail",
 ]
 
@@ -106,6 +107,16 @@ class ContainerEvent:
     exit_code: int | None = None  # set on "die"
 
 
+class EventStream(Protocol):
+    """An open events request: iterating blocks for the next event; ends when the stream does."""
+
+    def __iter__(self) -> Iterator[ContainerEvent]: ...
+
+    def close(self) -> None:
+        """End the stream from another thread (the iteration then ends or raises)."""
+        ...
+
+
 class DockerRuntime(Protocol):
     """The Docker Engine operations the local backend uses (one engine request each)."""
 
@@ -140,6 +151,12 @@ class DockerRuntime(Protocol):
         The engine keeps only a bounded window of past events; an event that fell out of it is
         simply absent, so callers must not read absence of a ``die`` event as anything.
         """
+        ...
+
+    def watch_events(self, label: str, since: float) -> EventStream:
+        """Stream ``start``/``die``/``oom`` events of containers carrying ``label``
+        (``key=value``), from engine time ``since`` (already past: replayed from the engine's
+        window) on, until closed. Raises BackendUnavailableError if it cannot be opened."""
         ...
 
     def engine_time(self) -> float:

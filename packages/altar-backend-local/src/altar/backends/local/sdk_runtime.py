@@ -92,6 +92,36 @@ def _parse_time(value: str | None) -> float | None:
     return datetime.fromisoformat(value).timestamp()
 
 
+def _event(raw: dict[str, Any]) -> ContainerEvent:
+    actor = raw.get("Actor") or {}
+    attributes = actor.get("Attributes") or {}
+    exit_code = attributes.get("exitCode")
+    nanos = raw.get("timeNano")
+    return ContainerEvent(
+        container_id=str(actor.get("ID") or raw.get("id") or ""),
+        action=str(raw.get("Action") or raw.get("status") or ""),
+        time=nanos / 1e9 if nanos else float(raw.get("time") or 0),
+        exit_code=int(exit_code) if exit_code is not None else None,
+    )
+
+
+class _SdkEventStream:
+    """The SDK's cancellable events stream, yielding seam values."""
+
+    def __init__(self, stream: Any, translate: Callable[[], Any]) -> None:
+        self._stream = stream
+        self._translate = translate
+
+    def __iter__(self) -> Iterator[ContainerEvent]:
+        with self._translate():
+            for raw in self._stream:
+                yield _event(raw)
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self._stream.close()
+
+
 class DockerSdkRuntime:
     """:class:`~altar.backends.local.runtime.DockerRuntime` over ``docker.APIClient``.
 
@@ -288,22 +318,15 @@ class DockerSdkRuntime:
             stream = api.events(since=since, until=until, filters=filters, decode=True)  # type: ignore[call-overload]
             return list(stream)
 
-        events: list[ContainerEvent] = []
-        for raw in self._call(read):
-            actor = raw.get("Actor") or {}
-            attributes = actor.get("Attributes") or {}
-            action = str(raw.get("Action") or raw.get("status") or "")
-            exit_code = attributes.get("exitCode")
-            nanos = raw.get("timeNano")
-            events.append(
-                ContainerEvent(
-                    container_id=str(actor.get("ID") or raw.get("id") or ""),
-                    action=action,
-                    time=nanos / 1e9 if nanos else float(raw.get("time") or 0),
-                    exit_code=int(exit_code) if exit_code is not None else None,
-                )
-            )
-        return events
+        return [_event(raw) for raw in self._call(read)]
+
+    def watch_events(self, label: str, since: float) -> _SdkEventStream:
+        filters = {"type": "container", "event": ["start", "die", "oom"], "label": [label]}
+        # The SDK opens event streams without a read timeout: an idle stream stays open.
+        stream = self._call(
+            lambda api: api.events(since=since, filters=filters, decode=True)  # type: ignore[call-overload]
+        )
+        return _SdkEventStream(stream, self._translate)
 
     def engine_time(self) -> float:
         info = self._call(lambda api: api.info())
