@@ -614,3 +614,70 @@ async def test_issue_16_outcomes_and_start_times_come_from_the_followed_stream(
         backend.close()
     assert follower._thread is not None
     assert not follower._thread.is_alive()  # closing the SDK's stream ended the thread
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("state", ["created", "running", "exited"])
+async def test_issue_13_a_second_submit_with_the_same_key_adopts_without_another(
+    tmp_path: Path, api: docker.APIClient, state: str
+) -> None:
+    """The retry of an in-doubt submit (a resumed runner reusing its journaled key) finds the
+    container the first submit made, in whatever state, and never starts a second one."""
+    from altar.backends.local.render import render_request
+
+    since = int(time.time()) - 1
+    run = f"run-{SESSION}-{state}"
+    key = hashlib.sha256(f"{run}\0t1\x001".encode()).hexdigest()[:32]
+    labels = {
+        "altar.test": SESSION,
+        "altar.run": run,
+        "altar.task": "t1",
+        "altar.attempt": "1",
+        "altar.submission": key,
+    }
+    command = ["sleep", "300"] if state != "exited" else ["sh", "-c", "echo done > /mnt/volume/o"]
+    task = spec(command, labels=labels, outputs=[Transfer(str(tmp_path / "o"), "o")])
+    first = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    second = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    try:
+        if state == "created":  # the first runner was killed between create and start
+            (tmp_path / "data").mkdir()
+            request = render_request(
+                task,
+                data_root=first.data_root,
+                user=first.container_user,
+                network_mode="none",
+                gpu_devices=None,
+            )
+            container_id = first.runtime.create(request)
+        else:
+            container_id = (await first.submit(task)).external_id
+            if state == "exited":
+                assert (await settle(first, TaskHandle("local", container_id))).failure is None
+        handle = await second.submit(task)
+        assert handle.external_id == container_id
+        info = api.inspect_container(container_id)
+        assert info["Name"] == f"/altar-{key}"
+        assert {k: info["Config"]["Labels"][k] for k in labels} == labels
+        rows = api.containers(all=True, filters={"label": [f"altar.submission={key}"]})
+        assert [row["Id"] for row in rows] == [container_id]
+        starts = api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"type": "container", "event": "start", "container": container_id},
+            decode=True,
+        )
+        assert len(list(starts)) == 1  # started once: by the first submit, or by the adopter
+        status = (await second.poll([handle]))[0]
+        if state == "exited":
+            assert status.state is TaskState.SUCCEEDED
+            kept = await asyncio.to_thread(Path(second.data_root, "o").read_text)
+            assert kept == "done\n"  # the adopted task's output is not removed as stale
+        else:
+            assert status.state is TaskState.RUNNING
+        listed = await second.list_submissions(run)
+        assert listed is not None
+        assert [(h.external_id, h.labels) for h in listed] == [(container_id, labels)]
+    finally:
+        first.close()
+        second.close()

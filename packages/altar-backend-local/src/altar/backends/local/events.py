@@ -53,16 +53,17 @@ class EventFollower:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def ensure_started(self) -> None:
+    def ensure_started(self, *, wait: bool = True) -> None:
         """Have the stream open before returning (blocking: an events request if it is not).
 
         Raises whatever opening raises (BackendUnavailableError for an engine that cannot be
-        reached); the thread keeps retrying a stream that broke by itself.
+        reached); the thread keeps retrying a stream that broke by itself. ``wait=False``
+        leaves the opening to the thread and returns at once.
         """
         with self._cond:
             if self._stopped:
                 return
-            if self._stream is None:
+            if self._stream is None and wait:
                 self._open()
             if self._thread is None:
                 self._thread = threading.Thread(

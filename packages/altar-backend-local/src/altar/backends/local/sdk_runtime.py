@@ -24,6 +24,7 @@ from altar.backends.local.runtime import (
     LIVE_CONTAINER_STATES,
     ContainerDetail,
     ContainerEvent,
+    ContainerExistsError,
     ContainerNotFoundError,
     ContainerRequest,
     ContainerSummary,
@@ -220,41 +221,64 @@ class DockerSdkRuntime:
         self._call(lambda api: api.ping())
 
     def run(self, request: ContainerRequest) -> str:
+        container_id = self.create(request)
+        try:
+            self.start(container_id)
+        except EngineRefusedError:
+            # The engine answered: the container cannot start. Never leave it behind.
+            with suppress(EngineRefusedError, BackendUnavailableError):
+                self.remove(container_id)
+            raise
+        except BackendUnavailableError:
+            # No answer: the start may have gone through after all; nobody will hold a handle.
+            with suppress(EngineRefusedError, BackendUnavailableError):
+                self.remove(container_id)
+            raise
+        return container_id
+
+    def create(self, request: ContainerRequest) -> str:
         api = self._api()
         body = create_body(request)
 
         def create() -> dict[str, Any]:
-            result: dict[str, Any] = api.create_container_from_config(body)  # type: ignore[no-untyped-call]
+            result: dict[str, Any] = api.create_container_from_config(  # type: ignore[no-untyped-call]
+                body, name=request.name
+            )
             return result
 
         try:
-            with self._translate(not_found=False):
-                created = create()
+            try:
+                with self._translate(not_found=False):
+                    created = create()
+            except EngineRefusedError as error:
+                if error.status != 404:
+                    raise
+                self._pull(request.image, error.explanation)
+                with self._translate(not_found=False):
+                    created = create()
         except EngineRefusedError as error:
-            if error.status != 404:
-                raise
-            self._pull(request.image, error.explanation)
-            with self._translate(not_found=False):
-                created = create()
-        container_id = str(created["Id"])
+            if error.status == 409 and request.name:
+                raise ContainerExistsError(request.name, error.explanation) from error
+            raise
+        return str(created["Id"])
+
+    def start(self, container_id: str) -> None:
+        api = self._api()
         try:
             api.start(container_id)
         except docker.errors.APIError as error:
-            # The engine answered: the container cannot start (a device request it cannot
-            # satisfy, a missing executable). Never leave the created container behind.
-            with suppress(docker.errors.APIError):
-                api.remove_container(container_id, force=True)
+            # Any answer, 5xx included, is the engine refusing this container (a device request
+            # it cannot satisfy, a missing executable), not the engine being away.
             raise EngineRefusedError(
                 error.status_code or 500, str(error.explanation or error)
             ) from error
         except (requests.exceptions.RequestException, docker.errors.DockerException) as error:
-            # No answer (a timeout, a dropped connection): the start may have gone through
-            # after all. submit fails, so nobody will hold a handle to this container; remove
-            # it if the engine still listens, rather than leave a task running unobserved.
-            with suppress(requests.exceptions.RequestException, docker.errors.DockerException):
-                api.remove_container(container_id, force=True)
             self._unavailable(error)
-        return container_id
+
+    def list_labelled(self, labels: Sequence[str]) -> list[ContainerSummary]:
+        filters = {"label": list(labels)}
+        rows = self._call(lambda api: api.containers(all=True, filters=filters))
+        return [self._summary(row) for row in rows]
 
     def _pull(self, image: str, why: str) -> None:
         api = self._api()
@@ -301,6 +325,7 @@ class DockerSdkRuntime:
             oom_killed=bool(state.get("OOMKilled")),
             finished_at=_parse_time(state.get("FinishedAt")),
             started_at=_parse_time(state.get("StartedAt")),
+            labels=dict((data.get("Config") or {}).get("Labels") or {}),
         )
 
     def exit_events(
