@@ -21,10 +21,16 @@ from altar.execution import (
     TaskState,
     Transfer,
 )
+from altar.execution.labels import submission_key
 
 
 def key(run: str, task: str, attempt: int) -> str:
+    """The runner's key, computed here independently of altar-core's submission_key."""
     return hashlib.sha256(f"{run}\0{task}\0{attempt}".encode()).hexdigest()[:32]
+
+
+def test_the_key_is_the_runners() -> None:
+    assert key("r", "t", 2) == submission_key("r", "t", 2)
 
 
 def spec(

@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import suppress
 from typing import ClassVar, TypeVar
 
@@ -48,6 +48,8 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     UnsupportedCapabilityError,
+    gather_bounded,
+    mint_handle,
 )
 
 __all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend", "tail_lines"]
@@ -221,12 +223,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             # Counted from now, after the container was created (and any image pulled), and a
             # little late: the watchdog must never kill before poll's deadline would.
             self._watchdog.watch(container_id, time.time() + spec.timeout_s + 2 * DEADLINE_SLACK_S)
-        return TaskHandle(
-            backend=self.name,
-            external_id=container_id,
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        return mint_handle(self.name, spec, container_id)
 
     def _launch(self, spec: ContainerTaskSpec, request: ContainerRequest) -> str:
         """Blocking: create and start, or adopt on a name conflict; the container's id."""
@@ -400,7 +397,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             if s.state.is_terminal
             and not (s.failure is not None and s.failure.reason == "container_missing")
         ]
-        await _bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
+        await gather_bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
         if self._follower is not None:
             self._follower.forget(finished)
 
@@ -431,11 +428,17 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 )
         await self._thread(lambda: os.makedirs(self.data_root, exist_ok=True))
         items = list(unique.values())
-        actions = await _bounded([asyncio.to_thread(self._stager.stage, t) for t in items], 4)
+        try:
+            actions = await gather_bounded(
+                [asyncio.to_thread(self._stager.stage, t) for t in items], 4
+            )
+        finally:
+            # Records of fresh copies, once their status-change second is over (core's rule).
+            await self._thread(self._stager.settle_records)
         self.last_staging = list(zip(items, actions, strict=True))
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
-        await _bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
+        await gather_bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
 
     def close(self) -> None:
         """Stop the watchdog and the event stream for good (containers keep running; poll
@@ -509,13 +512,3 @@ def tail_lines(stdout: list[str], stderr: list[str], budget: int) -> list[str]:
     n_err = min(len(stderr), max(budget - len(stdout), budget // 2))
     n_out = min(len(stdout), budget - n_err)
     return stdout[len(stdout) - n_out :] + stderr[len(stderr) - n_err :]
-
-
-async def _bounded(awaitables: list[Awaitable[_T]], limit: int) -> list[_T]:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(awaitable: Awaitable[_T]) -> _T:
-        async with semaphore:
-            return await awaitable
-
-    return list(await asyncio.gather(*(one(a) for a in awaitables)))

@@ -11,11 +11,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from typing import Any
 
 from altar.backends.local.runtime import ContainerRequest
 from altar.execution import CONTAINER_MOUNT_ROOT, ContainerTaskSpec, UnsupportedCapabilityError
+from altar.execution.labels import (
+    LABEL_ATTEMPT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
+    LABEL_TASK,
+    is_submission_key,
+)
 
 __all__ = [
     "ATTEMPT_LABEL",
@@ -44,14 +50,13 @@ BACKEND_LABEL_VALUE = "local"
 #: The task's wall-clock limit in seconds (same key as altar 0.3.0, so its containers read too).
 TIMEOUT_LABEL = "altar.timeout_s"
 RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
-#: The runner's identity labels (issue 13), passed through from the spec unchanged.
-RUN_LABEL = "altar.run"
-TASK_LABEL = "altar.task"
-ATTEMPT_LABEL = "altar.attempt"
-SUBMISSION_LABEL = "altar.submission"
+#: The runner's identity labels (issue 13; altar-core's names), passed through unchanged.
+RUN_LABEL = LABEL_RUN
+TASK_LABEL = LABEL_TASK
+ATTEMPT_LABEL = LABEL_ATTEMPT
+SUBMISSION_LABEL = LABEL_SUBMISSION
 #: A submission key names its container: ``altar-`` and the key's 32 lowercase hex characters.
 CONTAINER_NAME_PREFIX = "altar-"
-_SUBMISSION_KEY = re.compile(r"[0-9a-f]{32}")
 
 _GIB = 1024**3
 _MIN_NANO_CPUS = 10_000_000  # 0.01 CPUs: the engine's and the kernel's CFS quota floor
@@ -129,7 +134,7 @@ def container_name(labels: dict[str, str]) -> str | None:
     key = labels.get(SUBMISSION_LABEL)
     if key is None:
         return None
-    if not _SUBMISSION_KEY.fullmatch(key):
+    if not is_submission_key(key):
         raise ValueError(
             f"label {SUBMISSION_LABEL!r} must be a submission key of 32 lowercase hex "
             f"characters (the runner's), got {key!r}"
