@@ -44,6 +44,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.integration]
 SESSION = uuid.uuid4().hex[:12]
 IMAGE = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
 ENTRYPOINT_IMAGE = "altar-test-entrypoint:local"
+# Plans may not carry labels starting with "altar." (the runner's); plan-driven tests use this.
+PLAN_LABEL = "altar-test"
 OOM = ["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"]
 
 
@@ -51,8 +53,9 @@ OOM = ["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"]
 def api(docker_host: str) -> Iterator[docker.APIClient]:
     client = docker.APIClient(base_url=docker_host, version="auto")
     yield client
-    for row in client.containers(all=True, filters={"label": [f"altar.test={SESSION}"]}):
-        client.remove_container(row["Id"], force=True)
+    for key in ("altar.test", PLAN_LABEL):
+        for row in client.containers(all=True, filters={"label": [f"{key}={SESSION}"]}):
+            client.remove_container(row["Id"], force=True)
     client.close()
 
 
@@ -216,9 +219,10 @@ async def test_oom_kill_is_oom_killed(
     assert status.failure is not None
     assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", exit_code)
     assert not status.failure.deterministic
-    # The path under test really was the one taken: the engine's events, or one inspect.
+    # The path under test really was the one taken: the followed events, or one inspect.
     assert runtime.calls["inspect"] == (0 if use_events else 1)
-    assert (runtime.calls["exit_events"] > 0) is use_events
+    assert runtime.calls["exit_events"] == 0
+    backend.close()
 
 
 @pytest.mark.asyncio
@@ -490,7 +494,7 @@ async def test_a_run_interrupted_while_a_container_starts_resumes_without_a_seco
     """Ctrl-C during a submit: the engine starts the container anyway, so the run keeps its id."""
     run_label = uuid.uuid4().hex[:12]
     plan = plan_from_specs(
-        [spec(["sleep", "1"], labels={"altar.test": SESSION, "run": run_label})],
+        [spec(["sleep", "1"], labels={PLAN_LABEL: SESSION, "run": run_label})],
         backend_type="local",
     )
     runs: list[asyncio.Task[object]] = []
@@ -584,3 +588,99 @@ async def test_issue_15_failure_detail_keeps_the_error_line_on_stderr(
     assert lines[-1] == "Error: weights file is truncated"
     assert "progress 59" in lines  # stdout's tail is kept too
     assert len(lines) <= 20
+
+
+@pytest.mark.asyncio
+async def test_issue_16_outcomes_and_start_times_come_from_the_followed_stream(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    runtime = CountingRuntime()
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, watchdog=False, runtime=runtime)
+    try:
+        handles = [
+            await backend.submit(spec(["sh", "-c", f"exit {i}"], timeout_s=600)) for i in range(5)
+        ]
+        for handle in handles:
+            assert await backend.wait_for_exit([handle], 60), "no die event pushed"
+        statuses = await backend.poll(handles)
+        reasons = [s.failure.reason if s.failure else "ok" for s in statuses]
+        assert reasons == ["ok", "exit_1", "exit_2", "exit_3", "exit_4"]
+        assert runtime.calls == {}  # neither the event window nor an inspect was needed
+        follower = backend._follower
+        assert follower is not None
+        for handle in handles:
+            started = follower.started(handle.external_id)
+            state = api.inspect_container(handle.external_id)["State"]
+            assert started is not None
+            assert started >= _engine_seconds(state["StartedAt"])  # the event follows the start
+    finally:
+        backend.close()
+    assert follower._thread is not None
+    assert not follower._thread.is_alive()  # closing the SDK's stream ended the thread
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("state", ["created", "running", "exited"])
+async def test_issue_13_a_second_submit_with_the_same_key_adopts_without_another(
+    tmp_path: Path, api: docker.APIClient, state: str
+) -> None:
+    """The retry of an in-doubt submit (a resumed runner reusing its journaled key) finds the
+    container the first submit made, in whatever state, and never starts a second one."""
+    from altar.backends.local.render import render_request
+
+    since = int(time.time()) - 1
+    run = f"run-{SESSION}-{state}"
+    key = hashlib.sha256(f"{run}\0t1\x001".encode()).hexdigest()[:32]
+    labels = {
+        "altar.test": SESSION,
+        "altar.run": run,
+        "altar.task": "t1",
+        "altar.attempt": "1",
+        "altar.submission": key,
+    }
+    command = ["sleep", "300"] if state != "exited" else ["sh", "-c", "echo done > /mnt/volume/o"]
+    task = spec(command, labels=labels, outputs=[Transfer(str(tmp_path / "o"), "o")])
+    first = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    second = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    try:
+        if state == "created":  # the first runner was killed between create and start
+            (tmp_path / "data").mkdir()
+            request = render_request(
+                task,
+                data_root=first.data_root,
+                user=first.container_user,
+                network_mode="none",
+                gpu_devices=None,
+            )
+            container_id = first.runtime.create(request)
+        else:
+            container_id = (await first.submit(task)).external_id
+            if state == "exited":
+                assert (await settle(first, TaskHandle("local", container_id))).failure is None
+        handle = await second.submit(task)
+        assert handle.external_id == container_id
+        info = api.inspect_container(container_id)
+        assert info["Name"] == f"/altar-{key}"
+        assert {k: info["Config"]["Labels"][k] for k in labels} == labels
+        rows = api.containers(all=True, filters={"label": [f"altar.submission={key}"]})
+        assert [row["Id"] for row in rows] == [container_id]
+        starts = api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"type": "container", "event": "start", "container": container_id},
+            decode=True,
+        )
+        assert len(list(starts)) == 1  # started once: by the first submit, or by the adopter
+        status = (await second.poll([handle]))[0]
+        if state == "exited":
+            assert status.state is TaskState.SUCCEEDED
+            kept = await asyncio.to_thread(Path(second.data_root, "o").read_text)
+            assert kept == "done\n"  # the adopted task's output is not removed as stale
+        else:
+            assert status.state is TaskState.RUNNING
+        listed = await second.list_submissions(run)
+        assert listed is not None
+        assert [(h.external_id, h.labels) for h in listed] == [(container_id, labels)]
+    finally:
+        first.close()
+        second.close()

@@ -7,6 +7,7 @@ import pytest
 from altar.backends.local.render import (
     BACKEND_LABEL,
     TIMEOUT_LABEL,
+    container_name,
     create_body,
     create_body_json,
     host_path,
@@ -141,6 +142,25 @@ def test_host_path_refuses_to_leave_the_data_root() -> None:
 
 
 REFERENCES = Path(__file__).parent / "references"
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_a_submission_key_names_the_container() -> None:
+    labels = {"altar.run": "r", "altar.submission": KEY}
+    request = render(ContainerTaskSpec(kind="k", image="i", command=[], labels=labels))
+    assert request.name == f"altar-{KEY}"
+    assert request.labels["altar.submission"] == KEY
+    assert container_name({}) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", KEY.upper(), KEY[:-1], KEY + "0", "../" + KEY[3:], KEY[:31] + "\n", "$(id)" + KEY[5:]],
+)
+def test_a_malformed_submission_key_is_refused_not_named(key: str) -> None:
+    spec = ContainerTaskSpec(kind="k", image="i", command=[], labels={"altar.submission": key})
+    with pytest.raises(ValueError, match="32 lowercase hex"):
+        render(spec)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +172,15 @@ REFERENCES = Path(__file__).parent / "references"
                 kind="score",
                 image="registry.example/model:1@sha256:" + "a" * 64,
                 command=HOSTILE,
-                labels={"job_id": "J 1", "fold": "$(rm -rf /)", "multi": "a\nb"},
+                labels={
+                    "job_id": "J 1",
+                    "fold": "$(rm -rf /)",
+                    "multi": "a\nb",
+                    "altar.run": "run 2026-12-01 $(x)",
+                    "altar.task": "tasks[3]",
+                    "altar.attempt": "2",
+                    "altar.submission": KEY,
+                },
                 env={"PATH_LIKE": "/a b:$HOME", "NEWLINE": "x\ny", "EMPTY": ""},
                 resources=ResourceRequest(memory_gb=1.5, cpu=0.25),
                 timeout_s=90,

@@ -1,11 +1,16 @@
 """Observing many containers with few engine requests (blocking; run in a thread).
 
 One poll costs one list request for every handle whose outcome is not known yet. Containers
-that just ended need their outcome (exit code, OOM kill, finish time): one event-stream request
-covers all of them, because the engine reports ``oom`` and ``die`` (with the exit code) for each.
-The engine keeps only a bounded window of events, so a container whose own ``die`` event is not
-in the window is inspected instead; absence of an ``oom`` event is trusted only next to a
-``die`` event. Outcomes are cached: a container is looked at in detail once in its life.
+that just ended need their outcome (exit code, OOM kill, start and finish times). In order:
+
+1. the :class:`~altar.backends.local.events.EventFollower`, which recorded ``start``, ``die``
+   and ``oom`` of every container created while its stream was open: no request;
+2. one bounded events request over the engine's window, for containers the follower did not
+   cover (created before it, by another process, or while its stream was broken);
+3. an inspect, for a container whose own ``die`` event is in neither.
+
+Absence of an ``oom`` event is trusted only next to a ``die`` event. Outcomes are cached: a
+container is looked at in detail once in its life.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from altar.backends.local.classify import (
     terminal_failure,
     timeout_failure,
 )
+from altar.backends.local.events import EventFollower
 from altar.backends.local.render import timeout_from_labels
 from altar.backends.local.runtime import (
     ContainerEvent,
@@ -45,6 +51,8 @@ _INSPECT_WORKERS = 8
 # A SIGKILLed container's "oom" event can reach the engine just after its "die"; an unflagged
 # 137 is therefore classified only once it is this old (engine seconds).
 _OOM_SETTLE_S = 1.0
+# How long a poll waits for the die event of a container the list already reports exited.
+_DIE_IN_FLIGHT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -67,9 +75,16 @@ def missing(container_id: str, why: str) -> Observation:
 class Poller:
     """Turns container ids into observations; remembers terminal ones."""
 
-    def __init__(self, runtime: DockerRuntime, *, use_events: bool = True) -> None:
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        *,
+        use_events: bool = True,
+        follower: EventFollower | None = None,
+    ) -> None:
         self.runtime = runtime
         self.use_events = use_events
+        self.follower = follower
         self._terminal: dict[str, Observation] = {}
         self._started: dict[str, float] = {}  # engine start times (StartedAt), once known
         self._offset: float | None = None  # engine clock minus ours
@@ -111,6 +126,16 @@ class Poller:
                     if not matches
                     else "the id prefix is ambiguous",
                 )
+        if self.follower is not None:
+            # The engine publishes ``die`` a moment before its list shows the container exited:
+            # a followed die event is the process's end, whatever the list still says.
+            follower = self.follower
+            by_id = {
+                key: replace(s, state="exited")
+                if live_state(s) is not None and follower.exit(s.id) is not None
+                else s
+                for key, s in by_id.items()
+            }
         ended = [s for s in by_id.values() if live_state(s) is None]
         outcomes = self._outcomes(ended) if ended else {}
         for wanted_id, summary in by_id.items():
@@ -188,7 +213,11 @@ class Poller:
             self._started[container_id] = started_at
 
     def started_at(self, container_id: str) -> float | None:
-        """The container's start time: remembered, else one inspect; None if never started."""
+        """The container's start time: followed or remembered, else one inspect; None if it
+        never started."""
+        followed = self.follower.started(container_id) if self.follower is not None else None
+        if followed is not None:
+            return followed
         with self._lock:
             known = self._started.get(container_id)
         if known is not None:
@@ -208,13 +237,16 @@ class Poller:
 
     def _outcomes(self, ended: list[ContainerSummary]) -> dict[str, Outcome | None]:
         outcomes: dict[str, Outcome | None] = {}
-        if self.use_events:
-            since = min(s.created for s in ended) - 1
-            events = self.runtime.exit_events([s.id for s in ended], since, self.engine_now())
+        if self.follower is not None:
+            outcomes.update(self._followed(ended, self.follower))
+        unknown = [s for s in ended if s.id not in outcomes]
+        if self.use_events and unknown:
+            since = min(s.created for s in unknown) - 1
+            events = self.runtime.exit_events([s.id for s in unknown], since, self.engine_now())
             for event in events:
                 if event.action == "start":
                     self.note_start(event.container_id, event.time)
-            outcomes.update(_from_events(ended, events))
+            outcomes.update(_from_events(unknown, events))
         rest = [s.id for s in ended if s.id not in outcomes]
         if len(rest) > 1:
             # Many at once only for a fresh process meeting a finished run: a few at a time.
@@ -235,6 +267,31 @@ class Poller:
                 # Near its limit: whether it overran depends on when it started.
                 started = self.started_at(summary.id)
                 outcomes[summary.id] = replace(outcome, started_at=started)
+        return outcomes
+
+    def _followed(
+        self, ended: list[ContainerSummary], follower: EventFollower
+    ) -> dict[str, Outcome | None]:
+        """Outcomes the event stream recorded: no request at all.
+
+        The list and the event stream are not ordered against each other, so a covered
+        container listed as exited without a record yet is waited for, briefly.
+        """
+        in_flight = [
+            s.id for s in ended if follower.exit(s.id) is None and follower.covers(s.created)
+        ]
+        if in_flight:
+            follower.wait_for_exits(in_flight, _DIE_IN_FLIGHT_S)
+        outcomes: dict[str, Outcome | None] = {}
+        for summary in ended:
+            record = follower.exit(summary.id)
+            if record is not None:
+                outcomes[summary.id] = Outcome(
+                    record.exit_code,
+                    follower.oom(summary.id),
+                    record.time,
+                    follower.started(summary.id),
+                )
         return outcomes
 
     def _inspect(self, container_id: str) -> Outcome | None:

@@ -15,13 +15,26 @@ from typing import Any
 
 from altar.backends.local.runtime import ContainerRequest
 from altar.execution import CONTAINER_MOUNT_ROOT, ContainerTaskSpec, UnsupportedCapabilityError
+from altar.execution.labels import (
+    LABEL_ATTEMPT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
+    LABEL_TASK,
+    is_submission_key,
+)
 
 __all__ = [
+    "ATTEMPT_LABEL",
     "BACKEND_LABEL",
     "BACKEND_LABEL_VALUE",
+    "CONTAINER_NAME_PREFIX",
     "RESERVED_LABELS",
+    "RUN_LABEL",
+    "SUBMISSION_LABEL",
+    "TASK_LABEL",
     "TIMEOUT_LABEL",
     "contained_host_path",
+    "container_name",
     "create_body",
     "create_body_json",
     "host_path",
@@ -37,6 +50,13 @@ BACKEND_LABEL_VALUE = "local"
 #: The task's wall-clock limit in seconds (same key as altar 0.3.0, so its containers read too).
 TIMEOUT_LABEL = "altar.timeout_s"
 RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
+#: The runner's identity labels (issue 13; altar-core's names), passed through unchanged.
+RUN_LABEL = LABEL_RUN
+TASK_LABEL = LABEL_TASK
+ATTEMPT_LABEL = LABEL_ATTEMPT
+SUBMISSION_LABEL = LABEL_SUBMISSION
+#: A submission key names its container: ``altar-`` and the key's 32 lowercase hex characters.
+CONTAINER_NAME_PREFIX = "altar-"
 
 _GIB = 1024**3
 _MIN_NANO_CPUS = 10_000_000  # 0.01 CPUs: the engine's and the kernel's CFS quota floor
@@ -104,6 +124,24 @@ def timeout_from_labels(labels: dict[str, str]) -> int | None:
     return None
 
 
+def container_name(labels: dict[str, str]) -> str | None:
+    """The container's deterministic name for the spec's submission key, or None without one.
+
+    One name per key makes a second create of the same submission fail with a conflict
+    instead of starting a second container (issue 13). A key that is not 32 lowercase hex
+    characters (what the runner mints) is refused, never folded into a name.
+    """
+    key = labels.get(SUBMISSION_LABEL)
+    if key is None:
+        return None
+    if not is_submission_key(key):
+        raise ValueError(
+            f"label {SUBMISSION_LABEL!r} must be a submission key of 32 lowercase hex "
+            f"characters (the runner's), got {key!r}"
+        )
+    return CONTAINER_NAME_PREFIX + key
+
+
 def render_request(
     spec: ContainerTaskSpec,
     *,
@@ -161,6 +199,7 @@ def render_request(
         gpu_count=gpu_count,
         binds={data_root: CONTAINER_MOUNT_ROOT},
         network_mode=network_mode,
+        name=container_name(spec.labels),
     )
 
 
@@ -206,5 +245,7 @@ def create_body(request: ContainerRequest) -> dict[str, Any]:
 
 
 def create_body_json(request: ContainerRequest) -> str:
-    """:func:`create_body` as stable, reviewable JSON text (the saved reference files)."""
-    return json.dumps(create_body(request), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """:func:`create_body` as stable, reviewable JSON text (the saved reference files), with
+    the container name the request is sent with (``?name=``) under ``"//name"``."""
+    body: dict[str, Any] = {"//name": request.name, **create_body(request)}
+    return json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

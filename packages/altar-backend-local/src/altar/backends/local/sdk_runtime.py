@@ -24,6 +24,7 @@ from altar.backends.local.runtime import (
     LIVE_CONTAINER_STATES,
     ContainerDetail,
     ContainerEvent,
+    ContainerExistsError,
     ContainerNotFoundError,
     ContainerRequest,
     ContainerSummary,
@@ -90,6 +91,36 @@ def _parse_time(value: str | None) -> float | None:
     if not value or value.startswith(_ZERO_TIME_PREFIX):
         return None
     return datetime.fromisoformat(value).timestamp()
+
+
+def _event(raw: dict[str, Any]) -> ContainerEvent:
+    actor = raw.get("Actor") or {}
+    attributes = actor.get("Attributes") or {}
+    exit_code = attributes.get("exitCode")
+    nanos = raw.get("timeNano")
+    return ContainerEvent(
+        container_id=str(actor.get("ID") or raw.get("id") or ""),
+        action=str(raw.get("Action") or raw.get("status") or ""),
+        time=nanos / 1e9 if nanos else float(raw.get("time") or 0),
+        exit_code=int(exit_code) if exit_code is not None else None,
+    )
+
+
+class _SdkEventStream:
+    """The SDK's cancellable events stream, yielding seam values."""
+
+    def __init__(self, stream: Any, translate: Callable[[], Any]) -> None:
+        self._stream = stream
+        self._translate = translate
+
+    def __iter__(self) -> Iterator[ContainerEvent]:
+        with self._translate():
+            for raw in self._stream:
+                yield _event(raw)
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self._stream.close()
 
 
 class DockerSdkRuntime:
@@ -190,41 +221,64 @@ class DockerSdkRuntime:
         self._call(lambda api: api.ping())
 
     def run(self, request: ContainerRequest) -> str:
+        container_id = self.create(request)
+        try:
+            self.start(container_id)
+        except EngineRefusedError:
+            # The engine answered: the container cannot start. Never leave it behind.
+            with suppress(EngineRefusedError, BackendUnavailableError):
+                self.remove(container_id)
+            raise
+        except BackendUnavailableError:
+            # No answer: the start may have gone through after all; nobody will hold a handle.
+            with suppress(EngineRefusedError, BackendUnavailableError):
+                self.remove(container_id)
+            raise
+        return container_id
+
+    def create(self, request: ContainerRequest) -> str:
         api = self._api()
         body = create_body(request)
 
         def create() -> dict[str, Any]:
-            result: dict[str, Any] = api.create_container_from_config(body)  # type: ignore[no-untyped-call]
+            result: dict[str, Any] = api.create_container_from_config(  # type: ignore[no-untyped-call]
+                body, name=request.name
+            )
             return result
 
         try:
-            with self._translate(not_found=False):
-                created = create()
+            try:
+                with self._translate(not_found=False):
+                    created = create()
+            except EngineRefusedError as error:
+                if error.status != 404:
+                    raise
+                self._pull(request.image, error.explanation)
+                with self._translate(not_found=False):
+                    created = create()
         except EngineRefusedError as error:
-            if error.status != 404:
-                raise
-            self._pull(request.image, error.explanation)
-            with self._translate(not_found=False):
-                created = create()
-        container_id = str(created["Id"])
+            if error.status == 409 and request.name:
+                raise ContainerExistsError(request.name, error.explanation) from error
+            raise
+        return str(created["Id"])
+
+    def start(self, container_id: str) -> None:
+        api = self._api()
         try:
             api.start(container_id)
         except docker.errors.APIError as error:
-            # The engine answered: the container cannot start (a device request it cannot
-            # satisfy, a missing executable). Never leave the created container behind.
-            with suppress(docker.errors.APIError):
-                api.remove_container(container_id, force=True)
+            # Any answer, 5xx included, is the engine refusing this container (a device request
+            # it cannot satisfy, a missing executable), not the engine being away.
             raise EngineRefusedError(
                 error.status_code or 500, str(error.explanation or error)
             ) from error
         except (requests.exceptions.RequestException, docker.errors.DockerException) as error:
-            # No answer (a timeout, a dropped connection): the start may have gone through
-            # after all. submit fails, so nobody will hold a handle to this container; remove
-            # it if the engine still listens, rather than leave a task running unobserved.
-            with suppress(requests.exceptions.RequestException, docker.errors.DockerException):
-                api.remove_container(container_id, force=True)
             self._unavailable(error)
-        return container_id
+
+    def list_labelled(self, labels: Sequence[str]) -> list[ContainerSummary]:
+        filters = {"label": list(labels)}
+        rows = self._call(lambda api: api.containers(all=True, filters=filters))
+        return [self._summary(row) for row in rows]
 
     def _pull(self, image: str, why: str) -> None:
         api = self._api()
@@ -271,6 +325,7 @@ class DockerSdkRuntime:
             oom_killed=bool(state.get("OOMKilled")),
             finished_at=_parse_time(state.get("FinishedAt")),
             started_at=_parse_time(state.get("StartedAt")),
+            labels=dict((data.get("Config") or {}).get("Labels") or {}),
         )
 
     def exit_events(
@@ -288,22 +343,15 @@ class DockerSdkRuntime:
             stream = api.events(since=since, until=until, filters=filters, decode=True)  # type: ignore[call-overload]
             return list(stream)
 
-        events: list[ContainerEvent] = []
-        for raw in self._call(read):
-            actor = raw.get("Actor") or {}
-            attributes = actor.get("Attributes") or {}
-            action = str(raw.get("Action") or raw.get("status") or "")
-            exit_code = attributes.get("exitCode")
-            nanos = raw.get("timeNano")
-            events.append(
-                ContainerEvent(
-                    container_id=str(actor.get("ID") or raw.get("id") or ""),
-                    action=action,
-                    time=nanos / 1e9 if nanos else float(raw.get("time") or 0),
-                    exit_code=int(exit_code) if exit_code is not None else None,
-                )
-            )
-        return events
+        return [_event(raw) for raw in self._call(read)]
+
+    def watch_events(self, label: str, since: float) -> _SdkEventStream:
+        filters = {"type": "container", "event": ["start", "die", "oom"], "label": [label]}
+        # The SDK opens event streams without a read timeout: an idle stream stays open.
+        stream = self._call(
+            lambda api: api.events(since=since, filters=filters, decode=True)  # type: ignore[call-overload]
+        )
+        return _SdkEventStream(stream, self._translate)
 
     def engine_time(self) -> float:
         info = self._call(lambda api: api.info())
