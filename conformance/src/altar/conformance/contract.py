@@ -1,5 +1,8 @@
 """``ExecutionBackendContract``: the portability suite every execution backend subclasses.
 
+(Long by design: the suite is one class whose methods are its tests, so backends subclass a
+single name; its helpers live in ``_polling``, ``looplag`` and ``adoption``.)
+
 A backend's test module subclasses the contract, provides a ``backend`` fixture wired to a
 fake provider and implements the scripting hooks, which act on the fake *without* going
 through the backend (the way a real provider changes under a backend's feet)::

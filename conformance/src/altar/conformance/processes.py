@@ -88,6 +88,18 @@ class ProcessFabric:
     def __init__(self, data_root: Path) -> None:
         self.data_root = data_root
         self.tasks = data_root / RECORDS_DIRECTORY / "tasks"
+        with contextlib.suppress(OSError):  # read-only or absent: _records says so when asked
+            self.tasks.mkdir(parents=True, exist_ok=True)
+
+    def _records(self) -> Path:
+        # The records are the provider: once created, their absence (an unmounted volume, say)
+        # is an outage, never proof that every task is gone.
+        if not self.tasks.is_dir():
+            raise BackendUnavailableError(
+                f"the in-process task records {self.tasks} are not available; is the data "
+                "root's volume mounted?"
+            )
+        return self.tasks
 
     # -- provider API used by the backend
 
@@ -106,9 +118,8 @@ class ProcessFabric:
             external_id = f"in-process-{key}"
         else:
             external_id = f"in-process-{secrets.token_hex(8)}"
-        directory = self.tasks / external_id
         try:
-            self.tasks.mkdir(parents=True, exist_ok=True)
+            directory = self._records() / external_id
             directory.mkdir()
         except FileExistsError:
             pass  # adopted; a record cut short by a crash is completed below
@@ -185,7 +196,7 @@ class ProcessFabric:
 
     def of_run(self, run: str) -> list[tuple[str, ContainerTaskSpec]]:
         found = []
-        for directory in sorted(self.tasks.glob("in-process-*")) if self.tasks.is_dir() else []:
+        for directory in sorted(self._records().glob("in-process-*")):
             record = read_json(directory / TASK)
             if record is not None and record["spec"].get("labels", {}).get(LABEL_RUN) == run:
                 found.append((directory.name, spec_from_dict(record["spec"])))
@@ -196,7 +207,7 @@ class ProcessFabric:
     def _directory(self, external_id: str) -> Path | None:
         if not external_id.startswith("in-process-") or "/" in external_id or ".." in external_id:
             return None
-        directory = self.tasks / external_id
+        directory = self._records() / external_id
         return directory if directory.is_dir() else None
 
     def _outcome(

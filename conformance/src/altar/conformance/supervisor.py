@@ -34,10 +34,12 @@ from altar.execution.atomic import temp_path
 
 __all__ = [
     "CANCEL",
+    "DEADLINE",
     "LOG",
     "OUTCOME",
     "STARTED",
     "TASK",
+    "TASK_DIR_ENV",
     "main",
     "process_start_ticks",
     "read_json",
@@ -48,6 +50,8 @@ STARTED = "started.json"
 OUTCOME = "outcome.json"
 CANCEL = "cancel"
 LOG = "output.log"
+DEADLINE = "deadline"
+TASK_DIR_ENV = "ALTAR_IN_PROCESS_TASK_DIR"
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
@@ -143,9 +147,12 @@ def supervise(directory: Path) -> int:
 
 def _run(directory: Path, task: dict[str, Any], cancelled: Callable[[], bool]) -> dict[str, Any]:
     command: list[str] = task["command"]
-    env = {"PATH": os.environ.get("PATH", os.defpath), **task["env"]}
+    # The task may find its own record (its log, say) through the environment.
+    env = {"PATH": os.environ.get("PATH", os.defpath), TASK_DIR_ENV: str(directory), **task["env"]}
     timeout_s: int | None = task["timeout_s"]
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    if timeout_s is not None:
+        # Wall clock, in a file beside the task: anyone may read when it is due.
+        atomic_write(directory / DEADLINE, str(time.time() + timeout_s).encode())
     if not command:
         _log(directory, "the task has an empty command; there is nothing to run")
         return {"exit_code": COMMAND_NOT_FOUND_EXIT_CODE}
@@ -168,7 +175,7 @@ def _run(directory: Path, task: dict[str, Any], cancelled: Callable[[], bool]) -
     while child.poll() is None:
         if cancelled() or (directory / CANCEL).exists():
             ended_by = "cancelled"
-        elif deadline is not None and time.monotonic() >= deadline:
+        elif timeout_s is not None and time.time() >= _deadline(directory):
             ended_by = "timeout"
         if ended_by is not None:
             _kill_group(child.pid)
@@ -177,6 +184,13 @@ def _run(directory: Path, task: dict[str, Any], cancelled: Callable[[], bool]) -
         time.sleep(_POLL_S)
     code = child.returncode
     return {"exit_code": code if code >= 0 else 128 - code, "ended_by": ended_by}
+
+
+def _deadline(directory: Path) -> float:
+    try:
+        return float((directory / DEADLINE).read_text())
+    except (FileNotFoundError, ValueError):  # being replaced this instant: not due yet
+        return float("inf")
 
 
 def _kill_group(pgid: int) -> None:
