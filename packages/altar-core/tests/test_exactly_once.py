@@ -303,6 +303,24 @@ async def test_resume_removes_only_the_temporary_files_this_runs_killed_processe
     assert Journal.load(run_dir).pids == [dead, os.getpid()]
 
 
+@pytest.mark.asyncio
+async def test_a_journal_snapshot_left_before_its_writer_journaled_its_pid_is_removed(
+    tmp_path, provider, fake_backend_class
+):
+    # A process killed inside the first snapshot of a new run (or the one that records its
+    # pid) leaves a temporary file whose pid no journal names (found by tests/crash).
+    plan = simple_plan("a")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    never_journaled = 2**22 + 54321
+    left = temp_path(run_dir / "journal.json", pid=never_journaled)
+    left.write_bytes(b"{")
+    result = await run_plan(plan, fake_backend_class(provider=provider), run_dir=run_dir, **FAST)
+    assert result.ok
+    assert not left.exists()
+    assert never_journaled not in Journal.load(run_dir).pids
+
+
 def test_the_stager_removes_leftovers_of_the_runs_earlier_processes(tmp_path):
     import hashlib
 

@@ -66,7 +66,7 @@ from altar.execution.journal import (
     run_lock,
 )
 from altar.execution.ledger import Ledger
-from altar.execution.litter import litter_directories, remove_litter
+from altar.execution.litter import litter_directories, remove_litter, remove_run_dir_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.reconciling import reconcile
@@ -294,6 +294,7 @@ class _Run:
     def tidy(self, owners: list[int]) -> None:
         """Remove the temporary files that earlier (killed) processes of this run left."""
         removed = remove_litter(litter_directories(self.plan, self.journal.run_dir), owners)
+        removed += remove_run_dir_litter(self.journal.run_dir)  # incl. pids never journaled
         if removed:
             names = ", ".join(path.name for path in removed[:3])
             more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
