@@ -58,10 +58,8 @@ def _problems(counts: Counts) -> list[str]:
             f"the finished run, started again, exited {counts.rerun_status} and ran "
             f"{counts.rerun_executions} execution(s)"
         )
-    if counts.executions != counts.tasks + counts.retried:
-        problems.append(
-            f"{counts.executions} executions for {counts.tasks} tasks and {counts.retried} retries"
-        )
+    if counts.final_status != 0:
+        problems.append(f"the run ended with status {counts.final_status}")
     return problems
 
 

@@ -19,7 +19,8 @@ class Counts:
     doubles: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)
     stuck: int = 0
-    retried: int = 0
+    retried: int = 0  # attempts that failed on the provider and were submitted again
+    reported_attempts: int = 0  # the results table's ATTEMPTS, summed (should be executions)
     processes: int = 0
     #: phase -> signals sent (e.g. {"submit": Counter({"SIGKILL": 6, "SIGINT": 1})})
     by_phase: dict[str, Counter[str]] = field(default_factory=dict)
@@ -56,7 +57,8 @@ class Counts:
             f"crash test: backend {self.backend}, seed {self.seed}",
             f"  {self.tasks} tasks, {self.executions} executions (ledger), "
             f"{self.double_count} double, {len(self.lost)} lost, {self.stuck} stuck, "
-            f"{self.retried} retried after a provider failure",
+            f"{self.retried} attempts failed on the provider; ATTEMPTS column adds up to "
+            f"{self.reported_attempts}",
             f"  {self.processes} altar processes; {self.kills} SIGKILLs"
             + "".join(f", {n} {name}" for name, n in sorted(others.items()))
             + f"; by phase: {phases or '-'}; {self.in_flight_kills} with a submit in flight",

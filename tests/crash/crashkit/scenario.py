@@ -110,16 +110,34 @@ def _lost(setup: Setup, view: JournalView, executions: Executions) -> list[str]:
     return lost
 
 
-def count(setup: Setup, drive: Drive, rerun_executions: int) -> Counts:
-    """Everything the run left, counted (see :class:`~crashkit.report.Counts`)."""
+def _reported_attempts(records: dict[str, dict[str, object]]) -> int:
+    """What the results table's ATTEMPTS column adds up to (executions, by the journal)."""
+    total = 0
+    for record in records.values():
+        attempts = record.get("attempts") or []
+        assert isinstance(attempts, list)
+        total += sum(1 + int(a.get("reexecuted") or 0) for a in attempts)
+    return total
+
+
+def count(
+    setup: Setup, drive: Drive, rerun_executions: int, *, excuse_retries: bool = False
+) -> Counts:
+    """Everything the run left, counted (see :class:`~crashkit.report.Counts`).
+
+    ``excuse_retries``: an execution beyond the first that a failed attempt of the task
+    explains is no double (when the provider itself may kill tasks: the engine-kill case).
+    Otherwise every execution beyond the first is one: only the runner was killed.
+    """
     view = JournalView(setup.run_dir)
     view.poll()
     executions = read_ledger(setup.plan.ledger, setup.plan.marker)
     retried = _retried(view.records)
     counts = Counts(setup.backend, setup.seed, tasks=len(setup.plan.task_ids))
     counts.executions = executions.total
-    counts.doubles = executions.doubles(retried)
+    counts.doubles = executions.doubles(retried if excuse_retries else None)
     counts.retried = sum(retried.values())
+    counts.reported_attempts = _reported_attempts(view.records)
     counts.lost = _lost(setup, view, executions)
     counts.stuck = drive.stuck
     counts.processes = drive.processes
@@ -272,7 +290,7 @@ def run_engine_scenario(
     before = read_ledger(setup.plan.ledger, setup.plan.marker).total
     driver.drive.rerun_status = driver.finish()
     after = read_ledger(setup.plan.ledger, setup.plan.marker).total
-    counts = count(setup, driver.drive, after - before)
+    counts = count(setup, driver.drive, after - before, excuse_retries=True)
     counts.engine_kills = engine.kills
     counts.notes.extend(notes)
     log(counts.format())
