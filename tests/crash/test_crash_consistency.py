@@ -10,11 +10,14 @@ write on the data root, not from the journal. The counts are printed in the term
 The seed is random and printed; ``ALTAR_CRASH_SEED=<n>`` replays one (the kill moments are
 triggered by events, so a seed gives the same schedule, not the same timings).
 The tests share one xdist group: run beside each other on a 2-core machine, both would
-measure the machine rather than the runner.
+measure the machine rather than the runner. With pytest 9.2 and pytest-xdist 3.8,
+``--dist loadgroup`` does not group (xdist renames ``item._nodeid``, which pytest 9 no longer
+reads), so a lock file also keeps them apart (:func:`one_at_a_time`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import shutil
@@ -32,6 +35,18 @@ from crashkit.schedule import PHASES
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash")]
 
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+LOCK = Path(tempfile.gettempdir()) / "altar-crash-tests.lock"
+
+
+@pytest.fixture(autouse=True)
+def one_at_a_time() -> Iterator[None]:
+    """One crash test at a time on this machine, whichever xdist worker runs it."""
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _seed() -> int:
