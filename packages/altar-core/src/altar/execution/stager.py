@@ -221,9 +221,14 @@ class LocalStager:
             # than copying it again.
             try:
                 self._verify_at(transfer, dest, digest, record=True)
-                return StageAction.VERIFIED
             except TransferIntegrityError:
                 pass  # stale bytes at the destination: replace them below
+            else:
+                verified = _stat_or_none(dest)
+                if verified is not None and not has_verification_record(dest, digest):
+                    with self._pending_guard:  # its second was not over: record it at the end
+                        self._pending[dest] = (digest, verified)
+                return StageAction.VERIFIED
         self._copy(transfer, source, dest, digest)
         return StageAction.COPIED
 
