@@ -91,8 +91,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     - ``gpu_devices``: GPUs this host has, if known; larger requests are refused at submit;
     - ``trust_verification_records``: accept verification records and the staging index
       instead of hashing (default True); False hashes every digest-bearing input every time;
-    - ``use_events``: read exit codes and OOM kills of finished containers from the engine's
-      event stream (default True); False inspects each finished container;
+    - ``use_events``: follow the engine's event stream from the first submit or poll on, for
+      exit codes, OOM kills and start times as they happen (default True); False inspects each
+      finished container;
     - ``watchdog``: also kill containers at their deadline between polls (default True);
     - ``runtime``: a :class:`~altar.backends.local.runtime.DockerRuntime` (tests pass a fake).
     """
