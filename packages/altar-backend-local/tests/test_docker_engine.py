@@ -717,3 +717,41 @@ async def test_issue_13_a_keyed_start_cut_off_midway_is_adopted_by_the_resubmit(
         assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
     finally:
         backend.close()
+
+
+@pytest.mark.asyncio
+async def test_issue_13_the_runner_names_and_labels_every_container(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    """Through the plan runner: each container is created once, named after its submission
+    key and carrying the run, task, attempt and key labels; the run removes them at its end."""
+    marker = uuid.uuid4().hex[:12]
+    plan = plan_from_specs(
+        [spec(["true"], labels={PLAN_LABEL: SESSION, "run": marker}) for _ in range(2)],
+        backend_type="local",
+    )
+    backend = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    since = int(time.time()) - 1
+    try:
+        result = await run_plan(plan, backend, run_dir=tmp_path / "run")
+    finally:
+        backend.close()
+    assert result.ok
+    created = list(
+        api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"type": "container", "event": "create", "label": [f"run={marker}"]},
+            decode=True,
+        )
+    )
+    assert len(created) == 2
+    tasks = set()
+    for event in created:
+        attributes = event["Actor"]["Attributes"]
+        assert attributes["altar.run"] == result.run_id
+        assert attributes["altar.attempt"] == "1"
+        assert attributes["name"] == f"altar-{attributes['altar.submission']}"
+        tasks.add(attributes["altar.task"])
+    assert tasks == {task.id for task in result.tasks}
+    assert api.containers(all=True, filters={"label": [f"run={marker}"]}) == []
