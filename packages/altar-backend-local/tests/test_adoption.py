@@ -21,7 +21,7 @@ from altar.execution import (
     TaskState,
     Transfer,
 )
-from altar.execution.labels import submission_key
+from altar.execution.labels import submission_key, submission_labels
 
 
 def key(run: str, task: str, attempt: int) -> str:
@@ -31,22 +31,18 @@ def key(run: str, task: str, attempt: int) -> str:
 
 def test_the_key_is_the_runners() -> None:
     assert key("r", "t", 2) == submission_key("r", "t", 2)
+    assert spec("r", "t", 2).labels["altar.submission"] == key("r", "t", 2)
 
 
 def spec(
     run: str = "run-1", task: str = "t1", attempt: int = 1, **extra: object
 ) -> ContainerTaskSpec:
-    labels = {
-        "altar.run": run,
-        "altar.task": task,
-        "altar.attempt": str(attempt),
-        "altar.submission": key(run, task, attempt),
-    }
+    """A spec as the runner submits it: the contract's four reserved labels on it."""
     values: dict[str, object] = {
         "kind": "score",
         "image": "busybox:latest",
         "command": ["sh", "-c", "echo hi"],
-        "labels": labels,
+        "labels": submission_labels(run, task, attempt),
     }
     values.update(extra)
     return ContainerTaskSpec(**values)  # type: ignore[arg-type]

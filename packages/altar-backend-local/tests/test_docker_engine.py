@@ -684,3 +684,74 @@ async def test_issue_13_a_second_submit_with_the_same_key_adopts_without_another
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.asyncio
+async def test_issue_13_a_keyed_start_cut_off_midway_is_adopted_by_the_resubmit(
+    tmp_path: Path, api: docker.APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start request times out after the engine started the container: with a submission
+    key the container stays, and the resubmit (same key) adopts it; one container, one start."""
+    runtime = DockerSdkRuntime()
+    client = runtime.client()
+    real_start = client.start
+
+    def start_then_time_out(container: str) -> None:
+        real_start(container)
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    run = f"cut-{SESSION}"
+    key = hashlib.sha256(f"{run}\0t\x001".encode()).hexdigest()[:32]
+    labels = {"altar.test": SESSION, "altar.run": run, "altar.submission": key}
+    task = spec(["sleep", "300"], labels=labels)
+    monkeypatch.setattr(client, "start", start_then_time_out)
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=runtime, watchdog=False)
+    try:
+        with pytest.raises(BackendUnavailableError, match="read timed out"):
+            await backend.submit(task)
+        monkeypatch.setattr(client, "start", real_start)
+        handle = await backend.submit(task)
+        rows = api.containers(all=True, filters={"label": [f"altar.submission={key}"]})
+        assert [row["Id"] for row in rows] == [handle.external_id]
+        assert rows[0]["State"] == "running"
+        assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    finally:
+        backend.close()
+
+
+@pytest.mark.asyncio
+async def test_issue_13_the_runner_names_and_labels_every_container(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    """Through the plan runner: each container is created once, named after its submission
+    key and carrying the run, task, attempt and key labels; the run removes them at its end."""
+    marker = uuid.uuid4().hex[:12]
+    plan = plan_from_specs(
+        [spec(["true"], labels={PLAN_LABEL: SESSION, "run": marker}) for _ in range(2)],
+        backend_type="local",
+    )
+    backend = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    since = int(time.time()) - 1
+    try:
+        result = await run_plan(plan, backend, run_dir=tmp_path / "run")
+    finally:
+        backend.close()
+    assert result.ok
+    created = list(
+        api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"type": "container", "event": "create", "label": [f"run={marker}"]},
+            decode=True,
+        )
+    )
+    assert len(created) == 2
+    tasks = set()
+    for event in created:
+        attributes = event["Actor"]["Attributes"]
+        assert attributes["altar.run"] == result.run_id
+        assert attributes["altar.attempt"] == "1"
+        assert attributes["name"] == f"altar-{attributes['altar.submission']}"
+        tasks.add(attributes["altar.task"])
+    assert tasks == {task.id for task in result.tasks}
+    assert api.containers(all=True, filters={"label": [f"run={marker}"]}) == []

@@ -6,30 +6,25 @@ import asyncio
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from typing import ClassVar, TypeVar
 
 from altar.backends.local.classify import DEADLINE_SLACK_S
 from altar.backends.local.events import EventFollower
+from altar.backends.local.launch import Launcher
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.render import (
     BACKEND_LABEL,
     BACKEND_LABEL_VALUE,
     RESERVED_LABELS,
     RUN_LABEL,
-    SUBMISSION_LABEL,
     contained_host_path,
     host_path,
     render_request,
 )
 from altar.backends.local.runtime import (
-    ContainerExistsError,
     ContainerNotFoundError,
-    ContainerRequest,
-    ContainerSummary,
     DockerRuntime,
     EngineRefusedError,
 )
@@ -37,7 +32,6 @@ from altar.backends.local.staging import StageAction, Stager, local_path
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
-    BackendUnavailableError,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -97,8 +91,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     - ``gpu_devices``: GPUs this host has, if known; larger requests are refused at submit;
     - ``trust_verification_records``: accept verification records and the staging index
       instead of hashing (default True); False hashes every digest-bearing input every time;
-    - ``use_events``: read exit codes and OOM kills of finished containers from the engine's
-      event stream (default True); False inspects each finished container;
+    - ``use_events``: follow the engine's event stream from the first submit or poll on, for
+      exit codes, OOM kills and start times as they happen (default True); False inspects each
+      finished container;
     - ``watchdog``: also kill containers at their deadline between polls (default True);
     - ``runtime``: a :class:`~altar.backends.local.runtime.DockerRuntime` (tests pass a fake).
     """
@@ -157,9 +152,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self._stager = Stager(self.data_root, trust_records=trust_verification_records)
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
         self.last_staging: list[tuple[Transfer, StageAction]] = []
-        self._ownership = threading.Lock()
-        self._runs: set[str] = set()  # runs this instance submitted to or listed
-        self._owned: set[str] = set()  # submission keys it submitted or adopted
+        self._launcher = Launcher(self.runtime, self.data_root, self._prepare_outputs)
 
     def __repr__(self) -> str:
         return f"LocalDockerExecutionBackend(data_root={self.data_root!r})"
@@ -202,7 +195,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         if self._follower is not None:
             await self._thread(self._follower.ensure_started)  # before the create it must see
         try:
-            container_id = await self._thread(lambda: self._launch(spec, request))
+            container_id = await self._thread(lambda: self._launcher.launch(spec, request))
         except EngineRefusedError as error:
             if request.gpu_count and _GPU_REFUSAL.search(error.explanation):
                 raise UnsupportedCapabilityError(
@@ -218,90 +211,19 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                     f"{error.explanation}"
                 ) from error
             raise
-        self._own(spec.labels)
+        self._launcher.own(spec.labels)
         if self._watchdog is not None and spec.timeout_s is not None:
             # Counted from now, after the container was created (and any image pulled), and a
             # little late: the watchdog must never kill before poll's deadline would.
             self._watchdog.watch(container_id, time.time() + spec.timeout_s + 2 * DEADLINE_SLACK_S)
         return mint_handle(self.name, spec, container_id)
 
-    def _launch(self, spec: ContainerTaskSpec, request: ContainerRequest) -> str:
-        """Blocking: create and start, or adopt on a name conflict; the container's id."""
-        os.makedirs(self.data_root, exist_ok=True)  # the engine refuses a missing bind source
-        try:
-            container_id = self.runtime.create(request)
-        except ContainerExistsError:
-            return self._adopt(spec, request)
-        self._start_created(spec, request, container_id)
-        return container_id
-
-    def _start_created(
-        self, spec: ContainerTaskSpec, request: ContainerRequest, container_id: str
-    ) -> None:
-        """Start a container that never ran; stale outputs go first (an earlier run's)."""
-        self._prepare_outputs(spec)
-        try:
-            self.runtime.start(container_id)
-        except EngineRefusedError:
-            # The engine answered: it cannot start. Never leave the container behind.
-            with suppress(EngineRefusedError, BackendUnavailableError):
-                self.runtime.remove(container_id)
-            raise
-        except BackendUnavailableError:
-            if request.name is None:
-                # No key, so nobody can find it again: remove it (if the engine listens)
-                # rather than leave a task running that no handle observes.
-                with suppress(EngineRefusedError, BackendUnavailableError):
-                    self.runtime.remove(container_id)
-            # With a key it stays: the resubmit of this in-doubt submit adopts it by name.
-            raise
-
-    def _adopt(self, spec: ContainerTaskSpec, request: ContainerRequest) -> str:
-        """The container named for this submission already exists: take it as it is."""
-        name = request.name
-        key = request.labels.get(SUBMISSION_LABEL, "")
-        assert name is not None  # a conflict needs a name
-        try:
-            detail = self.runtime.inspect(name)
-        except ContainerNotFoundError:
-            # Removed between the conflict and the look (a cleanup): this submit creates it.
-            container_id = self.runtime.create(request)
-            self._start_created(spec, request, container_id)
-            return container_id
-        if (
-            detail.labels.get(SUBMISSION_LABEL) != key
-            or detail.labels.get(BACKEND_LABEL) != BACKEND_LABEL_VALUE
-        ):
-            raise EngineRefusedError(
-                409,
-                f"a container named {name!r} exists on the engine, but the local backend did "
-                f"not create it for submission {key}; remove it (`docker rm -f {name}`)",
-            )
-        if detail.state == "created":
-            self._start_created(spec, request, detail.id)  # its submitter stopped in between
-        elif detail.state == "removing":
-            raise BackendUnavailableError(
-                f"container {detail.id} of submission {key} is being removed; submit again "
-                "once it is gone"
-            )
-        return detail.id
-
-    def _own(self, labels: dict[str, str]) -> None:
-        """Note a submission this instance holds a handle for (``capacity`` counts it)."""
-        run, key = labels.get(RUN_LABEL), labels.get(SUBMISSION_LABEL)
-        with self._ownership:
-            if run is not None:
-                self._runs.add(run)
-            if key is not None:
-                self._owned.add(key)
-
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         """One handle per container labelled ``altar.run == run`` (one list request), in any
         state, with its labels minus the backend's own; the runner adopts or removes each."""
         labels = [f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}", f"{RUN_LABEL}={run}"]
         found = await self._thread(lambda: self.runtime.list_labelled(labels))
-        with self._ownership:
-            self._runs.add(run)
+        self._launcher.note_run(run)
         return [
             TaskHandle(
                 backend=self.name,
@@ -342,16 +264,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         """
         label = f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}"
         live = await self._thread(lambda: self.runtime.list_live(label))
-        with self._ownership:
-            runs, owned = set(self._runs), set(self._owned)
-
-        def counts(container: ContainerSummary) -> bool:
-            if container.state in ("created", "removing"):
-                return False
-            run = container.labels.get(RUN_LABEL)
-            return run not in runs or container.labels.get(SUBMISSION_LABEL) in owned
-
-        started = sum(1 for container in live if counts(container))
+        started = sum(1 for container in live if self._launcher.counts(container))
         return Capacity(pools={"cpu": max(0, self.slots - started)})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:

@@ -109,16 +109,24 @@ class EventFollower:
                         continue
                 stream = self._stream
                 assert stream is not None
+            heard = False
             try:
                 for event in stream:
                     self._record(event)
-                    pause = _RETRY_MIN_S
+                    heard = True
             except Exception:  # noqa: S110 - a broken stream is reopened on the next turn
                 pass
             with self._cond:
                 if self._stream is stream:
                     self._stream = None
                     self._cond.notify_all()  # waiters stop waiting for pushes
+                if heard:
+                    pause = _RETRY_MIN_S  # it worked for a while: reopen at once
+                elif not self._stopped:
+                    # It ended before saying anything: don't spin on an engine that ends every
+                    # stream at once (the reopen replays what this pause misses).
+                    self._cond.wait(pause)
+                    pause = min(_RETRY_MAX_S, pause * 2)
 
     def _record(self, event: ContainerEvent) -> None:
         with self._cond:

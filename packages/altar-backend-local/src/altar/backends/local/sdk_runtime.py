@@ -387,10 +387,10 @@ class DockerSdkRuntime:
     def log_tails(self, container_id: str, lines: int) -> LogTail:
         """One request for the log's last :data:`LOG_SCAN_LINES` lines, split by stream.
 
-        The engine applies ``tail`` to the interleaved log *before* its stream filter, so asking
-        for "stderr, last 20 lines" returns nothing when stderr's lines are older than the last
-        20 of stdout. The multiplexed answer (8-byte frame headers naming the stream) is split
-        here instead, with the SDK's own frame reader.
+        Docker 20.10 applies ``tail`` to the interleaved log *before* its stream filter (seen on
+        this project's test engine): asking for "stderr, last 20 lines" returned nothing when
+        stderr's lines were older than the last 20 of stdout. The multiplexed answer (8-byte
+        frame headers naming the stream) is split here instead, by :func:`demultiplex`.
         """
 
         def read(api: docker.APIClient) -> bytes:
