@@ -176,7 +176,8 @@ class ProcessFabric:
             check=True,
         )
 
-    def inspect(self, external_id: str) -> ProcessTask | None:
+    def inspect(self, external_id: str, *, with_log: bool = False) -> ProcessTask | None:
+        """The task's record and state; its log's tail only when asked (poll needs none)."""
         directory = self._directory(external_id)
         if directory is None:
             return None
@@ -186,9 +187,8 @@ class ProcessFabric:
         spec = spec_from_dict(record["spec"])
         launched = LaunchedTask(**record["launched"])
         state, failure = self._outcome(external_id, directory, record)
-        return ProcessTask(
-            external_id, spec, launched, record["timeout_s"], state, failure, _tail(directory)
-        )
+        log = _tail(directory) if with_log else ()
+        return ProcessTask(external_id, spec, launched, record["timeout_s"], state, failure, log)
 
     def kill(self, external_id: str) -> None:
         """Cancel a task: recorded first (a supervisor not yet started sees it), then
