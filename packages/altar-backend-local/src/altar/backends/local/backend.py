@@ -82,6 +82,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     """
 
     name: ClassVar[str] = "local"
+    requires: ClassVar[tuple[str, ...]] = ("docker",)
     input_digest_verification = "staging"
     # One list request covers every handle, so polling often is cheap; short tasks are then
     # noticed (and their slots refilled) within 50 ms instead of 200 ms.
