@@ -114,3 +114,18 @@ def test_altar_backends_reports_a_missing_sdk_without_importing_it(hidden: bool)
     assert row["error"].endswith(
         "cannot be imported: module 'kubernetes' is missing; pip install altar-backend-k8s"
     )
+
+
+def test_a_missing_kubernetes_client_is_one_line_with_the_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found out at construction, as the Modal backend does, not as a bare ModuleNotFoundError
+    # from a worker thread on the first submit or poll.
+    from altar.backends.kubernetes import KubernetesExecutionBackend
+    from altar.execution import BackendImportError
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes → ImportError
+    with pytest.raises(BackendImportError, match="pip install altar-backend-k8s") as raised:
+        KubernetesExecutionBackend()
+    assert "\n" not in str(raised.value)
+    assert "'kubernetes'" in str(raised.value)
