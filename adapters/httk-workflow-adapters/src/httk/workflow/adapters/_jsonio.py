@@ -8,15 +8,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .errors import BundleError
+
 
 def read_json_object(path: Path, what: str = "adapter JSON") -> dict[str, Any]:
     """Parse ``path`` as one JSON object, naming the file in every error."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {what} {path}: {exc}") from exc
+        raise BundleError(f"cannot read {what} {path}: {exc}") from exc
     if not isinstance(document, dict):
-        raise ValueError(f"{what} must be an object: {path}")
+        raise BundleError(f"{what} must be an object: {path}")
     return document
 
 

@@ -26,6 +26,14 @@ from .constants import (
     REQUEST_FORMAT,
     RESULT_FORMAT,
 )
+from .errors import (
+    AdapterCrashed,
+    AdapterRefused,
+    AdapterResultError,
+    AdapterTimeout,
+    BundleError,
+    RemoteUnreachable,
+)
 from .settings import queue_settings
 
 # After the group is killed, how long to wait for pipes held by escaped descendants.
@@ -179,7 +187,9 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        raise TimeoutError(f"adapter {operation} exceeded {limit:g} seconds") from None
+        raise AdapterTimeout(
+            f"adapter {operation} exceeded {limit:g} seconds", operation=operation, seconds=limit
+        ) from None
     except BaseException:
         _kill_group(process)
         process.wait()
@@ -196,20 +206,22 @@ def parse_result(operation: str, stdout: str) -> dict[str, Any]:
     try:
         result, end = json.JSONDecoder().raw_decode(text)
     except ValueError:
-        raise ValueError(f"adapter {operation} did not emit exactly one JSON result") from None
+        raise AdapterResultError(
+            f"adapter {operation} did not emit exactly one JSON result"
+        ) from None
     if end != len(text):
-        raise ValueError(f"adapter {operation} did not emit exactly one JSON result")
+        raise AdapterResultError(f"adapter {operation} did not emit exactly one JSON result")
     if not isinstance(result, dict):
-        raise ValueError(f"adapter {operation} result must be a JSON object")
+        raise AdapterResultError(f"adapter {operation} result must be a JSON object")
     version = result.get("format_version")
     if (
         result.get("format") != RESULT_FORMAT
         or version != FORMAT_VERSION
         or isinstance(version, bool)
     ):
-        raise ValueError(f"adapter {operation} returned an unsupported result")
+        raise AdapterResultError(f"adapter {operation} returned an unsupported result")
     if result.get("operation") != operation:
-        raise ValueError(f"adapter result operation disagrees with request: {operation}")
+        raise AdapterResultError(f"adapter result operation disagrees with request: {operation}")
     return result
 
 
@@ -222,19 +234,21 @@ def run_adapter(
 ) -> dict[str, Any]:
     """Run one operation through the bundle's ``adapter`` and return its checked result.
 
-    Raises ``TimeoutError`` when the operation overruns (its process group is killed),
-    ``RuntimeError`` for a refusal (the adapter's ``error``) or a crash (non-zero exit),
-    ``ValueError`` for a malformed result or bundle.
+    Raises :class:`~.errors.AdapterTimeout` (a ``TimeoutError``) when the operation overruns
+    (its process group is killed), :class:`~.errors.AdapterRefused` for a refusal (the
+    adapter's ``error``) and :class:`~.errors.AdapterCrashed` for a non-zero exit (both
+    ``RuntimeError``), :class:`~.errors.AdapterResultError` or
+    :class:`~.errors.BundleError` (both ``ValueError``) for a malformed result or bundle.
     """
     if operation not in ADAPTER_OPERATIONS:
-        raise ValueError(f"unknown adapter operation: {operation}")
+        raise BundleError(f"unknown adapter operation: {operation}")
     root = Path(bundle).expanduser().resolve()
     metadata = validate_adapter_bundle(root)
     limit = float(
         metadata.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS) if timeout is None else timeout
     )
     if not limit > 0:
-        raise ValueError("adapter timeout must be positive")
+        raise BundleError("adapter timeout must be positive")
     request_path = _write_request(build_request(root, operation, request))
     try:
         returncode, stdout, stderr = _execute(
@@ -243,10 +257,18 @@ def run_adapter(
     finally:
         Path(request_path).unlink(missing_ok=True)
     if returncode != 0:
-        raise RuntimeError(f"adapter {operation} failed ({returncode}): {stderr.strip()}")
+        raise AdapterCrashed(
+            f"adapter {operation} failed ({returncode}): {stderr.strip()}",
+            operation=operation,
+            returncode=returncode,
+            stderr=stderr,
+        )
     result = parse_result(operation, stdout)
     if result.get("ok") is not True:
-        raise RuntimeError(str(result.get("error", f"adapter {operation} reported failure")))
+        message = str(result.get("error", f"adapter {operation} reported failure"))
+        # "refusal" is this runtime's addition to the refusal document; others omit it.
+        refused = RemoteUnreachable if result.get("refusal") == "unreachable" else AdapterRefused
+        raise refused(message, operation=operation)
     if stderr:
         result["diagnostics"] = stderr
     return result

@@ -11,6 +11,7 @@ from typing import Any
 from ._jsonio import read_json_object, write_json_atomic
 from .bundles import metadata_path, read_metadata
 from .constants import CREDENTIALS_FILE, PERSISTABLE_QUEUE_SETTINGS
+from .errors import BundleError
 
 
 def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -24,7 +25,7 @@ def parse_assignment(value: str) -> tuple[str, str]:
     """One ``KEY=VALUE`` from the command line; the value stays a string."""
     key, equals, setting = value.partition("=")
     if not equals or not key:
-        raise ValueError(f"adapter setting must use KEY=VALUE: {value!r}")
+        raise BundleError(f"adapter setting must use KEY=VALUE: {value!r}")
     return key, setting
 
 
