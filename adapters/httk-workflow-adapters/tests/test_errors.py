@@ -67,7 +67,7 @@ def test_run_adapter_raises_the_family(env, make_bundle) -> None:
         " 'format_version': 1, 'operation': 'invoke', 'ok': False, 'error': 'no thanks'}))\n",
         name="refusing",
     )
-    with pytest.raises(errors.AdapterRefused, match="^no thanks$") as refused:
+    with pytest.raises(errors.AdapterRefused, match=r"^no thanks$") as refused:
         adapters.run_adapter(refusing, "invoke", {"argv": ["true"]})
     assert refused.value.operation == "invoke"
     assert not isinstance(refused.value, errors.RemoteUnreachable)
@@ -83,7 +83,7 @@ def test_run_adapter_raises_the_family(env, make_bundle) -> None:
     sleepy = make_bundle(env.root, "#!python\nimport time\ntime.sleep(30)\n", name="sleepy")
     with pytest.raises(errors.AdapterTimeout, match=r"adapter invoke exceeded 0\.5 seconds"):
         adapters.run_adapter(sleepy, "invoke", {"argv": ["true"]}, timeout=0.5)
-    with pytest.raises(errors.UnknownRemote, match="^unknown remote: nowhere$"):
+    with pytest.raises(errors.UnknownRemote, match=r"^unknown remote: nowhere$"):
         adapters.resolve_remote("nowhere")
     broken = env.root / "broken"
     broken.mkdir()
