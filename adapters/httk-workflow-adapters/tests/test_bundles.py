@@ -127,7 +127,8 @@ def test_templates_and_add_remote(env) -> None:
     for template in ("local", "ssh-slurm"):
         bundle = api.add_remote(f"r-{template}", template=template)
         assert bundle == env.project / ".httk-project" / "remotes" / f"r-{template}"
-        assert sorted(p.name for p in bundle.iterdir()) == ["adapter", "remote.json"]
+        # .gitignore keeps credentials.json out of the project's repository.
+        assert sorted(p.name for p in bundle.iterdir()) == [".gitignore", "adapter", "remote.json"]
         assert stat.S_IMODE((bundle / "adapter").stat().st_mode) == 0o755
         assert api.read_metadata(bundle)["kind"] == template
     assert (

@@ -83,6 +83,15 @@ def validate_settings(kind: str, settings: Mapping[str, Any]) -> None:
         SshTarget(settings)
 
 
+def absolute_workspace(target: Target, workspace: str, request: Mapping[str, Any]) -> str:
+    """The workspace as every operation must read it: over ssh relative to the login
+    directory (where ssh starts commands and rsync resolves paths), locally relative to
+    the project owning the bundle (:func:`workspace_base`)."""
+    if target.remote:
+        return target.absolute(workspace)
+    return target.absolute(workspace, workspace_base(request))
+
+
 def configure(kind: str, request: Mapping[str, Any]) -> Values:
     pending = request.get("settings")
     settings = {**settings_of(request), **(pending if isinstance(pending, dict) else {})}
@@ -149,7 +158,7 @@ def install(kind: str, request: Mapping[str, Any]) -> Values:
     if workspace is not None:
         # ~ and relative workspaces are made absolute the way every later operation will
         # read them; quoted, "~/ws" would otherwise create a directory named "~".
-        path = target.absolute(workspace, workspace_base(request))
+        path = absolute_workspace(target, workspace, request)
         existed = target.run(["test", "-d", path]).returncode == 0
         if not existed:
             made = target.run(["mkdir", "-p", "--", path])
@@ -244,7 +253,7 @@ def start_manager(kind: str, request: Mapping[str, Any]) -> Values:
             pids.append(process.pid)
         return {"pid": pids[0], "pids": pids, "count": count}
     chosen = batch.choose_workspace(request, argv, settings)
-    workspace = target.absolute(chosen, workspace_base(request))
+    workspace = absolute_workspace(target, chosen, request)
     argv = batch.with_manager_workspace(argv, chosen, workspace)
     command = target.httk(argv)
     script = batch.batch_script(command, settings, workspace)

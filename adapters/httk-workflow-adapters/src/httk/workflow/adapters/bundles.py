@@ -216,6 +216,9 @@ def add_remote(
         # An installer that dropped the mode bit must not leave an unusable bundle.
         (staging / ADAPTER_EXECUTABLE).chmod(0o755)
         staging.chmod(0o755)
+        from .settings import ignore_credentials  # settings imports this module
+
+        ignore_credentials(staging)
         validate_adapter_bundle(staging)
         staging.rename(destination)
     except BaseException:

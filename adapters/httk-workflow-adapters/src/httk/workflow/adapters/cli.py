@@ -215,12 +215,24 @@ def _workspace(args: argparse.Namespace, bundle: Path, queue: str) -> str:
     return workspace
 
 
+def _write_exact(stream: TextIO, text: str) -> None:
+    """Write a command's output as the bytes it was (undecodable ones travel as surrogates)."""
+    stream.flush()
+    data = text.encode("utf-8", "surrogateescape")
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a StringIO in tests: text is what it can hold
+        stream.write(data.decode("utf-8", "replace"))
+        return
+    buffer.write(data)
+    buffer.flush()
+
+
 def _report_command(args: argparse.Namespace, result: Mapping[str, Any]) -> int:
     if args.json:
         _print_json(result)
         return 0
-    _out().write(str(result.get("stdout", "")))
-    sys.stderr.write(str(result.get("stderr", "")))
+    _write_exact(_out(), str(result.get("stdout", "")))
+    _write_exact(sys.stderr, str(result.get("stderr", "")))
     code = result.get("returncode", 0)
     return code if isinstance(code, int) and 0 <= code < 256 else 1
 
@@ -460,11 +472,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
     try:
-        with _terminating_like_interrupt():
+        with _terminating_like_interrupt(), _warnings_as_lines(prog):
             return handler(args)
     except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{prog}: {message}", file=sys.stderr)
+        print(f"{prog}: {error_lines(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
@@ -474,12 +485,38 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         return 128 + terminated.signum
 
 
+def _visible(line: str) -> str:
+    """A line with its control characters shown as escapes, never acted on by a terminal."""
+    return "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in line)
+
+
+def error_lines(message: str) -> str:
+    """An error message for stderr: its own lines kept (ssh's host-key warning spans
+    several), blank ones dropped, continuation lines indented under the first."""
+    lines = [_visible(line.rstrip()) for line in message.splitlines() if line.strip()]
+    return "\n  ".join(lines)
+
+
 class _Terminated(BaseException):
     """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so cleanup code runs."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(prog: str) -> Iterator[None]:
+    """Library warnings (an exposed credentials file) as one ``PROG: warning:`` line each."""
+    import warnings
+
+    def show(message: Warning | str, *_: object, **__: object) -> None:
+        print(f"{prog}: warning: {error_lines(str(message))}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
 
 
 @contextlib.contextmanager

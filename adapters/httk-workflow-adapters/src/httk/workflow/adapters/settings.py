@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._jsonio import read_json_object, write_json_atomic
+from ._jsonio import read_json_object, write_json_atomic, write_text_atomic
 from .bundles import metadata_path, read_metadata
 from .constants import CREDENTIALS_FILE, PERSISTABLE_QUEUE_SETTINGS
-from .errors import BundleError
+from .errors import BundleError, InsecureCredentialsWarning
 
 
 def split_settings(settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -55,14 +56,50 @@ def _settings_lock(bundle: str | os.PathLike[str]) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+GITIGNORE = ".gitignore"
+#: What a bundle's .gitignore keeps out of version control: the secrets and their temp files.
+IGNORED = (CREDENTIALS_FILE, f".{CREDENTIALS_FILE}.*")
+
+
 def credentials_path(bundle: str | os.PathLike[str]) -> Path:
     return Path(bundle).expanduser() / CREDENTIALS_FILE
+
+
+def ignore_credentials(bundle: str | os.PathLike[str]) -> None:
+    """Make sure the bundle's ``.gitignore`` names ``credentials.json``.
+
+    A project's remotes live inside the project, so ``git add -A`` would otherwise stage
+    the secrets. Lines the operator added are kept; nothing is written if all are there.
+    """
+    path = Path(bundle).expanduser() / GITIGNORE
+    try:
+        present = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        present = []
+    missing = [line for line in IGNORED if line not in present]
+    if missing:
+        write_text_atomic(path, "".join(f"{line}\n" for line in [*present, *missing]))
+
+
+def check_credentials_mode(path: Path) -> None:
+    """Warn (:class:`InsecureCredentialsWarning`) when others may read ``path``."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return
+    if mode & 0o077:
+        warnings.warn(
+            f"{path} is readable by others (mode {mode:04o}); run: chmod 600 {path}",
+            InsecureCredentialsWarning,
+            stacklevel=3,
+        )
 
 
 def _credentials_document(bundle: str | os.PathLike[str]) -> dict[str, Any]:
     path = credentials_path(bundle)
     if not path.exists():
         return {}
+    check_credentials_mode(path)
     return read_json_object(path, "credentials JSON")
 
 
@@ -82,6 +119,7 @@ def store_credentials(
         merged = dict(section) if isinstance(section, Mapping) else {}
         merged.update(settings)
         document[queue] = merged
+        ignore_credentials(bundle)
         return write_json_atomic(credentials_path(bundle), document, mode=0o600)
 
 
