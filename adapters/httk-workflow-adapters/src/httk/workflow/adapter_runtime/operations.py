@@ -226,6 +226,7 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
         directory=directory,
         files=files,
         push=push,
+        progress=request.get("progress") is True,
     )
     return {"path": paths_of(request)[1]}
 

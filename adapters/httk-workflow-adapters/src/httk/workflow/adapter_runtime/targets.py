@@ -334,3 +334,37 @@ def home_relative(path: str) -> str:
 
 def target_for(kind: str, settings: Mapping[str, Any]) -> LocalTarget | SshTarget:
     return SshTarget(settings) if kind == "ssh-slurm" else LocalTarget(settings)
+
+
+def close_masters(settings: Mapping[str, Any]) -> list[str]:
+    """Ask every multiplexing master of this queue's destination to exit; the sockets closed.
+
+    Harmless when none runs. The operator's way to drop a connection at once instead of
+    waiting ``ssh_multiplex`` seconds (after changing keys, say, or leaving a network).
+    """
+    import subprocess
+
+    target = SshTarget({**settings, "ssh_multiplex": "yes"})
+    assert target.control_path is not None
+    closed = []
+    for master in range(MASTERS):
+        path = master_path(target.control_path, master)
+        if not _socket_answers(path):
+            continue
+        subprocess.run(
+            [
+                "ssh",
+                *target.base_options(),
+                "-o",
+                f"ControlPath={path}",
+                "-O",
+                "exit",
+                "--",
+                target.destination,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+        closed.append(path)
+    return closed

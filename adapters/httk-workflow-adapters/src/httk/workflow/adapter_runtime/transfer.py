@@ -121,10 +121,17 @@ def rsync(
     directory: bool,
     files: list[str] | None,
     push: bool,
+    progress: bool = False,
 ) -> None:
-    """Transfer with ``--archive --protect-args``; file names never pass through a shell."""
+    """Transfer with ``--archive --protect-args``; file names never pass through a shell.
+
+    With ``progress`` rsync's overall progress goes to this process's stderr as it
+    happens (the caller streams it to a terminal), not into the captured output.
+    """
     target.ensure_master()
     argv = ["rsync", "--archive", "--protect-args", "-e", target.rsync_shell()]
+    if progress:
+        argv.append("--info=progress2")
     if rsync_has_mkpath():
         argv.append("--mkpath")
     else:
@@ -144,9 +151,11 @@ def rsync(
             f"{target.destination}:{remote.rstrip('/') + suffix if directory else remote}"
         )
         argv += [local_operand, remote_operand] if push else [remote_operand, local_operand]
+        sys.stderr.flush()
         completed = subprocess.run(
             argv,
-            capture_output=True,
+            stdout=sys.stderr.fileno() if progress else subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             errors="surrogateescape",
             stdin=subprocess.DEVNULL,

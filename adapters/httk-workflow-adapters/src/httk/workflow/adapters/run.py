@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import os
@@ -13,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +111,16 @@ def _expired(deadline: float) -> bool:
 
 
 def _read_until_closed(
-    process: subprocess.Popen[bytes], stdout: int, stderr: int, deadline: float
+    process: subprocess.Popen[bytes],
+    stdout: int,
+    stderr: int,
+    deadline: float,
+    on_stderr: Callable[[bytes], object] | None = None,
 ) -> tuple[bytes, bytes]:
-    """Both pipes to their end, or ``subprocess.TimeoutExpired`` at the deadline."""
+    """Both pipes to their end, or ``subprocess.TimeoutExpired`` at the deadline.
+
+    ``on_stderr`` sees each piece of stderr as it arrives (a transfer's progress).
+    """
     chunks: dict[int, list[bytes]] = {stdout: [], stderr: []}
     poller = select.poll()
     for descriptor in chunks:
@@ -126,6 +132,8 @@ def _read_until_closed(
             raise subprocess.TimeoutExpired(process.args, 0)
         for descriptor, _ in events:
             data = os.read(descriptor, 65536)
+            if data and on_stderr is not None and descriptor == stderr:
+                on_stderr(data)
             if data:
                 chunks[descriptor].append(data)
             else:
@@ -158,11 +166,17 @@ def _wait_for_exit(process: subprocess.Popen[bytes], deadline: float) -> None:
 
 
 def _text(data: bytes) -> str:
-    # As text=True would decode: the locale's encoding, universal newlines.
-    return io.TextIOWrapper(io.BytesIO(data)).read()
+    # The result is ASCII JSON; stderr is kept byte for byte (CR included, bad UTF-8 as
+    # surrogates), as the runtime keeps a command's output.
+    return data.decode("utf-8", "surrogateescape")
 
 
-def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str, str]:
+def _execute(
+    command: list[str],
+    limit: float,
+    operation: str,
+    on_stderr: Callable[[bytes], object] | None = None,
+) -> tuple[int, str, str]:
     deadline = time.monotonic() + limit
     process = subprocess.Popen(
         command,
@@ -176,7 +190,7 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
     assert process.stderr is not None
     pipes = process.stdout.fileno(), process.stderr.fileno()
     try:
-        stdout, stderr = _read_until_closed(process, *pipes, deadline)
+        stdout, stderr = _read_until_closed(process, *pipes, deadline, on_stderr)
         _wait_for_exit(process, deadline)
     except subprocess.TimeoutExpired:
         _kill_group(process)
@@ -231,8 +245,12 @@ def run_adapter(
     request: Mapping[str, Any],
     *,
     timeout: float | None = None,
+    on_stderr: Callable[[bytes], object] | None = None,
 ) -> dict[str, Any]:
     """Run one operation through the bundle's ``adapter`` and return its checked result.
+
+    ``on_stderr``, if given, is called with each piece of the adapter's stderr as it
+    arrives (the CLI shows a transfer's progress with it); ``diagnostics`` still has all.
 
     Raises :class:`~.errors.AdapterTimeout` (a ``TimeoutError``) when the operation overruns
     (its process group is killed), :class:`~.errors.AdapterRefused` for a refusal (the
@@ -252,7 +270,7 @@ def run_adapter(
     request_path = _write_request(build_request(root, operation, request))
     try:
         returncode, stdout, stderr = _execute(
-            [str(root / ADAPTER_EXECUTABLE), request_path], limit, operation
+            [str(root / ADAPTER_EXECUTABLE), request_path], limit, operation, on_stderr
         )
     finally:
         Path(request_path).unlink(missing_ok=True)

@@ -156,3 +156,77 @@ def persist_settings(
     metadata_file = store_queue_settings(bundle, queue, persistable) if persistable else None
     credentials_file = store_credentials(bundle, queue, credentials) if credentials else None
     return metadata_file, credentials_file, sorted(credentials)
+
+
+def unset_settings(
+    bundle: str | os.PathLike[str], queue: str, keys: list[str]
+) -> dict[str, list[str]]:
+    """Remove settings or credentials of one queue; which file each key left.
+
+    A key stored in neither file is an error naming it, and nothing is changed.
+    """
+    with _settings_lock(bundle):
+        metadata = read_metadata(bundle)
+        queues = metadata.get("queues")
+        queues = dict(queues) if isinstance(queues, Mapping) else {}
+        stored = dict(queues.get(queue) or {})
+        document = _credentials_document(bundle)
+        secrets = dict(document.get(queue) or {})
+        unknown = [key for key in keys if key not in stored and key not in secrets]
+        if unknown:
+            raise BundleError(f"queue {queue} has no setting or credential {', '.join(unknown)}")
+        removed: dict[str, list[str]] = {"remote.json": [], CREDENTIALS_FILE: []}
+        for key in keys:
+            if key in stored:
+                del stored[key]
+                removed["remote.json"].append(key)
+            if key in secrets:
+                del secrets[key]
+                removed[CREDENTIALS_FILE].append(key)
+        if removed["remote.json"]:
+            queues[queue] = stored
+            metadata["queues"] = queues
+            write_json_atomic(metadata_path(bundle), metadata)
+        if removed[CREDENTIALS_FILE]:
+            if secrets:
+                document[queue] = secrets
+            else:
+                document.pop(queue, None)
+            write_json_atomic(credentials_path(bundle), document, mode=0o600)
+        return removed
+
+
+def add_queue(
+    bundle: str | os.PathLike[str], queue: str, settings: Mapping[str, Any] | None = None
+) -> None:
+    """A new, empty (or ``settings``) queue in ``remote.json``; an existing one is an error."""
+    if not queue or ":" in queue or any(ch < " " for ch in queue):
+        raise BundleError(f"invalid queue name: {queue!r}")
+    with _settings_lock(bundle):
+        metadata = read_metadata(bundle)
+        queues = metadata.get("queues", {"default": {}})
+        queues = dict(queues) if isinstance(queues, Mapping) else {}
+        if queue in queues:
+            raise BundleError(f"queue {queue} already exists")
+        queues[queue] = dict(settings or {})
+        metadata["queues"] = queues
+        write_json_atomic(metadata_path(bundle), metadata)
+
+
+def remove_queue(bundle: str | os.PathLike[str], queue: str) -> None:
+    """Remove a queue and its credentials; the last queue cannot be removed."""
+    with _settings_lock(bundle):
+        metadata = read_metadata(bundle)
+        queues = metadata.get("queues", {"default": {}})
+        queues = dict(queues) if isinstance(queues, Mapping) else {}
+        if queue not in queues:
+            raise BundleError(f"remote does not configure queue {queue!r}")
+        if len(queues) == 1:
+            raise BundleError("remote adapter must configure at least one queue")
+        del queues[queue]
+        metadata["queues"] = queues
+        write_json_atomic(metadata_path(bundle), metadata)
+        document = _credentials_document(bundle)
+        if queue in document:
+            del document[queue]
+            write_json_atomic(credentials_path(bundle), document, mode=0o600)
