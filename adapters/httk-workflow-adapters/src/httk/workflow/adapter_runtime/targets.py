@@ -7,7 +7,7 @@ import sys
 
 from .process import Completed
 from .process import run as _run
-from .requests import host_of, httk_prefix, port_of, text, username_of
+from .requests import flag, host_of, httk_prefix, port_of, text, username_of
 
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
@@ -170,6 +170,9 @@ class SshTarget:
         self._master_checked = False
         self._seats: int | None = None
         self._home: str | None = None
+        # ssh_agent: commands through a process on the target instead of a login each (agent.py)
+        self._agent_wanted = self.persist is not None and flag(settings, "ssh_agent", False)
+        self._agent_path: str | None = None
 
     def base_options(self) -> list[str]:
         options = ["-p", self.port] if self.port is not None else []
@@ -271,6 +274,21 @@ class SshTarget:
         connection) goes away, the remote command's process group is killed with it.
         """
         self.ensure_master()
+        if self._agent_wanted:
+            path = self._ensure_agent()
+            if path is not None:
+                from . import agent
+
+                answer = agent.run(path, argv, cwd)
+                if answer is not None:
+                    return answer
+        return self._session(argv, cwd=cwd, guard=guard)
+
+    def _session(
+        self, argv: Sequence[str], *, cwd: str | None = None, guard: bool = False
+    ) -> Completed:
+        """``argv`` in a new ssh session (the login shell parses the quoted command)."""
+        self.ensure_master()
         from .quoting import shell_command  # local commands never need a shell string
 
         words = ["sh", "-c", GUARD, "sh", *argv] if guard else list(argv)
@@ -281,12 +299,70 @@ class SshTarget:
 
     def reachable(self) -> Completed:
         """``true`` on the remote side: exit 0, or ssh's 255 with its reason on stderr."""
-        return self.run(["true"])
+        return self._session(["true"])
+
+    def _ensure_agent(self) -> str | None:
+        """The local socket of a running command agent, starting one if needed; else None.
+
+        A failed start is remembered beside the master (``.agent-failed``, newer than the
+        socket), so a target without python3 costs the attempt once per master, not per call.
+        """
+        if self._agent_path is not None or self.control_path is None:
+            return self._agent_path or None
+        import contextlib
+        import fcntl
+        import time
+
+        from . import agent
+
+        local = agent.local_socket(self.control_path)
+        failed = f"{self.control_path}.agent-failed"
+        self._agent_path = ""
+        if not _socket_answers(self.control_path):
+            return None  # no master: nothing to forward through
+        if agent.ping(local):
+            self._agent_path = local
+            return local
+        with contextlib.suppress(OSError):
+            if os.stat(failed).st_mtime >= os.stat(self.control_path).st_mtime:
+                return None
+        with open(f"{self.control_path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if agent.ping(local):
+                self._agent_path = local
+                return local
+            remote = agent.remote_socket(self.home(), self.control_path)
+            start = 'command -v python3 >/dev/null && { "$@" </dev/null >/dev/null 2>&1 & }'
+            self._session(
+                ["sh", "-c", start, "sh", "python3", "-c", agent.AGENT, remote, str(self.persist)]
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)
+            _run(
+                [
+                    *self.transport(),
+                    "-O",
+                    "forward",
+                    "-L",
+                    f"{local}:{remote}",
+                    "--",
+                    self.destination,
+                ]
+            )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if agent.ping(local):
+                    self._agent_path = local
+                    return local
+                time.sleep(0.05)
+            with open(failed, "w"):
+                pass
+        return None
 
     def home(self) -> str:
         """The remote login directory, where ssh starts commands and rsync's relative paths."""
         if self._home is None:
-            answer = self.run(["pwd"])
+            answer = self._session(["pwd"])
             home = answer.stdout.strip()
             if answer.returncode != 0 or not home.startswith("/"):
                 raise RuntimeError(
