@@ -45,7 +45,7 @@ def test_wire_names_keep_the_historical_spelling() -> None:
         "workspace",
     }
     assert upstream < api.PERSISTABLE_QUEUE_SETTINGS
-    assert api.PERSISTABLE_QUEUE_SETTINGS - upstream == {"ssh_multiplex"}
+    assert api.PERSISTABLE_QUEUE_SETTINGS - upstream == {"ssh_multiplex", "ssh_agent"}
 
 
 def test_protocol_module_names_the_runtime_objects() -> None:
