@@ -2,22 +2,30 @@
 
 The same command tree as upstream's ``httk workflow remote|transfer``, under its own
 console script so it never collides with httk-core's ``httk`` (see docs/httk/cli.md).
-Every failure is one line on stderr and exit status 2.
+Every failure is reported on stderr (``PROG: MESSAGE``) with exit status 2.
+
+A little over 500 lines: the contract's command tree is kept in one place so it reads as the
+reference does; the operator commands are in :mod:`.operator_cli`, terminal handling in
+:mod:`._console`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from .__about__ import __version__
+from ._console import (
+    Terminated,
+    error_lines,
+    terminating_like_interrupt,
+    warnings_as_lines,
+    write_exact,
+)
 from .bundles import add_remote, resolve_remote
 from .constants import MAINTAINED_TEMPLATES
 from .describe import describe_remote, remove_remote
@@ -240,24 +248,12 @@ def _workspace(args: argparse.Namespace, bundle: Path, queue: str) -> str:
     return workspace
 
 
-def _write_exact(stream: TextIO, text: str) -> None:
-    """Write a command's output as the bytes it was (undecodable ones travel as surrogates)."""
-    stream.flush()
-    data = text.encode("utf-8", "surrogateescape")
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:  # a StringIO in tests: text is what it can hold
-        stream.write(data.decode("utf-8", "replace"))
-        return
-    buffer.write(data)
-    buffer.flush()
-
-
 def _report_command(args: argparse.Namespace, result: Mapping[str, Any]) -> int:
     if args.json:
         _print_json(result)
         return 0
-    _write_exact(_out(), str(result.get("stdout", "")))
-    _write_exact(sys.stderr, str(result.get("stderr", "")))
+    write_exact(_out(), str(result.get("stdout", "")))
+    write_exact(sys.stderr, str(result.get("stderr", "")))
     code = result.get("returncode", 0)
     return code if isinstance(code, int) and 0 <= code < 256 else 1
 
@@ -528,7 +524,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
     try:
-        with _terminating_like_interrupt(), _warnings_as_lines(prog):
+        with terminating_like_interrupt(), warnings_as_lines(prog):
             return handler(args)
     except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
         print(f"{prog}: {error_lines(str(exc)) or type(exc).__name__}", file=sys.stderr)
@@ -536,68 +532,6 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except _Terminated as terminated:
+    except Terminated as terminated:
         print(f"{prog}: terminated", file=sys.stderr)
         return 128 + terminated.signum
-
-
-def _visible(line: str) -> str:
-    """A line with its control characters shown as escapes, never acted on by a terminal."""
-    return "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in line)
-
-
-def error_lines(message: str) -> str:
-    """An error message for stderr: its own lines kept (ssh's host-key warning spans
-    several), blank ones dropped, continuation lines indented under the first."""
-    lines = [_visible(line.rstrip()) for line in message.splitlines() if line.strip()]
-    return "\n  ".join(lines)
-
-
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so cleanup code runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _warnings_as_lines(prog: str) -> Iterator[None]:
-    """Library warnings (an exposed credentials file) as one ``PROG: warning:`` line each."""
-    import warnings
-
-    def show(message: Warning | str, *_: object, **__: object) -> None:
-        print(f"{prog}: warning: {error_lines(str(message))}", file=sys.stderr)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("default")
-        warnings.showwarning = show
-        yield
-
-
-@contextlib.contextmanager
-def _terminating_like_interrupt() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into :class:`_Terminated` while a handler runs.
-
-    The adapter runs in its own session, so signals meant for this command never reach
-    it; without this, ``kill`` or a closed terminal ended the CLI at once and left the
-    adapter (rsync, ssh, sbatch …) running and its request file — credentials included —
-    behind. Unwinding instead lets ``run_adapter`` kill the adapter's process group and
-    remove the file. A signal the caller ignores (``nohup``) stays ignored.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum: int, _frame: object) -> None:
-        raise _Terminated(signum)
-
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            previous[signum] = signal.signal(signum, terminate)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from . import cli as _cli
+from ._console import error_lines
 from .bundles import check_remote_name, read_metadata, resolve_remote, split_remote
 from .describe import find_bundle
 from .doctor import as_documents, diagnose
@@ -125,7 +126,7 @@ def _remote_doctor(args: argparse.Namespace) -> int:
     else:
         for check in checks:
             status = {True: "ok", False: "FAIL", None: "skip"}[check.ok]
-            _cli._out().write(f"{status:<6}{check.check:<16}{_cli.error_lines(check.detail)}\n")
+            _cli._out().write(f"{status:<6}{check.check:<16}{error_lines(check.detail)}\n")
     return 1 if failed else 0
 
 
