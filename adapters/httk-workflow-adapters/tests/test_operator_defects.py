@@ -446,3 +446,13 @@ def test_twelve_parallel_invokes_on_one_master_draw_no_refusals(env, over_ssh, s
         assert noise == []
     finally:
         _cli(env, "remote", "disconnect", "hpc")
+
+
+@pytest.mark.ssh
+def test_an_unreachable_host_while_resolving_a_relative_workspace_is_a_refusal(
+    env, over_ssh, set_queue
+) -> None:
+    set_queue(over_ssh, host="127.0.0.1", port="1", workspace="relative/ws")
+    argv = ["httk", "workflow", "manager", "run", "relative/ws"]
+    with pytest.raises(RemoteUnreachable, match=r"cannot reach 127\.0\.0\.1"):
+        run_adapter(over_ssh, "start-manager", {"queue": "default", "argv": argv})

@@ -18,7 +18,14 @@ from .requests import (
     text,
     workers_of,
 )
-from .targets import SSH_FAILED, LocalTarget, SshTarget, home_relative, target_for
+from .targets import (
+    SSH_FAILED,
+    LocalTarget,
+    SshTarget,
+    Unreachable,
+    home_relative,
+    target_for,
+)
 
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
@@ -283,6 +290,13 @@ def _check_manager_program(target: Target, program: list[str]) -> None:
 
 
 def dispatch(kind: str, operation: str, request: Mapping[str, Any]) -> Values:
+    try:
+        return _dispatch(kind, operation, request)
+    except Unreachable as exc:
+        raise Refusal(str(exc), "unreachable") from None
+
+
+def _dispatch(kind: str, operation: str, request: Mapping[str, Any]) -> Values:
     if operation == "configure":
         return configure(kind, request)
     if operation == "install":

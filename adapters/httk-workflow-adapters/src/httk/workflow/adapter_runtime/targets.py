@@ -52,6 +52,10 @@ GUARD = (
 )
 
 
+class Unreachable(RuntimeError):
+    """ssh could not reach the target (exit 255): the operation refuses with this message."""
+
+
 class LocalTarget:
     """Commands run here, as argument vectors."""
 
@@ -363,6 +367,10 @@ class SshTarget:
         """The remote login directory, where ssh starts commands and rsync's relative paths."""
         if self._home is None:
             answer = self._session(["pwd"])
+            if answer.returncode == SSH_FAILED:
+                raise Unreachable(
+                    f"cannot reach {self.destination}: {answer.stderr.strip() or SSH_FAILED}"
+                )
             home = answer.stdout.strip()
             if answer.returncode != 0 or not home.startswith("/"):
                 raise RuntimeError(
