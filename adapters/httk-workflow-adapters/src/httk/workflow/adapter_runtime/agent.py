@@ -125,6 +125,7 @@ while True:
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 try:
     os.unlink(path)
+    os.rmdir(directory)
 except OSError:
     pass
 """
