@@ -28,6 +28,7 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     submission_labels,
+    temp_path,
 )
 
 RUN = "run-processes"
@@ -216,6 +217,16 @@ RUNNER = textwrap.dedent(
 )
 
 
+def _a_dead_pid() -> int:
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(ended.stdout)
+
+
 def _start_runner(data_root: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", RUNNER, str(data_root)], stdout=subprocess.PIPE, text=True
@@ -246,3 +257,29 @@ async def test_a_runner_killed_with_sigkill_leaves_a_task_the_next_runner_adopts
     (tmp_path / "go").touch()
     assert (await _settle(backend, adopted)).state is TaskState.SUCCEEDED
     assert (tmp_path / "ledger").read_text() == "start\ndone\n", "executed exactly once"
+
+
+@pytest.mark.asyncio
+async def test_a_half_made_task_of_a_killed_submit_is_swept_never_a_live_one(
+    tmp_path: Path,
+) -> None:
+    backend = InProcessExecutionBackend(data_root=tmp_path)
+    records = tmp_path / RECORDS_DIRECTORY / "tasks"
+    killed = temp_path(records / "in-process-0123", pid=_a_dead_pid())
+    killed.mkdir()
+    (killed / "task.json").write_text("{")
+    live = temp_path(records / "in-process-4567")  # this process: a submit in progress
+    live.mkdir()
+    assert await backend.list_submissions(RUN) == []
+    assert not killed.exists()
+    assert live.exists()
+
+
+@pytest.mark.asyncio
+async def test_two_submits_of_one_key_make_one_task(tmp_path: Path) -> None:
+    spec = _keyed(_spec("echo ran >> ledger"))
+    backends = [InProcessExecutionBackend(data_root=tmp_path) for _ in range(4)]
+    handles = await asyncio.gather(*(b.submit(spec) for b in backends))
+    assert len({h.external_id for h in handles}) == 1
+    assert (await _settle(backends[0], handles[0])).state is TaskState.SUCCEEDED
+    assert (tmp_path / "ledger").read_text() == "ran\n"

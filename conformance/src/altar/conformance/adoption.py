@@ -11,13 +11,19 @@ Backends that do not declare it skip these checks with the reason.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from altar.conformance._polling import ACTIVE, poll, poll_one
-from altar.execution import ContainerTaskSpec, ExecutionBackend, TaskHandle, TaskState
+from altar.execution import (
+    ContainerTaskSpec,
+    ExecutionBackend,
+    TaskHandle,
+    TaskState,
+    submission_key,
+    submission_labels,
+)
 
 __all__ = ["AdoptionChecks", "keyed", "submission_key"]
 
@@ -26,23 +32,11 @@ CONFORMANCE_RUN = "altar-conformance-run"
 asyncio_test = pytest.mark.asyncio
 
 
-def submission_key(run: str, task: str, attempt: int) -> str:
-    """The runner's idempotency key: 32 lowercase hex characters, label-safe everywhere."""
-    return hashlib.sha256(f"{run}\0{task}\0{attempt}".encode()).hexdigest()[:32]
-
-
 def keyed(
     spec: ContainerTaskSpec, *, task: str = "t1", attempt: int = 1, run: str = CONFORMANCE_RUN
 ) -> ContainerTaskSpec:
     """``spec`` with the reserved labels the runner adds to a submission."""
-    labels = {
-        **spec.labels,
-        "altar.run": run,
-        "altar.task": task,
-        "altar.attempt": str(attempt),
-        "altar.submission": submission_key(run, task, attempt),
-    }
-    return replace(spec, labels=labels)
+    return replace(spec, labels={**spec.labels, **submission_labels(run, task, attempt)})
 
 
 def _require_adoption(backend: ExecutionBackend) -> None:

@@ -51,6 +51,7 @@ from altar.execution import (
     spec_from_dict,
     spec_to_dict,
 )
+from altar.execution.atomic import fsync_directory, temp_owner, temp_path
 from altar.execution.labels import is_submission_key
 
 __all__ = ["RECORDS_DIRECTORY", "ProcessFabric", "ProcessTask"]
@@ -118,13 +119,7 @@ class ProcessFabric:
             external_id = f"in-process-{key}"
         else:
             external_id = f"in-process-{secrets.token_hex(8)}"
-        try:
-            directory = self._records() / external_id
-            directory.mkdir()
-        except FileExistsError:
-            pass  # adopted; a record cut short by a crash is completed below
-        except OSError as error:
-            raise BackendUnavailableError(f"cannot record task in {self.tasks}: {error}") from error
+        directory = self._records() / external_id
         if not (directory / TASK).exists():
             record = {
                 "spec": spec_to_dict(spec),
@@ -136,10 +131,37 @@ class ProcessFabric:
                 "verify_inputs": verify_inputs,
                 "created": time.time(),
             }
-            atomic_write(directory / TASK, json.dumps(record).encode())
+            self._create(directory, json.dumps(record).encode())
         if start and not (directory / STARTED).exists():
             self._start(directory)
         return external_id
+
+    def _create(self, directory: Path, record: bytes) -> None:
+        """Publish a task directory with its record in one rename: a directory is never seen
+        without its record, and of two submits of one key, one creates and one adopts."""
+        staging = temp_path(directory)
+        try:
+            staging.mkdir()
+            atomic_write(staging / TASK, record)
+            os.rename(staging, directory)
+        except OSError as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            if (directory / TASK).exists():
+                return  # another submit of the same key got there first: adopt its task
+            if directory.is_dir():  # left by an older layout without its record
+                atomic_write(directory / TASK, record)
+                return
+            raise BackendUnavailableError(
+                f"cannot record task in {directory.parent}: {error}"
+            ) from error
+        fsync_directory(directory.parent)
+
+    def _sweep(self, records: Path) -> None:
+        """Remove task directories a killed submit left half made (never a live one's)."""
+        for entry in records.iterdir():
+            owner = temp_owner(entry.name)
+            if owner is not None and owner != os.getpid() and not _pid_exists(owner):
+                shutil.rmtree(entry, ignore_errors=True)
 
     def _start(self, directory: Path) -> None:
         # A session of its own: a Ctrl-C or SIGTERM meant for the runner leaves the task be,
@@ -154,7 +176,8 @@ class ProcessFabric:
             check=True,
         )
 
-    def inspect(self, external_id: str) -> ProcessTask | None:
+    def inspect(self, external_id: str, *, with_log: bool = False) -> ProcessTask | None:
+        """The task's record and state; its log's tail only when asked (poll needs none)."""
         directory = self._directory(external_id)
         if directory is None:
             return None
@@ -164,9 +187,8 @@ class ProcessFabric:
         spec = spec_from_dict(record["spec"])
         launched = LaunchedTask(**record["launched"])
         state, failure = self._outcome(external_id, directory, record)
-        return ProcessTask(
-            external_id, spec, launched, record["timeout_s"], state, failure, _tail(directory)
-        )
+        log = _tail(directory) if with_log else ()
+        return ProcessTask(external_id, spec, launched, record["timeout_s"], state, failure, log)
 
     def kill(self, external_id: str) -> None:
         """Cancel a task: recorded first (a supervisor not yet started sees it), then
@@ -195,8 +217,11 @@ class ProcessFabric:
             shutil.rmtree(directory, ignore_errors=True)
 
     def of_run(self, run: str) -> list[tuple[str, ContainerTaskSpec]]:
+        """Every recorded task labelled ``altar.run == run`` (what a resumed runner lists)."""
+        records = self._records()
+        self._sweep(records)
         found = []
-        for directory in sorted(self._records().glob("in-process-*")):
+        for directory in sorted(records.glob("in-process-*")):
             record = read_json(directory / TASK)
             if record is not None and record["spec"].get("labels", {}).get(LABEL_RUN) == run:
                 found.append((directory.name, spec_from_dict(record["spec"])))
@@ -257,6 +282,16 @@ def _failure(
         deterministic=True,
         exit_code=code,
     )
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _alive(claim: dict[str, Any]) -> bool:

@@ -207,9 +207,12 @@ class InProcessExecutionBackend(ExecutionBackend):
             if t.digest is not None
         ]
 
-    async def _inspect(self, external_id: str) -> FabricTask | ProcessTask | None:
+    async def _inspect(
+        self, external_id: str, *, with_log: bool = False
+    ) -> FabricTask | ProcessTask | None:
         if isinstance(self.fabric, ProcessFabric):
-            return await asyncio.to_thread(self.fabric.inspect, external_id)
+            inspect = functools.partial(self.fabric.inspect, external_id, with_log=with_log)
+            return await asyncio.to_thread(inspect)
         return self.fabric.inspect(external_id)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
@@ -245,7 +248,7 @@ class InProcessExecutionBackend(ExecutionBackend):
             await asyncio.to_thread(self.fabric.remove, handle.external_id)
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
-        task = await self._inspect(handle.external_id)
+        task = await self._inspect(handle.external_id, with_log=True)
         if task is None or not task.log:
             return None
         return "\n".join(task.log[-LOG_TAIL_LINES:])
