@@ -617,3 +617,10 @@ def test_text_from_tasks_cannot_drive_the_terminal():
     assert "\\x1b]0;pwned" in rendered
     assert "first" in format_failures([task])  # the detail's own lines are kept
     assert "\n" not in format_event(event, plain=True)
+
+
+def test_verify_names_a_missing_file_as_missing(tmp_path, capsys):
+    missing = tmp_path / "nowhere.bin"
+    code, out, _ = run_cli(["verify", missing, "--digest", "sha256:" + "0" * 64], capsys)
+    assert code == 1
+    assert out == f"{missing}: FAILED (file at {str(missing)!r} does not exist)\n"
