@@ -624,3 +624,41 @@ def test_verify_names_a_missing_file_as_missing(tmp_path, capsys):
     code, out, _ = run_cli(["verify", missing, "--digest", "sha256:" + "0" * 64], capsys)
     assert code == 1
     assert out == f"{missing}: FAILED (file at {str(missing)!r} does not exist)\n"
+
+
+def test_json_on_a_log_still_prints_retries_and_outages(fake_registry, plan_file, tmp_path, capsys):
+    # stderr is not a terminal here (capsys), as in every CI job
+    fake_registry.script = {"fold-1": ["oom", "ok"], "fold-2": ["unavailable", "ok"]}
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+    assert "fold-1 attempt 1 failed (oom_killed); retrying" in err
+    assert "fold-2: submit: BackendUnavailableError: fake provider is down" in err
+    assert "submitted" not in err  # routine progress stays out of a --json log
+
+
+def _outage_event(message: str, elapsed: float) -> RunEvent:
+    return RunEvent("backend_unavailable", message, elapsed_s=elapsed)
+
+
+def test_an_outage_prints_its_advice_once_then_a_short_line():
+    advice = (
+        "poll: BackendUnavailableError: cannot reach the Docker engine at unix:///x: refused. "
+        "Start the engine (`sudo systemctl start docker`) or set DOCKER_HOST."
+    )
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=2, live=False)
+    for second in range(3):
+        printer(_outage_event(advice, second * 5.0))
+    printer(_outage_event(advice.replace("poll:", "fold-0: submit:", 1), 16.0))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4
+    assert lines[0].endswith(advice)
+    assert lines[1] == "   5.0s  poll: the backend is still unavailable (as above)"
+    assert lines[2] == "  10.0s  poll: the backend is still unavailable (as above)"
+    assert lines[3] == "  16.0s  fold-0: submit: the backend is still unavailable (as above)"
+    assert stream.getvalue().count("systemctl") == 1
+    # the backend answered: a later outage is reported in full again
+    printer(RunEvent("submitted", "fold-0 submitted (x)", task_id="fold-0", elapsed_s=20.0))
+    printer(_outage_event(advice, 25.0))
+    assert stream.getvalue().count("systemctl") == 2

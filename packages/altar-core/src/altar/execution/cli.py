@@ -32,6 +32,7 @@ from altar.execution.errors import (
 from altar.execution.journal import Journal, lock_is_held
 from altar.execution.plan import Plan, load_plan
 from altar.execution.progress import (
+    WARNINGS,
     ProgressPrinter,
     format_failures,
     format_summary,
@@ -243,13 +244,15 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
     resuming = Journal.exists(run_dir)
     live = err.isatty()
-    printer = ProgressPrinter(err, total=len(plan.tasks), live=live)
+    # --json on a log (CI): the result is the JSON, but warnings must still reach the log
+    only = WARNINGS if args.json and not live else None
+    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only)
     verb = "resuming" if resuming else "running"
     err.write(
         f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
         f"run directory {run_dir}\n"
     )
-    show = printer if (live or not args.json) else None
+    show = printer
     ticker = asyncio.create_task(_tick(printer)) if live else None
     try:
         result = await run_plan(

@@ -17,6 +17,7 @@ from typing import TextIO
 from altar.execution.runner import TASK_STATES, RunEvent, RunResult, TaskResult
 
 __all__ = [
+    "WARNINGS",
     "ProgressPrinter",
     "format_counts",
     "format_duration",
@@ -45,6 +46,25 @@ NOTABLE = frozenset(
         "cleanup_failed",
         "stopping",
     }
+)
+#: What ``altar run --json`` still prints when stderr is not a terminal (a CI log): what a
+#: user must hear about even when only the JSON result is wanted.
+WARNINGS = frozenset(
+    {
+        "resumed",
+        "in_doubt",
+        "retry",
+        "failed",
+        "cancel_failed",
+        "backend_unavailable",
+        "cleanup_failed",
+        "stopping",
+    }
+)
+#: Events that show the backend answered again: the next outage prints its advice anew.
+_ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "resumed"})
+_OUTAGE = re.compile(
+    r"^(?:(?P<task>\S+): )?(?P<call>submit|poll|capacity|collect): (?P<why>.*)$", re.S
 )
 _DETAIL_WIDTH = 60
 #: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
@@ -149,8 +169,18 @@ def format_summary(result: RunResult) -> str:
 class ProgressPrinter:
     """Prints run events: on a terminal a live status line under the event lines, else lines."""
 
-    def __init__(self, stream: TextIO, *, total: int, live: bool, prefix: str = "") -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        total: int,
+        live: bool,
+        prefix: str = "",
+        only: frozenset[str] | None = None,
+    ) -> None:
         self.stream = stream
+        self.only = only  # print event lines of these kinds only (None: every notable one)
+        self._outages: set[str] = set()  # outage texts printed since the backend last answered
         self.total = total
         self.live = live
         self.prefix = prefix
@@ -162,6 +192,10 @@ class ProgressPrinter:
 
     def __call__(self, event: RunEvent) -> None:
         line = format_event(event, plain=not self.live)
+        if event.kind == "backend_unavailable" and line is not None:
+            line = self._outage(event, line)
+        elif event.kind in _ANSWERED:
+            self._outages.clear()
         if event.kind == "staging_progress":
             self._staging = event.message
             if (
@@ -172,6 +206,8 @@ class ProgressPrinter:
                 line = f"{format_duration(event.elapsed_s):>7}  {event.message}"
         elif event.kind in ("staged", "done"):
             self._staging = ""
+        if self.only is not None and event.kind not in self.only:
+            line = None
         if self.live:
             self._clear()
             if line is not None:
@@ -185,6 +221,20 @@ class ProgressPrinter:
         elif line is not None:
             self.stream.write(f"{self.prefix}{line}\n")
         self.stream.flush()
+
+    def _outage(self, event: RunEvent, line: str) -> str:
+        """The first report of an outage in full (its advice), a repeat as one short line."""
+        match = _OUTAGE.match(event.message)
+        why = match.group("why") if match else event.message
+        if why not in self._outages:
+            self._outages.add(why)
+            return line
+        where = f"{match.group('task')}: " if match and match.group("task") else ""
+        call = match.group("call") if match else "call"
+        return (
+            f"{format_duration(event.elapsed_s):>7}  {where}{call}: the backend is still "
+            "unavailable (as above)"
+        )
 
     def tick(self) -> None:
         """Redraw the status line with the current elapsed time (a terminal only)."""
