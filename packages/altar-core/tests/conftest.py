@@ -29,7 +29,10 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     UnsupportedCapabilityError,
+    cli,
 )
+from altar.execution import registry as registry_module
+from altar.execution.registry import BackendRegistry
 from altar.execution.transfer_progress import report
 
 
@@ -265,3 +268,73 @@ def provider() -> FakeProvider:
 @pytest.fixture
 def fake_backend_class() -> type[FakeBackend]:
     return FakeBackend
+
+
+# -- the altar CLI's tests: a `fake` backend registered for `altar ...` commands ---------
+
+CLI_PLAN = """\
+[backend]
+type = "fake"
+options = { slots = 2 }
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 0 > /mnt/volume/jobs/demo/fold-0.txt"]
+labels = { task = "fold-0" }
+outputs = [{ uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" }]
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 1 > /mnt/volume/jobs/demo/fold-1.txt"]
+labels = { task = "fold-1" }
+outputs = [{ uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" }]
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 2 > /mnt/volume/jobs/demo/fold-2.txt"]
+labels = { task = "fold-2" }
+outputs = [{ uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" }]
+
+[[tasks]]
+kind = "summarize"
+image = "busybox:latest"
+command = ["sh", "-c", "cat /mnt/volume/jobs/demo/fold-*.txt > /mnt/volume/jobs/demo/summary.txt"]
+labels = { task = "summary" }
+inputs = [
+  { uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" },
+  { uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" },
+  { uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" },
+]
+outputs = [{ uri = "out/summary.txt", logical_path = "jobs/demo/summary.txt" }]
+"""
+
+
+@pytest.fixture
+def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
+    """Register a ``fake`` backend whose instances share one provider (like a real one)."""
+    provider.root = tmp_path / "volume"
+    provider.duration = 2
+
+    class Fake(fake_backend_class):
+        poll_interval_s = 0.0
+
+        def __init__(self, *, slots: int | None = None, poll_s: float = 0.0) -> None:
+            super().__init__(provider=provider)
+            provider.slots = slots
+
+    registry = BackendRegistry("altar.test_cli_no_entry_points")  # only what we register
+    registry.register("fake", Fake)
+    monkeypatch.setattr(registry_module, "default_registry", registry)
+    monkeypatch.setattr(cli, "default_registry", registry)
+    monkeypatch.setattr(cli, "MAX_POLL_INTERVAL_S", 0.0)
+    return provider
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text(CLI_PLAN)
+    return path

@@ -16,81 +16,13 @@ from altar.execution import registry as registry_module
 from altar.execution.digest import sha256_file, verify_files_script
 from altar.execution.journal import JOURNAL_NAME, run_lock
 from altar.execution.progress import ProgressPrinter, format_duration, format_table
-from altar.execution.registry import BackendRegistry
 from altar.execution.runner import RunEvent, TaskResult
-
-PLAN = """\
-[backend]
-type = "fake"
-options = { slots = 2 }
-
-[[tasks]]
-kind = "fold"
-image = "busybox:latest"
-command = ["sh", "-c", "echo 0 > /mnt/volume/jobs/demo/fold-0.txt"]
-labels = { task = "fold-0" }
-outputs = [{ uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" }]
-
-[[tasks]]
-kind = "fold"
-image = "busybox:latest"
-command = ["sh", "-c", "echo 1 > /mnt/volume/jobs/demo/fold-1.txt"]
-labels = { task = "fold-1" }
-outputs = [{ uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" }]
-
-[[tasks]]
-kind = "fold"
-image = "busybox:latest"
-command = ["sh", "-c", "echo 2 > /mnt/volume/jobs/demo/fold-2.txt"]
-labels = { task = "fold-2" }
-outputs = [{ uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" }]
-
-[[tasks]]
-kind = "summarize"
-image = "busybox:latest"
-command = ["sh", "-c", "cat /mnt/volume/jobs/demo/fold-*.txt > /mnt/volume/jobs/demo/summary.txt"]
-labels = { task = "summary" }
-inputs = [
-  { uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" },
-  { uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" },
-  { uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" },
-]
-outputs = [{ uri = "out/summary.txt", logical_path = "jobs/demo/summary.txt" }]
-"""
-
-
-@pytest.fixture
-def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
-    """Register a ``fake`` backend whose instances share one provider (like a real one)."""
-    provider.root = tmp_path / "volume"
-    provider.duration = 2
-
-    class Fake(fake_backend_class):
-        poll_interval_s = 0.0
-
-        def __init__(self, *, slots: int | None = None, poll_s: float = 0.0) -> None:
-            super().__init__(provider=provider)
-            provider.slots = slots
-
-    registry = BackendRegistry("altar.test_cli_no_entry_points")  # only what we register
-    registry.register("fake", Fake)
-    monkeypatch.setattr(registry_module, "default_registry", registry)
-    monkeypatch.setattr(cli, "default_registry", registry)
-    monkeypatch.setattr(cli, "MAX_POLL_INTERVAL_S", 0.0)
-    return provider
 
 
 def run_cli(argv, capsys):
     code = cli.main([str(a) for a in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-@pytest.fixture
-def plan_file(tmp_path):
-    path = tmp_path / "plan.toml"
-    path.write_text(PLAN)
-    return path
 
 
 def test_run_prints_progress_and_a_table(fake_registry, plan_file, tmp_path, capsys):
@@ -175,9 +107,11 @@ def test_user_errors_are_one_line_and_exit_2(fake_registry, plan_file, capsys, a
     assert "Traceback" not in err
 
 
-def test_a_plan_error_names_file_and_field(fake_registry, tmp_path, capsys):
+def test_a_plan_error_names_file_and_field(fake_registry, plan_file, tmp_path, capsys):
     path = tmp_path / "bad.toml"
-    path.write_text(PLAN.replace('labels = { task = "fold-1" }', "resources = { count = 0 }"))
+    path.write_text(
+        plan_file.read_text().replace('labels = { task = "fold-1" }', "resources = { count = 0 }")
+    )
     code, _, err = run_cli(["run", path], capsys)
     assert code == 2
     assert err == (
