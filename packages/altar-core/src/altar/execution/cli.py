@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from altar.execution import cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.compare import compare_backends
@@ -130,8 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
     p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    cli_status.add_arguments(p)
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -300,31 +300,6 @@ def _journal_backend(run_dir: Path) -> ExecutionBackend:
     )
 
 
-async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    run_dir = Path(args.run_dir)
-    Journal.load(run_dir)  # a clear error for a directory that is not a run
-    backend: ExecutionBackend | None
-    try:
-        backend = _journal_backend(run_dir)
-    except (AltarError, BackendUnavailableError) as error:
-        err.write(f"altar: cannot build the backend, showing the journal only: {_line(error)}\n")
-        backend = None
-    try:
-        result = await run_status(run_dir, backend)
-    except BackendUnavailableError as error:
-        err.write(f"altar: the backend did not answer, showing the journal only: {_line(error)}\n")
-        result = await run_status(run_dir)
-    except Exception as error:  # a refused credential, a broken backend: still show the journal
-        reason = f"{type(error).__name__}: {_line(error)}"
-        err.write(f"altar: the backend's poll failed, showing the journal only: {reason}\n")
-        result = await run_status(run_dir)
-    if args.json:
-        _print_json(result.to_dict(), out)
-    else:
-        out.write(format_table(result.tasks) + "\n")
-    return EXIT_OK
-
-
 async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     run_dir = Path(args.run_dir)
     Journal.load(run_dir)  # a clear error for a directory that is not a run
@@ -442,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         handlers = {
             "run": _cmd_run,
-            "status": _cmd_status,
+            "status": cli_status.cmd_status,
             "cancel": _cmd_cancel,
             "compare": _cmd_compare,
         }

@@ -8,6 +8,7 @@ to the user's terminal.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -21,11 +22,13 @@ __all__ = [
     "ProgressPrinter",
     "format_counts",
     "format_duration",
+    "format_eta",
     "format_event",
     "format_failures",
     "format_summary",
     "format_table",
     "terminal_safe",
+    "use_colour",
 ]
 
 #: Events worth a line of their own; ``state`` changes only in plain (non-TTY) output.
@@ -66,6 +69,7 @@ _ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "r
 _OUTAGE = re.compile(
     r"^(?:(?P<task>\S+): )?(?P<call>submit|poll|capacity|collect): (?P<why>.*)$", re.S
 )
+_FINAL = ("succeeded", "failed", "skipped", "cancelled")
 _DETAIL_WIDTH = 60
 #: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
 PLAIN_STAGING_INTERVAL_S = 5.0
@@ -83,10 +87,51 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+_ORDER = (*TASK_STATES[:4], "collecting", *TASK_STATES[4:])
+
+
 def format_counts(counts: Mapping[str, int]) -> str:
     """``2 running, 1 succeeded`` in the order tasks move through states."""
-    parts = [f"{counts[state]} {state}" for state in TASK_STATES if counts.get(state)]
+    known = [state for state in _ORDER if counts.get(state)]
+    other = [state for state in counts if state not in _ORDER and counts[state]]
+    parts = [f"{counts[state]} {state}" for state in [*known, *other]]
     return ", ".join(parts) or "nothing yet"
+
+
+#: SGR colours of the STATUS column on a terminal.
+_COLOURS = {
+    "succeeded": "32",  # green
+    "failed": "31",  # red
+    "running": "36",  # cyan
+    "pending": "36",
+    "submitting": "36",
+    "collecting": "36",
+    "skipped": "33",  # yellow
+    "cancelled": "33",
+}
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour for a terminal, unless ``NO_COLOR`` is set (https://no-color.org) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _paint(text: str, status: str, colour: bool) -> str:
+    code = _COLOURS.get(status) if colour else None
+    return f"\x1b[{code}m{text}\x1b[0m" if code else text
+
+
+def format_eta(done: int, total: int, elapsed_s: float) -> str:
+    """``50% done, ETA 12.0s`` (the ETA once a task finished: elapsed per finished task)."""
+    if total <= 0:
+        return ""
+    percent = f"{100 * done // total}% done"
+    if done <= 0 or done >= total:
+        return percent
+    return f"{percent}, ETA {format_duration(elapsed_s * (total - done) / done)}"
 
 
 def format_event(event: RunEvent, *, plain: bool) -> str | None:
@@ -124,8 +169,11 @@ def _detail(task: TaskResult) -> str:
     return f"{reason}: {last}" if last and reason else reason or last
 
 
-def format_table(tasks: Sequence[TaskResult]) -> str:
-    """One row per task: id, kind, status, attempts, time of the last attempt, why it failed."""
+def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
+    """One row per task: id, kind, status, attempts, time of the last attempt, why it failed.
+
+    ``colour`` paints the STATUS column (for a terminal; see :func:`use_colour`).
+    """
     header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
     rows = [
         (
@@ -140,8 +188,10 @@ def format_table(tasks: Sequence[TaskResult]) -> str:
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
-    for row in [header, *rows]:
+    for number, row in enumerate([header, *rows]):
         cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        if number:
+            cells[2] = _paint(cells[2], row[2], colour)
         lines.append("  ".join([*cells, row[-1]]).rstrip())
     return "\n".join(lines)
 
@@ -244,7 +294,9 @@ class ProgressPrinter:
             self.stream.flush()
 
     def _draw(self, elapsed_s: float) -> None:
-        inside = self._staging or f"{format_counts(self._counts)} of {self.total}"
+        finished = sum(self._counts.get(state, 0) for state in _FINAL)
+        eta = format_eta(finished, self.total, elapsed_s)
+        inside = self._staging or f"{format_counts(self._counts)} of {self.total}; {eta}"
         status = f"{self.prefix}{format_duration(elapsed_s):>7}  [{inside}]"
         # a line wider than the terminal wraps, and "\r" would then redraw only its tail
         width = shutil.get_terminal_size((100, 24)).columns - 1
