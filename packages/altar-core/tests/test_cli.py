@@ -599,3 +599,20 @@ def test_an_outage_prints_its_advice_once_then_a_short_line():
     printer(RunEvent("submitted", "fold-0 submitted (x)", task_id="fold-0", elapsed_s=20.0))
     printer(_outage_event(advice, 25.0))
     assert stream.getvalue().count("systemctl") == 2
+
+
+def test_every_run_stopped_error_is_one_line_and_exit_1(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    from altar.execution.errors import RunStoppedError
+
+    class SomeNewStop(RunStoppedError):
+        pass
+
+    async def stopped(*args, **kwargs):
+        raise SomeNewStop("the run stopped for a reason\nnamed here; resume it")
+
+    monkeypatch.setattr(cli, "run_plan", stopped)
+    code, _, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "run"], capsys)
+    assert code == 1
+    assert err.splitlines()[-1] == "altar: the run stopped for a reason named here; resume it"

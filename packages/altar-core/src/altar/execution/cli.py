@@ -26,9 +26,11 @@ from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
     BackendUnavailableError,
+    CancelIncompleteError,
     DigestMismatchError,
     PlanError,
     RegistryError,
+    RunStoppedError,
 )
 from altar.execution.journal import Journal, lock_is_held
 from altar.execution.plan import Plan, load_plan
@@ -42,11 +44,7 @@ from altar.execution.progress import (
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.runner import (
-    BackendCallError,
-    CancelIncompleteError,
-    OutputCollectionError,
     RunEvent,
-    StagingError,
     cancel_run,
     run_plan,
     run_status,
@@ -425,13 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         err.write(f"altar: error: {_line(error)}\n")
         return EXIT_USAGE
-    except (
-        StagingError,
-        BackendUnavailableError,
-        BackendCallError,
-        CancelIncompleteError,
-        OutputCollectionError,
-    ) as error:
+    except (RunStoppedError, BackendUnavailableError) as error:
         err.write(f"altar: {_line(error)}\n")
         return EXIT_FAILED
     except AltarError as error:

@@ -22,14 +22,19 @@ from __future__ import annotations
 
 __all__ = [
     "AltarError",
+    "BackendCallError",
     "BackendImportError",
     "BackendUnavailableError",
     "BackendValidationError",
+    "CancelIncompleteError",
     "DigestMismatchError",
     "DuplicateBackendError",
     "JournalError",
+    "OutputCollectionError",
     "PlanError",
     "RegistryError",
+    "RunStoppedError",
+    "StagingError",
     "TransferIntegrityError",
     "UnsupportedCapabilityError",
 ]
@@ -85,3 +90,43 @@ class BackendImportError(RegistryError, ImportError):
 
 class BackendValidationError(RegistryError):
     """An entry point names something that is not a valid ExecutionBackend for its key."""
+
+
+class RunStoppedError(AltarError):
+    """A run stopped before its end; its tasks keep their journal and it can be resumed.
+
+    The one base the CLI catches for "the run stopped" (exit status 1): the message says why
+    and what to do, and the run directory resumes once the cause is fixed.
+    """
+
+
+class StagingError(RunStoppedError):
+    """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+class OutputCollectionError(RunStoppedError):
+    """Outputs could not be collected because this machine is out of space; the run stopped.
+
+    The task keeps its success and its outputs are collected when the run resumes, so a full
+    disk costs neither the result nor a rerun of the task.
+    """
+
+
+class BackendCallError(RunStoppedError, RuntimeError):
+    """The backend's ``poll`` or ``capacity`` failed with an error that is not transient.
+
+    For example a refused credential, or a backend bug. The run stops; its tasks keep running
+    and the run resumes from its run directory once the cause is fixed.
+    """
+
+
+class CancelIncompleteError(RunStoppedError):
+    """Some tasks could not be cancelled (the provider refused or could not be reached).
+
+    They keep their state in the journal, since they may still be running; cancelling the run
+    again retries them. ``task_ids`` names them.
+    """
+
+    def __init__(self, message: str, task_ids: list[str]) -> None:
+        super().__init__(message)
+        self.task_ids = task_ids

@@ -36,16 +36,20 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from altar.execution.atomic import atomic_write
 from altar.execution.errors import JournalError
 from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
 
+if TYPE_CHECKING:
+    from altar.execution.plan import Plan
+
 __all__ = [
+    "FINAL_STATES",
     "JOURNAL_FORMAT",
     "JOURNAL_NAME",
     "JOURNAL_VERSION",
@@ -54,6 +58,8 @@ __all__ = [
     "TaskRecord",
     "append_durably",
     "atomic_write",
+    "lock_is_held",
+    "open_journal",
     "run_lock",
     "spec_digest",
 ]
@@ -441,3 +447,64 @@ def lock_is_held(run_dir: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _as_stored(options: Mapping[str, Any]) -> Any:
+    """Options as the journal keeps them (JSON), so a tuple equals the list it was saved as."""
+    return json.loads(json.dumps(dict(options), sort_keys=True, default=str))
+
+
+def _options_text(options: Mapping[str, Any]) -> str:
+    if not options:
+        return "(none)"
+    return ", ".join(
+        f"{key}={json.dumps(value, default=str)}" for key, value in sorted(options.items())
+    )
+
+
+def open_journal(plan: Plan, backend_name: str, run_dir: Path, options: dict[str, Any]) -> Journal:
+    """The journal of ``plan`` on ``backend_name`` in ``run_dir``: resumed if there, else new.
+
+    A journal of another backend, other tasks, a changed task or other backend options is
+    refused with a JournalError saying to use a new run directory (or the same options).
+    """
+    digests = {task.id: spec_digest(task.spec) for task in plan.tasks}
+    if Journal.exists(run_dir):
+        journal = Journal.load(run_dir)
+        if journal.backend_type != backend_name:
+            raise JournalError(
+                f"{run_dir} is a run on backend {journal.backend_type!r}, not {backend_name!r}; "
+                "use a new run directory"
+            )
+        if list(journal.tasks) != list(digests):
+            raise JournalError(
+                f"{run_dir} holds a run of other tasks ({', '.join(journal.tasks)}); "
+                "use a new run directory for this plan"
+            )
+        for task_id, digest in digests.items():
+            if journal.tasks[task_id].spec_sha256 != digest:
+                raise JournalError(
+                    f"{run_dir}: task {task_id!r} changed since this run started; "
+                    "use a new run directory for the changed plan"
+                )
+        if _as_stored(options) != _as_stored(journal.backend_options):
+            # Another engine, namespace or data root would not find the tasks already
+            # submitted (they would be reported missing and run again).
+            started = _options_text(journal.backend_options)
+            raise JournalError(
+                f"{run_dir} was started with backend options {started}, not "
+                f"{_options_text(options)}; resume it with the same options (altar run "
+                "--option KEY=VALUE) or use a new run directory"
+            )
+        return journal
+    journal = Journal(
+        run_dir=run_dir,
+        backend_type=backend_name,
+        backend_options=options,
+        plan_source=plan.source,
+        tasks={
+            task.id: TaskRecord(task.id, task.spec.kind, digests[task.id]) for task in plan.tasks
+        },
+    )
+    journal.save()
+    return journal
