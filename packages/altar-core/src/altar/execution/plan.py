@@ -36,6 +36,7 @@ from typing import Any
 
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
+from altar.execution.placeholders import placeholder_error
 from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 
 __all__ = [
@@ -331,6 +332,7 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
             ) from None
         values["plugin_identity"] = raw["plugin_identity"]
     spec = _construct(where, fail, ContainerTaskSpec, **values)
+    _check_placeholders(spec, where, fail)
     reserved = reserved_labels(spec.labels)
     if reserved:
         raise fail(
@@ -349,6 +351,16 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
         raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
     return PlanTask(task_id, spec, tuple(after))
+
+
+def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
+    """Refuse a ``{altar:...}`` placeholder the runner could not expand (see placeholders)."""
+    fields = [(f"{where}.command[{i}]", arg) for i, arg in enumerate(spec.command)]
+    fields += [(f"{where}.env.{key}", value) for key, value in spec.env.items()]
+    for field_name, text in fields:
+        problem = placeholder_error(text)
+        if problem:
+            raise fail(field_name, problem)
 
 
 def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:

@@ -64,6 +64,7 @@ from altar.execution.journal import (
 )
 from altar.execution.ledger import Ledger
 from altar.execution.observing import call_error, collect_succeeded, poll_open
+from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.results import (
     TASK_STATES,
@@ -144,7 +145,9 @@ class _Run:
         self.submits = Submits(
             self.ledger,
             backend,
-            {task.id: task.spec for task in plan.tasks},
+            # portable paths ({altar:mount_root}) become this backend's; the journal keeps
+            # the plan's text, so its spec digests are the same on every backend
+            {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
             max_retries=max_retries,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
