@@ -91,10 +91,8 @@ def open_handles(journal: Journal) -> list[TaskRecord]:
 
 def _duration(attempt: Attempt | None, status: TaskStatus | None) -> float | None:
     """Provider times when the backend reports them, else the journal's."""
-    started = getattr(status, "started_at", None) if status is not None else None
-    finished = getattr(status, "finished_at", None) if status is not None else None
-    if isinstance(started, float | int) and isinstance(finished, float | int):
-        return max(0.0, float(finished) - float(started))
+    if status is not None and status.started_at is not None and status.finished_at is not None:
+        return max(0.0, status.finished_at - status.started_at)
     return attempt.duration_s if attempt is not None else None
 
 
