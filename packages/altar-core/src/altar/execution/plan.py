@@ -114,6 +114,19 @@ class Plan:
                 return task
         raise KeyError(task_id)
 
+    def input_fields(self, text: str) -> list[str]:
+        """The plan fields of the inputs ``text`` (an error message) names by uri or logical path.
+
+        ``tasks[21].inputs[1] (task fold-21)``, in plan order, so a staging error can point at
+        the line to fix.
+        """
+        found = []
+        for index, task in enumerate(self.tasks):
+            for number, transfer in enumerate(task.spec.inputs):
+                if repr(transfer.uri) in text or repr(transfer.logical_path) in text:
+                    found.append(f"tasks[{index}].inputs[{number}] (task {task.id})")
+        return found
+
     def staged_inputs(self) -> list[Transfer]:
         """Inputs to stage once, de-duplicated, without those another task produces.
 

@@ -188,7 +188,7 @@ class _Run:
             except (BackendUnavailableError, asyncio.CancelledError):
                 raise
             except Exception as error:
-                raise StagingError(f"staging inputs failed: {one_line(error)}") from error
+                raise StagingError(self._staging_message(error)) from error
             finally:
                 if tracker is not None:
                     tracker.close()
@@ -197,6 +197,18 @@ class _Run:
             self.emit("staged", f"staged {len(transfers)} input(s)")
         self.journal.staged = True
         self.journal.save()
+
+    def _staging_message(self, error: BaseException) -> str:
+        """The error, led by the plan field of the input it names (``tasks[21].inputs[1]``)."""
+        text = one_line(error)
+        fields = self.plan.input_fields(text)
+        if not fields:
+            return f"staging inputs failed: {text}"
+        more = f" (also {', '.join(fields[1:3])}{', ...' if len(fields) > 3 else ''})"
+        return (
+            f"{self.plan.source}: {fields[0]}: staging failed: {text}"
+            f"{more if len(fields) > 1 else ''}"
+        )
 
     def resume(self) -> None:
         open_tasks = 0
