@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from altar.execution import cli_status
+from altar.execution import cli_report, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.compare import compare_backends
@@ -43,6 +43,7 @@ from altar.execution.progress import (
     terminal_safe,
 )
 from altar.execution.registry import create_backend, default_registry
+from altar.execution.report import EventRecorder
 from altar.execution.runner import (
     RunEvent,
     cancel_run,
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
     cli_status.add_arguments(p)
+
+    p = commands.add_parser("report", help="write a run's self-contained HTML report")
+    cli_report.add_arguments(p)
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -250,7 +254,8 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
         f"run directory {run_dir}\n"
     )
-    show = printer
+    # the report's event log (staging throughput, collection times) rides along
+    show = EventRecorder(run_dir, printer)
     ticker = asyncio.create_task(_tick(printer)) if live else None
     try:
         result = await run_plan(
@@ -410,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_backends(args, out)
         if args.command == "verify":
             return _cmd_verify(args, out)
+        if args.command == "report":
+            return cli_report.cmd_report(args, out)
         if args.command == "verify-script":
             out.write(verify_files_script(trust_records=not args.no_trust_records))
             return EXIT_OK
