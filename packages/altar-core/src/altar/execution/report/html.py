@@ -71,6 +71,7 @@ _JS = """
     });
   });
   apply();
+  document.documentElement.dataset.readyMs=String(Math.round(performance.now()));
   document.documentElement.dataset.ready='1';
 })();
 """
