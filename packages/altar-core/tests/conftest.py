@@ -25,6 +25,7 @@ from altar.execution import (
     PathResolver,
     TaskFailure,
     TaskHandle,
+    TaskLogs,
     TaskState,
     TaskStatus,
     Transfer,
@@ -253,6 +254,16 @@ class FakeBackend(ExecutionBackend):
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         task = self.provider.tasks.get(handle.external_id)
         return f"log tail of {task.key}: it went wrong" if task else None
+
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """One stdout line per step the task ran; its failure on stderr once it ended."""
+        task = self.provider.tasks.get(handle.external_id)
+        if task is None or task.removed:
+            return None
+        stdout = "".join(f"{task.key} step {n}\n" for n in range(task.steps))
+        ended = task.state(self.provider.duration).is_terminal
+        stderr = f"{task.key}: {task.outcome}\n" if ended and task.outcome != "ok" else ""
+        return TaskLogs(stdout, stderr)
 
 
 def _copy(source: Path, destination: Path) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from altar.execution import cli_report, cli_status
+from altar.execution import cli_logs, cli_report, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.compare import compare_backends
@@ -131,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
     cli_status.add_arguments(p)
+
+    p = commands.add_parser("logs", help="print what a task's attempt wrote")
+    cli_logs.add_arguments(p)
 
     p = commands.add_parser("report", help="write a run's self-contained HTML report")
     cli_report.add_arguments(p)
@@ -423,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handlers = {
             "run": _cmd_run,
             "status": cli_status.cmd_status,
+            "logs": cli_logs.cmd_logs,
             "cancel": _cmd_cancel,
             "compare": _cmd_compare,
         }

@@ -27,6 +27,7 @@ __all__ = [
     "ResourceRequest",
     "TaskFailure",
     "TaskHandle",
+    "TaskLogs",
     "TaskState",
     "TaskStatus",
     "Transfer",
@@ -260,6 +261,14 @@ class TaskStatus:
     @property
     def error(self) -> str | None:
         return self.failure.detail if self.failure is not None else None
+
+
+@dataclass(frozen=True)
+class TaskLogs:
+    """What one attempt wrote, as the provider kept it (see ``ExecutionBackend.task_logs``)."""
+
+    stdout: str
+    stderr: str
 
 
 @dataclass(frozen=True)
