@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import secrets
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from altar.execution import cli_logs, cli_report, cli_status
+from altar.execution import cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
+from altar.execution.checking import check_plan
+from altar.execution.cli_check import cmd_check, print_check
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
@@ -41,9 +44,11 @@ from altar.execution.progress import (
     format_summary,
     format_table,
     terminal_safe,
+    use_colour,
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.report import EventRecorder
+from altar.execution.retrying import reopen_failed_in
 from altar.execution.runner import (
     RunEvent,
     cancel_run,
@@ -128,6 +133,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-retries", metavar="N", type=_non_negative, help="retries per task")
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new one)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the plan, backend options, inputs, images and resources; run nothing",
+    )
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --run-dir: rerun the run's failed tasks and the dependants they skipped",
+    )
+    p.add_argument(
+        "--quiet", "-q", action="store_true", help="only warnings on stderr, the summary on stdout"
+    )
+
+    p = commands.add_parser("check", help="check a plan against its backend; run nothing")
+    p.add_argument("plan", metavar="PLAN", help="plan file (.toml or .json)")
+    p.add_argument("--backend", metavar="TYPE", help="backend to use instead of the plan's")
+    p.add_argument(
+        "--option",
+        metavar="KEY=VALUE",
+        type=_option,
+        action="append",
+        default=[],
+        help="backend option (repeatable); overrides the plan's [backend] options",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.add_parser("runs", help="list run directories, newest first")
+    cli_runs.add_arguments(p)
 
     p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
     cli_status.add_arguments(p)
@@ -246,11 +280,27 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     plan = load_plan(args.plan)
     backend, options = _backend_for(plan, args.backend, args.option)
+    if args.dry_run:  # before any run directory exists
+        return print_check(await check_plan(plan, backend), plan, args.json, out, err)
     run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
     resuming = Journal.exists(run_dir)
-    live = err.isatty()
-    # --json on a log (CI): the result is the JSON, but warnings must still reach the log
-    only = WARNINGS if args.json and not live else None
+    if args.retry_failed:
+        if not resuming:
+            raise UsageError("--retry-failed needs --run-dir naming an existing run")
+        reopened = reopen_failed_in(run_dir, plan)
+        err.write(
+            f"altar: rerunning {len(reopened)} failed or skipped task(s)"
+            + (
+                f": {', '.join(reopened[:10])}{', ...' if len(reopened) > 10 else ''}"
+                if reopened
+                else ""
+            )
+            + "\n"
+        )
+    live = err.isatty() and not args.quiet
+    # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
+    # still reach the log
+    only = WARNINGS if (args.json and not live) or args.quiet else None
     printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only)
     verb = "resuming" if resuming else "running"
     err.write(
@@ -284,8 +334,10 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         printer.close()
     if args.json:
         _print_json(result.to_dict(), out)
+    elif args.quiet:
+        out.write(format_summary(result) + "\n")
     else:
-        out.write(format_table(result.tasks) + "\n")
+        out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
         failures = format_failures(result.tasks)
         if failures:
             out.write("\n" + failures + "\n")
@@ -418,15 +470,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_backends(args, out)
         if args.command == "verify":
             return _cmd_verify(args, out)
+        if args.command == "runs":
+            return cli_runs.cmd_runs(args, out)
         if args.command == "report":
             return cli_report.cmd_report(args, out)
         if args.command == "verify-script":
             out.write(verify_files_script(trust_records=not args.no_trust_records))
             return EXIT_OK
-        handlers = {
+        handlers: dict[
+            str, Callable[[argparse.Namespace, TextIO, TextIO], Coroutine[Any, Any, int]]
+        ] = {
             "run": _cmd_run,
             "status": cli_status.cmd_status,
             "logs": cli_logs.cmd_logs,
+            "check": functools.partial(cmd_check, backend_for=_backend_for),
             "cancel": _cmd_cancel,
             "compare": _cmd_compare,
         }

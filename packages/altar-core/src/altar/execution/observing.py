@@ -31,7 +31,7 @@ def fail_attempt(
     attempt.state = FAILED
     attempt.failure = failure
     attempt.finished_at = attempt.finished_at or time.time()
-    if not failure.deterministic and len(record.attempts) <= max_retries:
+    if not failure.deterministic and len(record.attempts) - record.retry_base <= max_retries:
         ledger.set_state(record, QUEUED)
         ledger.emit(
             "retry",

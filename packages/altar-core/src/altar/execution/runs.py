@@ -109,7 +109,8 @@ def _row(record: TaskRecord, status: TaskStatus | None, max_retries: int) -> Tas
     exit_code = failure.exit_code if failure is not None else None
     reason = failure.reason if failure is not None else None
     retried = failure is not None and not failure.deterministic
-    if state == FAILED and status is not None and retried and len(record.attempts) <= max_retries:
+    made = len(record.attempts) - record.retry_base
+    if state == FAILED and status is not None and retried and made <= max_retries:
         # the runner retries it: resuming the run submits it again
         state = QUEUED
         detail = f"attempt {len(record.attempts)} failed ({reason}); resuming the run retries it"
