@@ -160,3 +160,27 @@ def test_altar_report_writes_the_page_of_a_real_run(fake_registry, plan_file, tm
     assert 'class="m-fail"' in html  # fold-2
     assert "log tail of fold-2: it went wrong" in html
     assert cli.main(["report", str(tmp_path / "nowhere")]) == 2
+
+
+def test_the_event_log_never_stops_a_run_and_skips_torn_lines(tmp_path):
+    from altar.execution.report.events import EVENTS_NAME, EventRecorder
+    from altar.execution.results import RunEvent
+
+    seen = []
+    gone = EventRecorder(tmp_path / "missing-dir", seen.append, clock=lambda: T0)
+    gone(RunEvent("submitted", "a submitted", task_id="a", attempt=1))
+    assert [e.kind for e in seen] == ["submitted"]  # forwarded although the write failed
+    recorder = EventRecorder(tmp_path, clock=iter([T0, T0 + 0.1, T0 + 1.0, T0 + 2.0]).__next__)
+    for done in (1, 2, 3):  # throttled: the second comes 0.1 s after the first
+        recorder(RunEvent("staging_progress", "", bytes_done=done, bytes_total=3))
+    recorder(RunEvent("state", "a running", task_id="a"))  # in the journal already: not kept
+    recorder(RunEvent("retry", "a attempt 1 failed (oom_killed); retrying", task_id="a"))
+    with (tmp_path / EVENTS_NAME).open("a") as log:
+        log.write('{"at": 1, "kind": "sta')  # torn by a crash
+    events = read_events(tmp_path)
+    assert [(e.kind, e.bytes_done) for e in events] == [
+        ("staging_progress", 1),
+        ("staging_progress", 3),
+        ("retry", None),
+    ]
+    assert events[2].message == "a attempt 1 failed (oom_killed); retrying"
