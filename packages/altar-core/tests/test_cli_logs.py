@@ -110,3 +110,22 @@ def test_follow_prints_what_a_running_attempt_adds(
     assert code == 0
     # every step once, in order, although each was fetched while the task still ran
     assert out == "".join(f"{key} step {n}\n" for n in range(6))
+
+
+def test_no_logs_left_is_one_line_and_exit_1(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    run_dir = tmp_path / "r"
+    run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+
+    async def no_logs(self, handle):
+        return None
+
+    monkeypatch.setattr(cli.default_registry.get("fake"), "task_logs", no_logs)
+    monkeypatch.setattr(cli.default_registry.get("fake"), "failure_detail", no_logs)
+    code, out, err = run_cli(["logs", run_dir, "fold-0"], capsys)  # succeeded: no failure tail
+    assert (code, out) == (1, "")
+    assert err == (
+        "altar: no output of task 'fold-0' attempt 1 is left: backend 'fake' does not give a "
+        "task's logs, and keeps only the log tail of a failed attempt\n"
+    )

@@ -132,6 +132,13 @@ async def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         }
         out.write(json.dumps(data, indent=2) + "\n")
         return EXIT_OK
+    if fetched.source != "task_logs" and not fetched.stderr:
+        err.write(
+            f"altar: no output of task {record.id!r} attempt {attempt.number} is left: backend "
+            f"{journal.backend_type!r} does not give a task's logs, and keeps only the log "
+            "tail of a failed attempt\n"
+        )
+        return EXIT_FAILED
     if fetched.source != "task_logs":
         what = "the journal" if fetched.source == "journal" else f"backend {journal.backend_type!r}"
         err.write(f"altar: {what} keeps only the log tail of a failed attempt; showing it\n")
