@@ -141,3 +141,25 @@ def test_status_colours_only_a_terminal_without_no_color(monkeypatch):
     table = format_table([TaskResult("a", "k", "failed", 1, reason="exit_1")], colour=True)
     assert "\x1b[31mfailed\x1b[0m" in table
     assert "\x1b[" not in format_table([TaskResult("a", "k", "failed", 1)])
+
+
+def test_a_success_with_nothing_to_collect_is_succeeded(tmp_path):
+    from altar.execution.journal import Attempt, Journal, TaskRecord
+    from altar.execution.runs import status_result
+
+    records = {
+        name: TaskRecord(
+            name,
+            "k",
+            "sha256:" + "0" * 64,
+            state="succeeded",
+            attempts=[Attempt(1, "succeeded", None, None, 1.0, 2.0, 3.0)],
+        )
+        for name in ("writes", "prints")
+    }
+    journal = Journal(tmp_path, "fake", {}, "plan.toml", records)
+    unknown = status_result(journal)
+    assert [t.status for t in unknown.tasks] == ["collecting", "collecting"]
+    known = status_result(journal, with_outputs=frozenset({"writes"}))
+    assert [t.status for t in known.tasks] == ["collecting", "succeeded"]
+    assert known.tasks[0].duration_s == 1.0

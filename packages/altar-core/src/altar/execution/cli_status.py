@@ -24,7 +24,7 @@ from altar.execution.runs import (
     COLLECTING,
     counts,
     open_handles,
-    plan_max_retries,
+    plan_facts,
     status_result,
 )
 from altar.execution.types import TaskStatus
@@ -130,7 +130,8 @@ async def _snapshot(
                 )
         else:
             polled = await _poll(backend, journal, err, warn=warn)
-    result = status_result(journal, polled, max_retries=plan_max_retries(journal))
+    retries, with_outputs = plan_facts(journal)
+    result = status_result(journal, polled, max_retries=retries, with_outputs=with_outputs)
     return result, journal, driven
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "RunSummary",
     "list_runs",
     "open_handles",
+    "plan_facts",
     "plan_max_retries",
     "status_result",
     "summarize_run",
@@ -71,11 +72,19 @@ STATUS_ORDER = (
 
 def plan_max_retries(journal: Journal) -> int:
     """The retries a resume of this run allows: its plan's, else altar's default."""
+    return plan_facts(journal)[0]
+
+
+def plan_facts(journal: Journal) -> tuple[int, frozenset[str] | None]:
+    """From the run's plan file, if it can still be read: (max_retries, ids of tasks with outputs).
+
+    The second is None when the plan cannot be read (every success then awaits collection).
+    """
     with contextlib.suppress(AltarError, OSError, ValueError):
         plan = load_plan(journal.plan_source)
-        if plan.max_retries is not None:
-            return plan.max_retries
-    return DEFAULT_MAX_RETRIES
+        retries = plan.max_retries if plan.max_retries is not None else DEFAULT_MAX_RETRIES
+        return retries, frozenset(task.id for task in plan.tasks if task.spec.outputs)
+    return DEFAULT_MAX_RETRIES, None
 
 
 def open_handles(journal: Journal) -> list[TaskRecord]:
@@ -96,7 +105,12 @@ def _duration(attempt: Attempt | None, status: TaskStatus | None) -> float | Non
     return attempt.duration_s if attempt is not None else None
 
 
-def _row(record: TaskRecord, status: TaskStatus | None, max_retries: int) -> TaskResult:
+def _row(
+    record: TaskRecord,
+    status: TaskStatus | None,
+    max_retries: int,
+    with_outputs: frozenset[str] | None = None,
+) -> TaskResult:
     last = record.last
     state = record.state
     failure = last.failure if last is not None else None
@@ -114,7 +128,8 @@ def _row(record: TaskRecord, status: TaskStatus | None, max_retries: int) -> Tas
         # the runner retries it: resuming the run submits it again
         state = QUEUED
         detail = f"attempt {len(record.attempts)} failed ({reason}); resuming the run retries it"
-    if state == SUCCEEDED and not record.outputs_collected:
+    nothing_to_collect = with_outputs is not None and record.id not in with_outputs
+    if state == SUCCEEDED and not record.outputs_collected and not nothing_to_collect:
         state = COLLECTING
         reason, exit_code = None, None
         detail = "succeeded; its outputs are not collected yet: resume the run to collect them"
@@ -143,10 +158,15 @@ def status_result(
     polled: Mapping[str, TaskStatus] | None = None,
     *,
     max_retries: int = DEFAULT_MAX_RETRIES,
+    with_outputs: frozenset[str] | None = None,
 ) -> RunResult:
-    """The run's tasks as a resume will find them: the journal plus ``polled`` (by task id)."""
+    """The run's tasks as a resume will find them: the journal plus ``polled`` (by task id).
+
+    ``with_outputs`` names the tasks that declare outputs (None: unknown, assume all do); a
+    success of another task has nothing to collect and shows ``succeeded`` at once.
+    """
     polled = polled or {}
-    rows = [_row(r, polled.get(r.id), max_retries) for r in journal.tasks.values()]
+    rows = [_row(r, polled.get(r.id), max_retries, with_outputs) for r in journal.tasks.values()]
     return RunResult(journal.run_dir, journal.backend_type, rows)
 
 
