@@ -21,7 +21,6 @@ from altar.execution.progress import format_counts, format_table, terminal_safe,
 from altar.execution.registry import create_backend
 from altar.execution.runner import RunResult
 from altar.execution.runs import (
-    COLLECTING,
     counts,
     open_handles,
     plan_facts,
@@ -108,10 +107,8 @@ def status_exit(result: RunResult) -> int:
 
 
 def _settled(result: RunResult) -> bool:
-    return all(
-        t.status in ("succeeded", FAILED, "skipped", CANCELLED) and t.status != COLLECTING
-        for t in result.tasks
-    )
+    """Every task final (a ``collecting`` success is not: its outputs are still to come)."""
+    return all(t.status in ("succeeded", FAILED, "skipped", CANCELLED) for t in result.tasks)
 
 
 async def _snapshot(
