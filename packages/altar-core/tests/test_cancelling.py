@@ -334,3 +334,30 @@ async def test_one_cancel_raising_still_lets_the_others_finish_and_journals_them
         await cancel_run(tmp_path / "r", CancelExplodes(provider=provider))
     states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
     assert states == {"a": "running", "b": "cancelled", "c": "cancelled"}
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_task_waiting_to_resubmit_an_in_doubt_submit_says_so(
+    tmp_path, provider, fake_backend_class
+):
+    from altar.execution.cancelling import cancel_all
+    from altar.execution.journal import open_journal
+    from altar.execution.ledger import Ledger
+    from altar.execution.records import IN_DOUBT, Attempt
+
+    plan = simple_plan("a")
+    (tmp_path / "r").mkdir()
+    journal = open_journal(plan, "fake", tmp_path / "r", {})
+    record = journal.tasks["a"]
+    record.attempts.append(Attempt(number=1, state=IN_DOUBT, key="k" * 32))
+    record.in_doubt = 1
+    events = []
+    failed = await cancel_all(
+        Ledger(journal, events.append), fake_backend_class(provider=provider), "stop"
+    )
+    assert failed == []
+    assert record.state == "cancelled"
+    assert record.attempts[0].state == "failed"
+    assert "may have started for it is removed only by a backend that lists" in record.detail
+    assert provider.cancelled == []  # nothing to cancel by handle
+    assert Journal.load(tmp_path / "r").tasks["a"].state == "cancelled"  # journaled

@@ -334,3 +334,39 @@ def test_lock_is_held_tells_a_driven_run_from_an_idle_one(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(JournalError, match="cannot read"):
         lock_is_held(tmp_path / "file")
+
+
+@pytest.mark.asyncio
+async def test_a_journal_of_the_previous_release_resumes_with_a_run_id_and_keys(
+    tmp_path, provider, fake_backend_class
+):
+    from altar.execution.labels import submission_key
+
+    plan = simple_plan("a", "b")
+    run_dir = tmp_path / "r"
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=run_dir, **FAST)
+    data = json.loads((run_dir / JOURNAL_NAME).read_bytes())
+    for key in ("run_id", "pids", "removed"):
+        del data[key]
+    record = data["tasks"]["b"]
+    record["state"] = "submitting"  # an old runner died inside b's submit
+    record["attempts"] = [{"number": 1, "state": "submitting", "handle": None, "failure": None}]
+    data["finished"] = False
+    (run_dir / JOURNAL_NAME).write_text(json.dumps(data))
+    (run_dir / LOG_NAME).write_bytes(b"")
+    seen = []
+
+    class Recording(fake_backend_class):
+        async def submit(self, spec):
+            seen.append(dict(spec.labels))
+            return await super().submit(spec)
+
+    result = await run_plan(plan, Recording(provider=provider), run_dir=run_dir, **FAST)
+    assert result.ok
+    journal = Journal.load(run_dir)
+    assert len(journal.run_id) == 32
+    assert Journal.load(run_dir).run_id == journal.run_id  # kept, not made up again
+    assert [labels["altar.submission"] for labels in seen] == [
+        submission_key(journal.run_id, "b", 1)
+    ]
+    assert journal.tasks["b"].attempts[0].key == submission_key(journal.run_id, "b", 1)

@@ -14,6 +14,7 @@ from altar.execution.gather import gather_bounded
 from altar.execution.journal import (
     CANCELLED,
     FAILED,
+    IN_DOUBT,
     PENDING,
     RUNNING,
     SUBMITTING,
@@ -70,6 +71,16 @@ async def cancel_one(
             except Exception as error:
                 ledger.emit("cancel_failed", f"{record.id}: cancel: {one_line(error)}", record)
                 return False
+        last.state = FAILED
+        last.failure = TaskFailure("cancelled", reason)
+        last.finished_at = time.time()
+    elif last is not None and last.state == IN_DOUBT and last.handle is None:
+        # queued to be submitted again after a submit that never answered: the provider may
+        # hold a task for it that only a backend that lists its objects can find (and remove)
+        detail = (
+            f"{reason}; an earlier submit had not returned, so a task the provider may have "
+            "started for it is removed only by a backend that lists the run's tasks"
+        )
         last.state = FAILED
         last.failure = TaskFailure("cancelled", reason)
         last.finished_at = time.time()

@@ -23,7 +23,7 @@ from altar.execution.progress import terminal_safe
 from altar.execution.registry import create_backend
 from altar.execution.types import TaskHandle
 
-__all__ = ["LogsError", "add_arguments", "cmd_logs"]
+__all__ = ["add_arguments", "cmd_logs"]
 
 EXIT_OK, EXIT_FAILED = 0, 1
 #: Pause between fetches while following a running attempt.

@@ -153,6 +153,12 @@ async def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.watch is None:
         result, journal, driven = await _snapshot(run_dir, err, poll=True, warn=True)
         out.write(_render(result, journal, driven, args, colour))
+        if not args.json and not args.quiet:
+            err.write(
+                f"altar: run {result.run_id} on {result.backend}; its provider objects carry the "
+                f"labels altar.run={result.run_id}, altar.task, altar.attempt and "
+                "altar.submission\n"
+            )
         return status_exit(result)
     interval = max(0.1, args.watch)
     live = out.isatty() and not args.json

@@ -1,21 +1,39 @@
-"""Errors raised by the execution contract.
+"""Errors raised by altar-core, every class that crosses a public boundary.
 
-The whole tree::
+The whole tree (a class's other bases in parentheses)::
 
     Exception
     ├── ValueError
-    │   └── DigestMismatchError            bytes do not match their declared sha256
-    │       └── TransferIntegrityError     ... for an input a backend staged or a task read
+    │   ├── DigestMismatchError            bytes do not match their declared sha256
+    │   │   └── TransferIntegrityError     ... for an input or output a backend moved or a task read
     │   └── UnsupportedCapabilityError     the backend cannot represent what the spec asks for
-    ├── BackendUnavailableError            the provider could not be asked; transient, retry later
-    │   (also a ConnectionError)
-    └── AltarError
+    ├── OSError
+    │   └── ConnectionError
+    │       └── BackendUnavailableError    the provider could not be asked; transient, retry later
+    └── AltarError                         altar's own usage, configuration and run errors
         ├── PlanError                      a plan file or plan object is invalid
-        ├── JournalError                   a run journal is unreadable or from another version
-        └── RegistryError                  a backend could not be found, loaded or validated
-            ├── DuplicateBackendError      two distributions claim one backend name
-            ├── BackendImportError         a backend's optional dependency is missing
-            └── BackendValidationError     an entry point does not name a valid backend class
+        ├── JournalError                   a run journal is unreadable, unwritable or foreign
+        ├── RegistryError (LookupError)    a backend could not be found, loaded or validated
+        │   ├── DuplicateBackendError      two distributions claim one backend name
+        │   ├── BackendImportError (ImportError)  a backend's optional dependency is missing
+        │   └── BackendValidationError     an entry point does not name a valid backend class
+        └── RunStoppedError                a run stopped early; it resumes from its run directory
+            ├── StagingError               staging the plan's inputs failed
+            ├── OutputCollectionError      no space to collect outputs (the success is kept)
+            ├── BackendCallError (RuntimeError)  poll or capacity failed, not transiently
+            └── CancelIncompleteError      some tasks could not be cancelled (``task_ids``)
+
+Seam-internal, never raised out of altar-core::
+
+    Exception
+    ├── _NotARegularFile                   digest: an open found no regular file (becomes a
+    │                                      DigestMismatchError or the OSError it wraps)
+    └── UsageError                         cli: a command-line mistake (one line, exit status 2)
+
+How the runner treats what ``submit`` raises (the submit-error rule): a ``ValueError`` (so also
+``UnsupportedCapabilityError``) fails the attempt as ``submit_rejected``, deterministic, not
+retried; ``BackendUnavailableError`` withdraws the attempt and tries again later without using
+one; anything else fails it as ``submit_failed``, retried while attempts remain.
 """
 
 from __future__ import annotations

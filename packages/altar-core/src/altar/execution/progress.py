@@ -169,10 +169,18 @@ def _detail(task: TaskResult) -> str:
     return f"{reason}: {last}" if last and reason else reason or last
 
 
-def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
-    """One row per task: id, kind, status, attempts, time of the last attempt, why it failed.
+REEXECUTED_NOTE = (
+    "* started again after a submit whose answer never arrived: the provider may have run "
+    "the task twice (see `altar status --json`, in_doubt and reexecuted)"
+)
 
-    ``colour`` paints the STATUS column (for a terminal; see :func:`use_colour`).
+
+def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
+    """One row per task: id, kind, status, executions, time of the last attempt, why it failed.
+
+    ATTEMPTS counts executions; a ``*`` marks a task started again after an in-doubt submit
+    (explained in a note under the table). ``colour`` paints the STATUS column (for a
+    terminal; see :func:`use_colour`).
     """
     header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
     rows = [
@@ -180,7 +188,7 @@ def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
             task.id,
             terminal_safe(task.kind),
             task.status,
-            str(task.attempts),
+            f"{task.attempts}*" if task.reexecuted else str(task.attempts),
             format_duration(task.duration_s),
             terminal_safe(_detail(task)),
         )
@@ -193,6 +201,8 @@ def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
         if number:
             cells[2] = _paint(cells[2], row[2], colour)
         lines.append("  ".join([*cells, row[-1]]).rstrip())
+    if any(task.reexecuted for task in tasks):
+        lines.append(REEXECUTED_NOTE)
     return "\n".join(lines)
 
 

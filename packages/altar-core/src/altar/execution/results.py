@@ -37,8 +37,11 @@ class RunEvent:
 
     ``kind`` is one of ``staging``, ``staging_progress`` (bytes of the inputs in place so far,
     in ``bytes_done`` and ``bytes_total``; see :mod:`altar.execution.staging_progress`),
-    ``staged``, ``resumed``, ``submitted``, ``in_doubt``, ``state`` (a task changed state),
-    ``retry``, ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
+    ``staged``, ``resumed``, ``submitted``, ``in_doubt``, ``adopted`` (the provider held the
+    task of an in-doubt submit: the run follows it), ``removed`` (a provider object of this run
+    the journal does not own was cancelled and cleaned up), ``litter_removed`` (temporary files
+    that killed processes of this run left), ``state`` (a task changed state), ``retry``,
+    ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
     ``backend_unavailable``, ``cleanup_failed``, ``stopping`` (the run is ending early and waits
     for its submits in flight), ``done``.
     """
@@ -56,7 +59,13 @@ class RunEvent:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """The outcome of one task (or its current state, from ``run_status``)."""
+    """The outcome of one task (or its current state, from ``run_status``).
+
+    ``attempts`` counts executions: every attempt, plus each time an attempt was submitted
+    again after an in-doubt submit without any way to know the first had not started
+    (``reexecuted``, marked in the results table). ``in_doubt`` counts the submits whose answer
+    never arrived, whether or not they were then adopted.
+    """
 
     id: str
     kind: str
@@ -67,7 +76,8 @@ class TaskResult:
     exit_code: int | None = None
     duration_s: float | None = None
     external_id: str | None = None
-    in_doubt: int = 0  # submits interrupted before their handle was recorded, then redone
+    in_doubt: int = 0  # submits interrupted before their handle was recorded
+    reexecuted: int = 0  # executions started again after an in-doubt submit (maybe twice)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +91,7 @@ class TaskResult:
             "duration_s": self.duration_s,
             "external_id": self.external_id,
             "in_doubt": self.in_doubt,
+            "reexecuted": self.reexecuted,
         }
 
 
@@ -92,6 +103,7 @@ class RunResult:
     backend: str
     tasks: list[TaskResult]
     elapsed_s: float = 0.0
+    run_id: str = ""
 
     @property
     def ok(self) -> bool:
@@ -107,6 +119,7 @@ class RunResult:
         return {
             "run_dir": str(self.run_dir),
             "backend": self.backend,
+            "run_id": self.run_id,
             "ok": self.ok,
             "elapsed_s": self.elapsed_s,
             "counts": self.counts(),
@@ -133,17 +146,18 @@ def task_result(record: TaskRecord) -> TaskResult:
         id=record.id,
         kind=record.kind,
         status=record.state,
-        attempts=len(record.attempts),
+        attempts=sum(attempt.executions for attempt in record.attempts),
         reason=reason,
         detail=detail,
         exit_code=exit_code,
         duration_s=last.duration_s if last else None,
         external_id=last.handle.external_id if last and last.handle else None,
         in_doubt=record.in_doubt,
+        reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
     )
 
 
 def results_of(journal: Journal, elapsed_s: float = 0.0) -> RunResult:
     """Every task's outcome, in plan order."""
     tasks = [task_result(record) for record in journal.tasks.values()]
-    return RunResult(journal.run_dir, journal.backend_type, tasks, elapsed_s)
+    return RunResult(journal.run_dir, journal.backend_type, tasks, elapsed_s, journal.run_id)

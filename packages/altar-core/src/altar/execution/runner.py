@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from altar.execution import scheduling
+from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
 from altar.execution.cancelling import cancel_all, cleanup_finished
 from altar.execution.clock import Clock
@@ -50,6 +52,7 @@ from altar.execution.errors import (
     StagingError,
 )
 from altar.execution.journal import (
+    IN_DOUBT,
     PENDING,
     QUEUED,
     RUNNING,
@@ -63,9 +66,11 @@ from altar.execution.journal import (
     run_lock,
 )
 from altar.execution.ledger import Ledger
+from altar.execution.litter import litter_directories, remove_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan, PlanTask
+from altar.execution.reconciling import reconcile
 from altar.execution.results import (
     TASK_STATES,
     RunEvent,
@@ -148,6 +153,7 @@ class _Run:
             # portable paths ({altar:mount_root}) become this backend's; the journal keeps
             # the plan's text, so its spec digests are the same on every backend
             {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
+            run_id=journal.run_id,
             max_retries=max_retries,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
@@ -215,15 +221,16 @@ class _Run:
         for record in self.records.values():
             last = record.last
             if record.state == SUBMITTING and last is not None and last.handle is None:
-                # the process stopped inside submit: submit again (see the journal module)
+                # the process stopped inside submit: find its task, or submit it again with
+                # the same key (see the journal module)
                 self.set_state(record, QUEUED)
                 record.in_doubt += 1
-                record.attempts.pop()
+                last.state = IN_DOUBT
                 self.changed(record)
                 self.emit(
                     "in_doubt",
                     f"{record.id}: an earlier submit was interrupted before its handle was "
-                    "recorded; submitting again",
+                    "recorded; looking for its task, else submitting it again",
                     record,
                 )
             elif record.state in (PENDING, RUNNING, SUBMITTING):
@@ -294,6 +301,23 @@ class _Run:
         finally:
             self._waiter = None
 
+    async def reconcile(self) -> None:
+        """Adopt in-doubt submissions the provider holds; remove its objects we do not own."""
+        outcome = await reconcile(self.ledger, self.backend, self.journal.run_id)
+        self.submits.absent |= outcome.absent
+
+    def tidy(self, owners: list[int]) -> None:
+        """Remove the temporary files that earlier (killed) processes of this run left."""
+        removed = remove_litter(litter_directories(self.plan, self.journal.run_dir), owners)
+        if removed:
+            names = ", ".join(path.name for path in removed[:3])
+            more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+            self.emit(
+                "litter_removed",
+                f"removed {len(removed)} temporary file(s) an earlier process of this run "
+                f"left: {names}{more}",
+            )
+
     async def poll(self) -> tuple[bool, bool]:
         return await poll_open(self.ledger, self.backend, max_retries=self.max_retries)
 
@@ -305,8 +329,16 @@ class _Run:
 
     async def run(self) -> RunResult:
         try:
+            resuming = bool(self.journal.pids) or any(r.attempts for r in self.records.values())
+            earlier = [pid for pid in self.journal.pids if pid != os.getpid()]
+            self.journal.pids = [*earlier, os.getpid()]
+            self.journal.save()  # our pid is durable before we write any temporary file
             self.resume()
-            await self.stage()
+            if resuming:
+                self.tidy(earlier)
+                await self.reconcile()
+            with sweeping_for(earlier):
+                await self.stage()
             cancel_file = self.journal.run_dir / CANCEL_REQUEST
             while True:
                 if cancel_file.exists():
@@ -344,6 +376,8 @@ class _Run:
                     self.interval = self.poll_interval_s  # a submit landed: its task is news
             await self.submits.drain()
             await cleanup_finished(self.ledger, self.backend)
+            await self.reconcile()
+            self.tidy(earlier)
             self.journal.finished = all(record.final for record in self.records.values())
             self.journal.save()
             result = results_of(self.journal, time.monotonic() - self.ledger.started)
@@ -462,6 +496,7 @@ async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = Non
             with contextlib.suppress(JournalError):
                 ledger.flush()
         await cleanup_finished(ledger, backend)
+        await reconcile(ledger, backend, journal.run_id)
         journal.finished = not failed
         journal.save()
     if failed:

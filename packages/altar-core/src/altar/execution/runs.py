@@ -143,13 +143,14 @@ def _row(
         id=record.id,
         kind=record.kind,
         status=state,
-        attempts=len(record.attempts),
+        attempts=sum(attempt.executions for attempt in record.attempts),
         reason=reason,
         detail=detail,
         exit_code=exit_code,
         duration_s=_duration(last, status),
         external_id=last.handle.external_id if last and last.handle else None,
         in_doubt=record.in_doubt,
+        reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
     )
 
 
@@ -167,7 +168,7 @@ def status_result(
     """
     polled = polled or {}
     rows = [_row(r, polled.get(r.id), max_retries, with_outputs) for r in journal.tasks.values()]
-    return RunResult(journal.run_dir, journal.backend_type, rows)
+    return RunResult(journal.run_dir, journal.backend_type, rows, run_id=journal.run_id)
 
 
 def counts(tasks: Sequence[TaskResult]) -> dict[str, int]:

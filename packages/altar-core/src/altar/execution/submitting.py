@@ -8,19 +8,27 @@ flight a grace period to return so their handles are journaled. How the runner t
 - ``ValueError`` (``UnsupportedCapabilityError`` included): ``submit_rejected``, deterministic;
 - ``BackendUnavailableError``: the attempt is withdrawn and tried again later (no attempt used);
 - anything else: ``submit_failed``, retried while attempts remain.
+
+Every submit carries the run's identity as reserved labels (:mod:`altar.execution.labels`):
+the attempt's submission key is journaled with the intent, before ``submit`` is called, and an
+attempt submitted again after an in-doubt submit carries that same key. Such a resubmit counts
+as a possible second execution (``reexecuted``) unless the backend adopts submissions by key or
+its listing showed that the first never reached the provider.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendUnavailableError
-from altar.execution.journal import PENDING, QUEUED, SUBMITTING, Attempt, TaskRecord
+from altar.execution.labels import submission_key, submission_labels
 from altar.execution.ledger import Ledger
 from altar.execution.observing import fail_attempt
+from altar.execution.records import IN_DOUBT, PENDING, QUEUED, SUBMITTING, Attempt, TaskRecord
 from altar.execution.results import one_line
 from altar.execution.types import ContainerTaskSpec, TaskFailure
 
@@ -41,6 +49,7 @@ class Submits:
         backend: ExecutionBackend,
         specs: Mapping[str, ContainerTaskSpec],
         *,
+        run_id: str,
         max_retries: int,
         grace_s: float,
         on_news: Callable[[], None],
@@ -48,6 +57,10 @@ class Submits:
         self.ledger = ledger
         self.backend = backend
         self.specs = specs
+        self.run_id = run_id
+        #: keys of in-doubt attempts a listing proved the provider never received
+        self.absent: set[str] = set()
+        self._resumed: dict[str, bool] = {}  # in-doubt attempts in flight again: re-executed?
         self.max_retries = max_retries
         self.grace_s = grace_s
         self._on_news = on_news
@@ -67,11 +80,22 @@ class Submits:
             return
         now = time.time()
         for record in batch:
-            number = len(record.attempts) + 1
-            record.attempts.append(Attempt(number=number, submitted_at=now))
+            last = record.last
+            if last is not None and last.state == IN_DOUBT and last.handle is None:
+                # submitted again with the key journaled before its first submit, never a new one
+                last.key = last.key or submission_key(self.run_id, record.id, last.number)
+                last.state = SUBMITTING
+                bump = not self.backend.adopts_submissions and last.key not in self.absent
+                if bump:
+                    last.reexecuted += 1  # the first may have started: this may run it twice
+                self._resumed[record.id] = bump
+            else:
+                number = len(record.attempts) + 1
+                key = submission_key(self.run_id, record.id, number)
+                record.attempts.append(Attempt(number=number, submitted_at=now, key=key))
             self.ledger.set_state(record, SUBMITTING)
             self.ledger.changed(record)
-        self.ledger.flush()  # the intent is durable before any submit is called
+        self.ledger.flush()  # the intent and its key are durable before any submit is called
         for record in batch:
             task = asyncio.ensure_future(self._submit_one(record))
             self.tasks.add(task)
@@ -122,11 +146,16 @@ class Submits:
     async def _submit_one(self, record: TaskRecord) -> bool:
         ledger = self.ledger
         attempt = record.attempts[-1]
-        spec = self.specs[record.id]
+        spec = self.labelled(record, attempt)
         try:
             handle = await self.backend.submit(spec)
         except BackendUnavailableError as error:
-            record.attempts.pop()
+            if record.id in self._resumed:  # an in-doubt attempt: keep it, and its key
+                if self._resumed.pop(record.id):
+                    attempt.reexecuted -= 1  # this submit did not reach the provider
+                attempt.state = IN_DOUBT
+            else:
+                record.attempts.pop()  # the same number, so the same key, next time
             ledger.set_state(record, QUEUED)
             ledger.changed(record)
             ledger.flush()
@@ -134,16 +163,19 @@ class Submits:
             ledger.emit("backend_unavailable", f"{record.id}: submit: {one_line(error)}", record)
             return False
         except ValueError as error:
+            self._resumed.pop(record.id, None)
             failure = TaskFailure("submit_rejected", one_line(error), deterministic=True)
             fail_attempt(ledger, record, attempt, failure, max_retries=self.max_retries)
             ledger.flush()
             return True
         except Exception as error:
+            self._resumed.pop(record.id, None)
             failure = TaskFailure("submit_failed", one_line(error), deterministic=False)
             fail_attempt(ledger, record, attempt, failure, max_retries=self.max_retries)
             ledger.flush()
             return True
         # no await between submit returning and the journal write: a cancelled run keeps it
+        self._resumed.pop(record.id, None)
         attempt.handle = handle
         attempt.submitted_at = time.time()  # accepted now; the intent was written before
         attempt.state = PENDING
@@ -152,3 +184,10 @@ class Submits:
         await ledger.commit()
         ledger.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
         return True
+
+    def labelled(self, record: TaskRecord, attempt: Attempt) -> ContainerTaskSpec:
+        """The plan's spec with the run's reserved labels for this attempt added."""
+        spec = self.specs[record.id]
+        key = attempt.key or submission_key(self.run_id, record.id, attempt.number)
+        labels = {**spec.labels, **submission_labels(self.run_id, record.id, attempt.number, key)}
+        return dataclasses.replace(spec, labels=labels)
