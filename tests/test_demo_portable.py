@@ -29,6 +29,7 @@ def test_the_demo_compares_equal_on_local_and_in_process(docker_host: str, tmp_p
             "--workdir", str(tmp_path / "work"), "--json",
         ],
         capture_output=True, text=True, timeout=600, check=False,
+        cwd=tmp_path,  # the in-process backend keeps its volume under the current directory
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
