@@ -49,6 +49,10 @@ class ExecutionBackend(ABC):
     #: whatever state (created: start it; running; finished: adopt it, never replace it),
     #: instead of launching another. See :mod:`altar.execution.labels`.
     adopts_submissions: ClassVar[bool] = False
+    #: Modules the backend imports only on first use (its provider SDK); the registry checks
+    #: them with importlib.util.find_spec, so ``altar backends`` can give the install hint
+    #: without importing them.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:

@@ -99,6 +99,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     """
 
     name: ClassVar[str] = "local"
+    requires: ClassVar[tuple[str, ...]] = ("docker",)
     input_digest_verification = "staging"
     #: A resubmit with the same ``altar.submission`` key adopts its container (issue 13).
     adopts_submissions: ClassVar[bool] = True
