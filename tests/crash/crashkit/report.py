@@ -21,6 +21,7 @@ class Counts:
     stuck: int = 0
     retried: int = 0  # attempts that failed on the provider and were submitted again
     reported_attempts: int = 0  # the results table's ATTEMPTS, summed (should be executions)
+    attempts_mismatch: dict[str, str] = field(default_factory=dict)  # task -> both counts
     processes: int = 0
     #: phase -> signals sent (e.g. {"submit": Counter({"SIGKILL": 6, "SIGINT": 1})})
     by_phase: dict[str, Counter[str]] = field(default_factory=dict)
@@ -82,6 +83,7 @@ class Counts:
             "processes left": self.processes_left,
             "records left": self.records_left,
             "temporary files left": self.temporaries_left,
+            "ATTEMPTS is not the ledger's executions": self.attempts_mismatch,
         }
         for name, value in problems.items():
             if value:

@@ -110,14 +110,14 @@ def _lost(setup: Setup, view: JournalView, executions: Executions) -> list[str]:
     return lost
 
 
-def _reported_attempts(records: dict[str, dict[str, object]]) -> int:
-    """What the results table's ATTEMPTS column adds up to (executions, by the journal)."""
-    total = 0
-    for record in records.values():
+def _reported_attempts(records: dict[str, dict[str, object]]) -> dict[str, int]:
+    """Task -> its ATTEMPTS in the results table (executions, by the journal)."""
+    found = {}
+    for task, record in records.items():
         attempts = record.get("attempts") or []
         assert isinstance(attempts, list)
-        total += sum(1 + int(a.get("reexecuted") or 0) for a in attempts)
-    return total
+        found[task] = sum(1 + int(a.get("reexecuted") or 0) for a in attempts)
+    return found
 
 
 def count(
@@ -137,7 +137,13 @@ def count(
     counts.executions = executions.total
     counts.doubles = executions.doubles(retried if excuse_retries else None)
     counts.retried = sum(retried.values())
-    counts.reported_attempts = _reported_attempts(view.records)
+    reported = _reported_attempts(view.records)
+    counts.reported_attempts = sum(reported.values())
+    counts.attempts_mismatch = {
+        task: f"ATTEMPTS {n}, ledger {len(executions.started.get(task, []))}"
+        for task, n in reported.items()
+        if n != len(executions.started.get(task, []))
+    }
     counts.lost = _lost(setup, view, executions)
     counts.stuck = drive.stuck
     counts.processes = drive.processes
@@ -274,6 +280,7 @@ def run_engine_scenario(
         in_flight = driver._in_flight()
         pid = engine.kill()
         down_s = rng.uniform(0.2, 1.5)
+        notes.append(f"engine killed at submit #{wanted} with {in_flight} submit(s) in flight")
         log(
             f"killed dockerd (pid {pid}) at submit #{wanted}, {in_flight} submit(s) in flight; "
             f"restarting it after {down_s:.1f}s"
