@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import os
 import random
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,8 +144,8 @@ def private_engine(docker_host: str) -> Iterator[PrivateEngine]:
         engine.up()
         yield engine
     finally:
-        engine.down()
-        shutil.rmtree(state, ignore_errors=True)  # the engine's data: image layers, containers
+        engine.down()  # also ends the shims a killed daemon leaves behind
+        engine.remove()
 
 
 @pytest.mark.docker

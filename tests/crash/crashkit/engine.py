@@ -8,7 +8,9 @@ offline; ``scripts/services down --only docker`` with the same directory stops i
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -48,8 +50,33 @@ class PrivateEngine:
         """Start it (idempotent: a live engine is reused); returns once it answers."""
         self._services("up")
 
-    def down(self) -> None:
+    def down(self) -> list[int]:
+        """Stop it, then end what a killed daemon left: returns the pids of leaked shims.
+
+        A ``containerd-shim`` of a container that ran while ``dockerd`` was killed outlives
+        the restarted daemon and ``scripts/services down`` alike (found by the engine-kill
+        test); it is ended here, by pid, so the test leaves no process behind.
+        """
         self._services("down")
+        leaked = []
+        marker = str(self.state_dir).encode()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = Path(entry.path, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmdline:
+                leaked.append(int(entry.name))
+        for pid in leaked:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return leaked
+
+    def remove(self) -> None:
+        """Delete the state directory (call after :meth:`down`)."""
+        shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def pid(self) -> int | None:
         try:
