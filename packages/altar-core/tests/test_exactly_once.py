@@ -468,3 +468,72 @@ async def test_killed_again_and_again_every_task_runs_exactly_once(
     assert [t.id for t in result.tasks if t.attempts != 1 or t.reexecuted] == []
     assert [t.id for t in provider.tasks.values() if not t.removed] == []  # nothing left
     assert sum(t.in_doubt for t in result.tasks) > 0  # the kills did land inside submits
+
+
+@pytest.mark.asyncio
+async def test_a_submit_cut_off_as_unavailable_and_then_killed_is_adopted_not_removed(
+    tmp_path, provider, adopting_backend_class, monkeypatch
+):
+    # The provider created b's task, then the connection dropped mid-answer, which a backend
+    # reports as BackendUnavailableError; the runner is killed before it tries b again. The
+    # resumed run must adopt that task by its key, not remove it as unowned and start another.
+    from altar.execution import BackendUnavailableError
+
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.0)
+    cut_off = asyncio.Event()
+
+    class DropsTheAnswer(adopting_backend_class):
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            if spec.labels[LABEL_TASK] == "b" and not cut_off.is_set():
+                cut_off.set()
+                raise BackendUnavailableError("connection reset while reading the answer")
+            return handle
+
+    plan = simple_plan("a", "b")
+    run_dir = tmp_path / "run"
+
+    def killed_when_refused(event):  # the kill lands before b is tried again
+        if event.kind == "backend_unavailable":
+            task.cancel()
+
+    task = asyncio.ensure_future(
+        run_plan(
+            plan,
+            DropsTheAnswer(provider=provider),
+            run_dir=run_dir,
+            on_event=killed_when_refused,
+            **FAST,
+        )
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    monkeypatch.undo()
+    assert provider.executions("b") == 1
+    assert provider.adoptions == []  # b was not tried again before the kill
+    events = []
+    result = await run_plan(
+        plan,
+        adopting_backend_class(provider=provider),
+        run_dir=run_dir,
+        on_event=events.append,
+        **FAST,
+    )
+    assert result.ok
+    assert provider.executions("b") == 1  # adopted, never started a second time
+    assert [e.task_id for e in events if e.kind == "removed"] == []
+    assert [t.reexecuted for t in result.tasks] == [0, 0]
+
+
+@pytest.mark.asyncio
+async def test_an_outage_at_submit_does_not_count_a_re_execution_in_the_same_process(
+    tmp_path, provider, fake_backend_class
+):
+    # An unavailable provider at submit is tried again without using an attempt, and (in the
+    # same process) without marking the task as possibly run twice.
+    provider.script = {"b": ["unavailable", "unavailable", "ok"]}
+    result = await run_plan(
+        simple_plan("a", "b"), fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert [(t.attempts, t.reexecuted) for t in result.tasks] == [(1, 0), (1, 0)]

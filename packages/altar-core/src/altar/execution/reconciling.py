@@ -8,6 +8,11 @@ state it is. Any other object the journal does not own (a duplicate, the object 
 given up, one created after its run stopped) is *removed*: cancelled and cleaned up, with a
 ``removed`` event and an entry in the journal. A backend that cannot list (the default) is left
 alone: the in-doubt attempt is then submitted again with its journaled key.
+
+An object carrying the key of a queued task's *next* attempt is adopted as that attempt too: a
+submit the provider accepted but reported as unavailable (the connection cut off mid-answer) is
+withdrawn and tried again with the same number, so the same key; if the runner was killed
+before trying again, that object is the task, not a stray.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendUnavailableError
-from altar.execution.labels import LABEL_ATTEMPT, LABEL_SUBMISSION, LABEL_TASK
+from altar.execution.labels import LABEL_ATTEMPT, LABEL_SUBMISSION, LABEL_TASK, submission_key
 from altar.execution.ledger import Ledger
 from altar.execution.records import IN_DOUBT, PENDING, QUEUED, Attempt, TaskRecord
 from altar.execution.results import one_line
@@ -51,6 +56,15 @@ def _in_doubt(records: dict[str, TaskRecord]) -> dict[str, tuple[TaskRecord, Att
     return found
 
 
+def _upcoming(records: dict[str, TaskRecord], run_id: str) -> dict[str, TaskRecord]:
+    """Queued tasks by the key their next attempt will carry."""
+    return {
+        submission_key(run_id, record.id, len(record.attempts) + 1): record
+        for record in records.values()
+        if record.state == QUEUED
+    }
+
+
 async def reconcile(ledger: Ledger, backend: ExecutionBackend, run_id: str) -> Reconciliation:
     """Adopt the run's in-doubt submissions the provider holds; remove what no journal entry owns.
 
@@ -78,6 +92,7 @@ async def reconcile(ledger: Ledger, backend: ExecutionBackend, run_id: str) -> R
         if attempt.handle is not None
     }
     waiting = _in_doubt(ledger.records)
+    upcoming = _upcoming(ledger.records, run_id)
     strays: list[TaskHandle] = []
     for handle in listed:
         if (handle.backend, handle.external_id) in owned:
@@ -85,11 +100,16 @@ async def reconcile(ledger: Ledger, backend: ExecutionBackend, run_id: str) -> R
         key = handle.labels.get(LABEL_SUBMISSION, "")
         if key in waiting:
             record, attempt = waiting.pop(key)
-            _adopt(ledger, record, attempt, handle)
-            owned.add((handle.backend, handle.external_id))
-            outcome.adopted.append(record.id)
+        elif key in upcoming and upcoming[key].id not in outcome.adopted:
+            record = upcoming.pop(key)
+            attempt = Attempt(number=len(record.attempts) + 1, key=key)
+            record.attempts.append(attempt)
         else:
             strays.append(handle)
+            continue
+        _adopt(ledger, record, attempt, handle)
+        owned.add((handle.backend, handle.external_id))
+        outcome.adopted.append(record.id)
     outcome.absent = set(waiting)
     for handle in strays:
         if await _remove(ledger, backend, handle):
