@@ -3,6 +3,9 @@
 Everything else in the package imports from here and this module imports nothing of the
 package, so the seam (:mod:`.runtime`), the wire parsers (:mod:`.wire`), the classifier
 (:mod:`.classify`) and the renderer (:mod:`.render`) never import each other to share a type.
+
+Outside the common anatomy (where :mod:`.runtime` holds the values, as in local and Modal)
+because the Kubernetes seam keeps only protocols in :mod:`.runtime` (issue 12, item 4).
 """
 
 from __future__ import annotations
