@@ -15,8 +15,11 @@ from collections.abc import Mapping
 from typing import Literal
 
 from altar.backends.kubernetes.naming import MANAGED_BY_LABEL, identity_of
-from altar.backends.kubernetes.render import MANIFEST_DIGEST_ANNOTATION
-from altar.backends.kubernetes.values import K8sJobExistsError, K8sJobInfo
+from altar.backends.kubernetes.values import (
+    MANIFEST_DIGEST_ANNOTATION,
+    K8sJobExistsError,
+    K8sJobInfo,
+)
 from altar.execution import LABEL_SUBMISSION
 
 __all__ = ["Decision", "decide", "listed_labels", "refusal"]

@@ -268,10 +268,10 @@ class ClientRuntime:
     @staticmethod
     def _job_body(manifest: dict[str, Any]) -> Any:
         # Client 37 validates the body as a V1Job model; older clients take the dict as is.
-        from kubernetes import client  # not `from kubernetes.client import`: reads as ours
+        from kubernetes.client import V1Job
 
-        from_dict = getattr(client.V1Job, "from_dict", None)
-        if callable(from_dict) and hasattr(client.V1Job, "model_validate"):
+        from_dict = getattr(V1Job, "from_dict", None)
+        if callable(from_dict) and hasattr(V1Job, "model_validate"):
             return from_dict(manifest)
         return manifest
 

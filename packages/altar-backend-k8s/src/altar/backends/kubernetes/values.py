@@ -17,6 +17,7 @@ from altar.execution import AltarError, TaskState
 
 __all__ = [
     "MAIN_CONTAINER",
+    "MANIFEST_DIGEST_ANNOTATION",
     "VERIFY_INPUTS_CONTAINER",
     "ContainerExit",
     "JobCondition",
@@ -32,6 +33,8 @@ __all__ = [
 MAIN_CONTAINER = "main"
 #: The init container that checks declared input digests before the task starts.
 VERIFY_INPUTS_CONTAINER = "verify-inputs"
+#: The rendered manifest's digest on every Job: written by :mod:`.render`, read by :mod:`.adoption`.
+MANIFEST_DIGEST_ANNOTATION = "altar.kundajelab.org/manifest-sha256"
 
 PropagationPolicy = Literal["Background", "Foreground"]
 
