@@ -38,6 +38,7 @@ from altar.execution import (
 )
 
 from .launched import launched_from_template
+from .specs import spec
 
 conformance = pytest.importorskip("altar.conformance")
 ExecutionBackendContract = conformance.ExecutionBackendContract
@@ -150,18 +151,6 @@ class LegacyRuntime(KubernetesRuntime):  # type: ignore[misc]
     def fail(self, handle: TaskHandle, failure: TaskFailure) -> None:
         job = self.job(handle)
         job.state, job.failure = TaskState.FAILED, failure
-
-
-def spec(**overrides: Any) -> ContainerTaskSpec:
-    values: dict[str, Any] = {
-        "kind": "score",
-        "image": "busybox:local",
-        "command": ["sh", "-c", "echo hi"],
-        "labels": {"job_id": "J", "fold": "0"},
-        "timeout_s": 600,
-    }
-    values.update(overrides)
-    return ContainerTaskSpec(**values)
 
 
 @pytest.fixture
