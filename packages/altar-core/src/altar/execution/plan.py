@@ -36,6 +36,7 @@ from typing import Any
 
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
+from altar.execution.placeholders import placeholder_error
 from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 
 __all__ = [
@@ -112,6 +113,19 @@ class Plan:
             if task.id == task_id:
                 return task
         raise KeyError(task_id)
+
+    def input_fields(self, text: str) -> list[str]:
+        """The plan fields of the inputs ``text`` (an error message) names by uri or logical path.
+
+        ``tasks[21].inputs[1] (task fold-21)``, in plan order, so a staging error can point at
+        the line to fix.
+        """
+        found = []
+        for index, task in enumerate(self.tasks):
+            for number, transfer in enumerate(task.spec.inputs):
+                if repr(transfer.uri) in text or repr(transfer.logical_path) in text:
+                    found.append(f"tasks[{index}].inputs[{number}] (task {task.id})")
+        return found
 
     def staged_inputs(self) -> list[Transfer]:
         """Inputs to stage once, de-duplicated, without those another task produces.
@@ -331,6 +345,7 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
             ) from None
         values["plugin_identity"] = raw["plugin_identity"]
     spec = _construct(where, fail, ContainerTaskSpec, **values)
+    _check_placeholders(spec, where, fail)
     reserved = reserved_labels(spec.labels)
     if reserved:
         raise fail(
@@ -349,6 +364,16 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
         raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
     return PlanTask(task_id, spec, tuple(after))
+
+
+def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
+    """Refuse a ``{altar:...}`` placeholder the runner could not expand (see placeholders)."""
+    fields = [(f"{where}.command[{i}]", arg) for i, arg in enumerate(spec.command)]
+    fields += [(f"{where}.env.{key}", value) for key, value in spec.env.items()]
+    for field_name, text in fields:
+        problem = placeholder_error(text)
+        if problem:
+            raise fail(field_name, problem)
 
 
 def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:

@@ -68,6 +68,7 @@ from altar.execution.journal import (
 from altar.execution.ledger import Ledger
 from altar.execution.litter import litter_directories, remove_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
+from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.reconciling import reconcile
 from altar.execution.results import (
@@ -149,7 +150,9 @@ class _Run:
         self.submits = Submits(
             self.ledger,
             backend,
-            {task.id: task.spec for task in plan.tasks},
+            # portable paths ({altar:mount_root}) become this backend's; the journal keeps
+            # the plan's text, so its spec digests are the same on every backend
+            {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
             run_id=journal.run_id,
             max_retries=max_retries,
             grace_s=SUBMIT_GRACE_S,
@@ -191,7 +194,7 @@ class _Run:
             except (BackendUnavailableError, asyncio.CancelledError):
                 raise
             except Exception as error:
-                raise StagingError(f"staging inputs failed: {one_line(error)}") from error
+                raise StagingError(self._staging_message(error)) from error
             finally:
                 if tracker is not None:
                     tracker.close()
@@ -200,6 +203,18 @@ class _Run:
             self.emit("staged", f"staged {len(transfers)} input(s)")
         self.journal.staged = True
         self.journal.save()
+
+    def _staging_message(self, error: BaseException) -> str:
+        """The error, led by the plan field of the input it names (``tasks[21].inputs[1]``)."""
+        text = one_line(error)
+        fields = self.plan.input_fields(text)
+        if not fields:
+            return f"staging inputs failed: {text}"
+        more = f" (also {', '.join(fields[1:3])}{', ...' if len(fields) > 3 else ''})"
+        return (
+            f"{self.plan.source}: {fields[0]}: staging failed: {text}"
+            f"{more if len(fields) > 1 else ''}"
+        )
 
     def resume(self) -> None:
         open_tasks = 0
