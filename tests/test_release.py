@@ -132,6 +132,22 @@ def test_altar_core_pulls_no_third_party_dependency(built, tmp_path: Path) -> No
     assert out.strip() == _version("altar-core")
 
 
+def test_altar_core_wheel_ships_the_shell_verifier(built, tmp_path: Path) -> None:
+    """verify_files.sh is package data: in the wheel, and read by the installed wheel."""
+    wheel = built("altar-core")
+    with zipfile.ZipFile(wheel) as archive:
+        assert "altar/execution/verify_files.sh" in archive.namelist(), f"{wheel.name}: no verifier"
+    python = _venv(tmp_path, wheel)
+    out = _run(
+        python,
+        "-c",
+        "import sys; from altar.execution import verify_files_script as v; sys.stdout.write(v())",
+        cwd=tmp_path,
+    )
+    source = ROOT / "packages/altar-core/src/altar/execution/verify_files.sh"
+    assert out == source.read_text(encoding="utf-8").replace("@TRUST@", "1", 1)
+
+
 def test_httk_adapters_install_alone_with_executable_templates(built, tmp_path: Path) -> None:
     wheel = built("httk-workflow-adapters")
     with zipfile.ZipFile(wheel) as archive:

@@ -65,6 +65,13 @@ def test_the_leaf_and_the_seam_import_nothing_downstream() -> None:
     assert _package_imports(SRC / "classify.py") == {"altar.backends.kubernetes.values"}
 
 
+def test_the_pure_decisions_take_only_leaves() -> None:
+    """The renderer and the adoption decision share names through the leaves, not each other."""
+    leaves = {"altar.backends.kubernetes.values", "altar.backends.kubernetes.naming"}
+    assert _package_imports(SRC / "render.py") == leaves
+    assert _package_imports(SRC / "adoption.py") == leaves
+
+
 def test_no_module_over_500_lines() -> None:
     for path in SRC.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 500, path

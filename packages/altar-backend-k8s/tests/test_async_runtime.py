@@ -11,7 +11,6 @@ precondition spares a newer Job of the same name, labels are matched by equality
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
@@ -37,6 +36,9 @@ from altar.execution import (
     TaskState,
     Transfer,
 )
+
+from .launched import launched_from_template
+from .specs import spec
 
 conformance = pytest.importorskip("altar.conformance")
 ExecutionBackendContract = conformance.ExecutionBackendContract
@@ -149,18 +151,6 @@ class LegacyRuntime(KubernetesRuntime):  # type: ignore[misc]
     def fail(self, handle: TaskHandle, failure: TaskFailure) -> None:
         job = self.job(handle)
         job.state, job.failure = TaskState.FAILED, failure
-
-
-def spec(**overrides: Any) -> ContainerTaskSpec:
-    values: dict[str, Any] = {
-        "kind": "score",
-        "image": "busybox:local",
-        "command": ["sh", "-c", "echo hi"],
-        "labels": {"job_id": "J", "fold": "0"},
-        "timeout_s": 600,
-    }
-    values.update(overrides)
-    return ContainerTaskSpec(**values)
 
 
 @pytest.fixture
@@ -342,23 +332,6 @@ async def test_methods_are_detected_one_by_one(runtime: LegacyRuntime) -> None:
     assert backend._calls.lists_pods is False
 
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-
-
-def _memory(quantity: str | None) -> int | None:
-    if quantity is None:
-        return None
-    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi)?", quantity)
-    assert match, f"unexpected memory quantity {quantity!r}"
-    return int(match.group(1)) * _BINARY.get(match.group(2) or "", 1)
-
-
-def _cpu(quantity: str | None) -> float | None:
-    if quantity is None:
-        return None
-    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
-
-
 def _runtime(backend: ExecutionBackend) -> LegacyRuntime:
     assert isinstance(backend, KubernetesExecutionBackend)
     runtime = backend._runtime
@@ -420,19 +393,7 @@ class TestLegacyRuntimeContract(ExecutionBackendContract):  # type: ignore[misc,
 
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> Any:
         template = _runtime(backend).job(handle).manifest["spec"]["template"]
-        [main] = [c for c in template["spec"]["containers"] if c["name"] == "main"]
-        resources = main.get("resources") or {}
-        limits = resources.get("limits") or {}
-        requests = resources.get("requests") or {}
-        return LaunchedTask(
-            image=main["image"],
-            command=list(main.get("args") or []),
-            env={e["name"]: e["value"] for e in main.get("env") or []},
-            labels=dict(template["metadata"]["labels"]),
-            cpu=_cpu(requests.get("cpu")),
-            memory_bytes=_memory(limits.get("memory")),
-            gpu_count=int(limits.get("nvidia.com/gpu", "0")),
-        )
+        return launched_from_template(template, LaunchedTask)
 
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         digest = "sha256:" + "0" * 64

@@ -20,7 +20,6 @@ from altar.backends.kubernetes import (
 from altar.backends.kubernetes.testing import FakeApiServer
 from altar.execution import (
     BackendUnavailableError,
-    ContainerTaskSpec,
     ResourceRequest,
     TaskHandle,
     TaskState,
@@ -28,20 +27,10 @@ from altar.execution import (
     UnsupportedCapabilityError,
 )
 
+from .specs import spec
+
 Make = Callable[..., KubernetesExecutionBackend]
 pytestmark = pytest.mark.asyncio
-
-
-def spec(**overrides: Any) -> ContainerTaskSpec:
-    values: dict[str, Any] = {
-        "kind": "score",
-        "image": "busybox:local",
-        "command": ["sh", "-c", "echo hi"],
-        "labels": {"job_id": "J", "fold": "0"},
-        "timeout_s": 600,
-    }
-    values.update(overrides)
-    return ContainerTaskSpec(**values)
 
 
 WEIGHTS = Transfer("gs://b/w.bin", "models/w.bin", digest="sha256:" + "0" * 64)

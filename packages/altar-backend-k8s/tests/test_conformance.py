@@ -6,7 +6,6 @@ the way the Job controller and kubelet would change a real cluster under the bac
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -23,11 +22,11 @@ from altar.execution import (
     Transfer,
 )
 
+from .launched import launched_from_template
+
 conformance = pytest.importorskip("altar.conformance")
 ExecutionBackendContract = conformance.ExecutionBackendContract
 LaunchedTask = conformance.LaunchedTask
-
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 def _fake(backend: ExecutionBackend) -> FakeApiServer:
@@ -42,20 +41,6 @@ def _job(backend: ExecutionBackend, handle: TaskHandle) -> tuple[str, str | None
     assert job is not None, f"no job {name} on the fake apiserver"
     assert uid is None or job["metadata"]["uid"] == uid
     return name, uid, job
-
-
-def _cpu(quantity: str | None) -> float | None:
-    if quantity is None:
-        return None
-    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
-
-
-def _memory(quantity: str | None) -> int | None:
-    if quantity is None:
-        return None
-    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", quantity)
-    assert match, f"unexpected memory quantity {quantity!r}"
-    return int(match.group(1)) * _BINARY.get(match.group(2) or "", 1)
 
 
 class TestKubernetesBackendContract(ExecutionBackendContract):  # type: ignore[misc, valid-type]
@@ -118,19 +103,7 @@ class TestKubernetesBackendContract(ExecutionBackendContract):  # type: ignore[m
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> Any:
         _, _, job = _job(backend, handle)
         template = job["spec"]["template"]
-        [main] = [c for c in template["spec"]["containers"] if c["name"] == "main"]
-        resources = main.get("resources") or {}
-        limits = resources.get("limits") or {}
-        requests = resources.get("requests") or {}
-        return LaunchedTask(
-            image=main["image"],
-            command=list(main.get("args") or []),
-            env={e["name"]: e["value"] for e in main.get("env") or []},
-            labels=dict(template["metadata"]["labels"]),
-            cpu=_cpu(requests.get("cpu")),
-            memory_bytes=_memory(limits.get("memory")),
-            gpu_count=int(limits.get("nvidia.com/gpu", "0")),
-        )
+        return launched_from_template(template, LaunchedTask)
 
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         digest = "sha256:" + "0" * 64

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import altar.backends.local as package
 import pytest
@@ -57,3 +59,27 @@ except ImportError:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "sdk needed only for the real runtime"
+
+
+SRC = Path(package.__file__).parent
+
+
+def _package_imports(path: Path) -> set[str]:
+    """The modules of this package that ``path`` imports (at any depth in the file)."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    return {m for m in imported if m.startswith("altar.backends.local")}
+
+
+def test_render_and_classify_take_only_values_from_the_seam() -> None:
+    """The pure rooms import nothing of this package but :mod:`.runtime` (as in k8s and Modal)."""
+    assert _package_imports(SRC / "runtime.py") == set()
+    assert _package_imports(SRC / "render.py") == {"altar.backends.local.runtime"}
+    assert _package_imports(SRC / "classify.py") == {"altar.backends.local.runtime"}
+
+
+def test_no_module_over_500_lines() -> None:
+    for path in SRC.rglob("*.py"):
+        assert len(path.read_text().splitlines()) <= 500, path

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import docker
@@ -362,13 +362,11 @@ async def test_gpu_is_refused_and_nothing_is_left_running(
     assert api.containers(all=True, filters={"label": [f"marker={marker}"]}) == []
 
 
-@pytest.mark.asyncio
-async def test_a_start_cut_off_midway_leaves_no_container_behind(
-    tmp_path: Path, api: docker.APIClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The start request times out (engine busy) after the container was created: submit
-    reports the engine unavailable, and the container it created is not left behind (a
-    start that went through after all would run a task nobody has a handle for)."""
+def _runtime_whose_start_times_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[DockerSdkRuntime, Callable[[], None]]:
+    """A real runtime whose start request starts the container, then times out (engine busy);
+    with a callable that puts the real start back."""
     runtime = DockerSdkRuntime()
     client = runtime.client()
     real_start = client.start
@@ -378,6 +376,17 @@ async def test_a_start_cut_off_midway_leaves_no_container_behind(
         raise requests.exceptions.ReadTimeout("read timed out")
 
     monkeypatch.setattr(client, "start", start_then_time_out)
+    return runtime, lambda: monkeypatch.setattr(client, "start", real_start)
+
+
+@pytest.mark.asyncio
+async def test_a_start_cut_off_midway_leaves_no_container_behind(
+    tmp_path: Path, api: docker.APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start request times out (engine busy) after the container was created: submit
+    reports the engine unavailable, and the container it created is not left behind (a
+    start that went through after all would run a task nobody has a handle for)."""
+    runtime, _ = _runtime_whose_start_times_out(monkeypatch)
     backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=runtime, watchdog=False)
     marker = uuid.uuid4().hex
     with pytest.raises(BackendUnavailableError, match="read timed out"):
@@ -692,24 +701,16 @@ async def test_issue_13_a_keyed_start_cut_off_midway_is_adopted_by_the_resubmit(
 ) -> None:
     """The start request times out after the engine started the container: with a submission
     key the container stays, and the resubmit (same key) adopts it; one container, one start."""
-    runtime = DockerSdkRuntime()
-    client = runtime.client()
-    real_start = client.start
-
-    def start_then_time_out(container: str) -> None:
-        real_start(container)
-        raise requests.exceptions.ReadTimeout("read timed out")
-
     run = f"cut-{SESSION}"
     key = hashlib.sha256(f"{run}\0t\x001".encode()).hexdigest()[:32]
     labels = {"altar.test": SESSION, "altar.run": run, "altar.submission": key}
     task = spec(["sleep", "300"], labels=labels)
-    monkeypatch.setattr(client, "start", start_then_time_out)
+    runtime, restore_start = _runtime_whose_start_times_out(monkeypatch)
     backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=runtime, watchdog=False)
     try:
         with pytest.raises(BackendUnavailableError, match="read timed out"):
             await backend.submit(task)
-        monkeypatch.setattr(client, "start", real_start)
+        restore_start()
         handle = await backend.submit(task)
         rows = api.containers(all=True, filters={"label": [f"altar.submission={key}"]})
         assert [row["Id"] for row in rows] == [handle.external_id]

@@ -4,6 +4,9 @@ The Job name hashes the spec, labels included, so a name conflict means one of t
 this very submission created the Job before (its answer was lost, or the runner died before
 journaling it), another driver runs the same work, or an earlier run of the same spec left
 a finished Job. The runner's submission key (``altar.submission``) tells the first apart.
+
+Outside the common anatomy because Kubernetes' name-conflict rules (spec-hash names, replace a
+finished Job) make adoption a decision of its own; kept pure so it is tested without a runtime.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from collections.abc import Mapping
 from typing import Literal
 
 from altar.backends.kubernetes.naming import MANAGED_BY_LABEL, identity_of
-from altar.backends.kubernetes.render import MANIFEST_DIGEST_ANNOTATION
-from altar.backends.kubernetes.values import K8sJobExistsError, K8sJobInfo
+from altar.backends.kubernetes.values import (
+    MANIFEST_DIGEST_ANNOTATION,
+    K8sJobExistsError,
+    K8sJobInfo,
+)
 from altar.execution import LABEL_SUBMISSION
 
 __all__ = ["Decision", "decide", "listed_labels", "refusal"]

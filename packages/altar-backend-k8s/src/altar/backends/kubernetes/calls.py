@@ -17,6 +17,9 @@ return type, :class:`RuntimeCalls` bridges it:
 
 A method inherited unchanged from the :class:`KubernetesRuntime` protocol (a 0.3.0 runtime
 that subclasses it after changing imports) counts as absent.
+
+Outside the common anatomy because only Kubernetes had altar 0.3.0 runtimes written by users
+(sync or async) that must keep working; the backend calls every runtime through this bridge.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Job names, handle ids and Kubernetes' label rules (pure functions)."""
+"""Job names, handle ids and Kubernetes' label rules (pure functions).
+
+Outside the common anatomy because Job names and label rules are used by the renderer, the
+backend and the seam fake alike; a leaf of pure functions keeps them out of each other.
+"""
 
 from __future__ import annotations
 

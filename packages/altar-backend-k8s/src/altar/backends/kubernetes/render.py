@@ -26,7 +26,11 @@ from altar.backends.kubernetes.naming import (
     validate_label_key,
     validate_labels,
 )
-from altar.backends.kubernetes.values import MAIN_CONTAINER, VERIFY_INPUTS_CONTAINER
+from altar.backends.kubernetes.values import (
+    MAIN_CONTAINER,
+    MANIFEST_DIGEST_ANNOTATION,
+    VERIFY_INPUTS_CONTAINER,
+)
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
     ContainerTaskSpec,
@@ -52,7 +56,6 @@ __all__ = [
     "render_manifest",
 ]
 
-MANIFEST_DIGEST_ANNOTATION = "altar.kundajelab.org/manifest-sha256"
 POOL_ANNOTATION = "altar.kundajelab.org/pool"
 GPU_RESOURCE_KEY = "nvidia.com/gpu"
 DEFAULT_DIGEST_VERIFIER_IMAGE = (

@@ -292,18 +292,10 @@ class ClientRuntime:
         return job_info_from_object(job)
 
     def list_jobs(self, *, namespace: str, label_selector: str | None = None) -> list[K8sJobInfo]:
-        from kubernetes.client.exceptions import ApiException
-
-        kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        try:
-            listing = self._request_json(
-                "list jobs", lambda: self._batch().list_namespaced_job(namespace, **kwargs)
-            )
-        except ApiException as error:
-            raise self._api_error("list jobs", error) from error
-        return [job_info_from_object(item) for item in listing.get("items") or []]
+        items = self._list(
+            "jobs", lambda: self._batch().list_namespaced_job, namespace, label_selector
+        )
+        return [job_info_from_object(item) for item in items]
 
     def delete_job(
         self,
@@ -341,18 +333,29 @@ class ClientRuntime:
         return True
 
     def list_pods(self, *, namespace: str, label_selector: str | None = None) -> list[K8sPodInfo]:
+        items = self._list(
+            "pods", lambda: self._core().list_namespaced_pod, namespace, label_selector
+        )
+        return [pod_info_from_object(item) for item in items]
+
+    def _list(
+        self,
+        kind: str,
+        method: Callable[[], Callable[..., Any]],
+        namespace: str,
+        label_selector: str | None,
+    ) -> list[Any]:
+        """The ``items`` of one namespaced list call (``method()`` gives the API method)."""
         from kubernetes.client.exceptions import ApiException
 
         kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
         if label_selector:
             kwargs["label_selector"] = label_selector
         try:
-            listing = self._request_json(
-                "list pods", lambda: self._core().list_namespaced_pod(namespace, **kwargs)
-            )
+            listing = self._request_json(f"list {kind}", lambda: method()(namespace, **kwargs))
         except ApiException as error:
-            raise self._api_error("list pods", error) from error
-        return [pod_info_from_object(item) for item in listing.get("items") or []]
+            raise self._api_error(f"list {kind}", error) from error
+        return list(listing.get("items") or [])
 
     def read_log_tail(
         self, pod_name: str, *, namespace: str, container: str, lines: int

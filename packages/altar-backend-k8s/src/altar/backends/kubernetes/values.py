@@ -3,6 +3,9 @@
 Everything else in the package imports from here and this module imports nothing of the
 package, so the seam (:mod:`.runtime`), the wire parsers (:mod:`.wire`), the classifier
 (:mod:`.classify`) and the renderer (:mod:`.render`) never import each other to share a type.
+
+Outside the common anatomy (where :mod:`.runtime` holds the values, as in local and Modal)
+because the Kubernetes seam keeps only protocols in :mod:`.runtime` (issue 12, item 4).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from altar.execution import AltarError, TaskState
 
 __all__ = [
     "MAIN_CONTAINER",
+    "MANIFEST_DIGEST_ANNOTATION",
     "VERIFY_INPUTS_CONTAINER",
     "ContainerExit",
     "JobCondition",
@@ -29,6 +33,8 @@ __all__ = [
 MAIN_CONTAINER = "main"
 #: The init container that checks declared input digests before the task starts.
 VERIFY_INPUTS_CONTAINER = "verify-inputs"
+#: The rendered manifest's digest on every Job: written by :mod:`.render`, read by :mod:`.adoption`.
+MANIFEST_DIGEST_ANNOTATION = "altar.kundajelab.org/manifest-sha256"
 
 PropagationPolicy = Literal["Background", "Foreground"]
 

@@ -1,6 +1,9 @@
 """Reading Job and Pod objects (the API's JSON) into the plain values of :mod:`.values`.
 
 Only wire format lives here; what a Job's conditions mean is :mod:`.classify`'s concern.
+
+Outside the common anatomy because the Kubernetes API's JSON is large enough to need its own
+parsers; the real runtime and the fake API server's clients both produce it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from altar.backends.local.render import timeout_from_labels
-from altar.backends.local.runtime import ContainerSummary
+from altar.backends.local.runtime import ContainerSummary, timeout_from_labels
 from altar.execution import TaskFailure, TaskState
 
 __all__ = [

@@ -11,6 +11,9 @@ learns the outcome of every container that ended since with no request beyond it
 A record is never assumed: a container without one is left to the poller's other paths (the
 engine's window, then an inspect). A broken stream is reopened from the last event seen, so the
 engine replays the gap as far as its window reaches.
+
+Outside the common anatomy (runtime, sdk_runtime, render, classify, fake, backend) because only
+Docker offers a live event stream worth following; the backend builds it over the seam.
 """
 
 from __future__ import annotations

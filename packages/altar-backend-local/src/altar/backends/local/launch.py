@@ -9,6 +9,9 @@ unkeyed one (altar 0.3.0 specs) is removed, since nobody could find it again.
 
 Ownership: the :class:`Launcher` remembers which runs it submitted to (or listed) and which keys
 it holds handles for, so ``capacity`` can leave out a killed runner's orphans (issue 13).
+
+Outside the common anatomy because Docker has no create-if-absent: the adopt/start/remove
+dance over the seam is long enough for its own module (Kubernetes' pure part is ``adoption``).
 """
 
 from __future__ import annotations

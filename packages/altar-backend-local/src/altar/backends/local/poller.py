@@ -11,6 +11,9 @@ that just ended need their outcome (exit code, OOM kill, start and finish times)
 
 Absence of an ``oom`` event is trusted only next to a ``die`` event. Outcomes are cached: a
 container is looked at in detail once in its life.
+
+Outside the common anatomy because observing many containers cheaply (events, window, inspect)
+is more than :mod:`.classify`'s pure mapping; it uses that mapping and is the backend's ``poll``.
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ from altar.backends.local.classify import (
     timeout_failure,
 )
 from altar.backends.local.events import EventFollower
-from altar.backends.local.render import timeout_from_labels
 from altar.backends.local.runtime import (
+    ContainerDetail,
     ContainerEvent,
     ContainerNotFoundError,
     ContainerSummary,
     DockerRuntime,
+    timeout_from_labels,
 )
 from altar.execution import TaskFailure, TaskState
 
@@ -222,13 +226,8 @@ class Poller:
             known = self._started.get(container_id)
         if known is not None:
             return known
-        try:
-            detail = self.runtime.inspect(container_id)
-        except ContainerNotFoundError:
-            return None
-        if detail.started_at is not None:
-            self.note_start(detail.id, detail.started_at)
-        return detail.started_at
+        detail = self._inspect_noting_start(container_id)
+        return None if detail is None else detail.started_at
 
     def _remember_as(self, key: str, container_id: str, observation: Observation) -> None:
         self.remember(container_id, observation)
@@ -295,13 +294,20 @@ class Poller:
         return outcomes
 
     def _inspect(self, container_id: str) -> Outcome | None:
+        detail = self._inspect_noting_start(container_id)
+        if detail is None:
+            return None
+        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at, detail.started_at)
+
+    def _inspect_noting_start(self, container_id: str) -> ContainerDetail | None:
+        """One inspect (None if the container is gone), remembering its start time if any."""
         try:
             detail = self.runtime.inspect(container_id)
         except ContainerNotFoundError:
             return None
         if detail.started_at is not None:
             self.note_start(detail.id, detail.started_at)
-        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at, detail.started_at)
+        return detail
 
 
 def _from_events(

@@ -13,7 +13,14 @@ import math
 import os
 from typing import Any
 
-from altar.backends.local.runtime import ContainerRequest
+from altar.backends.local.runtime import (
+    BACKEND_LABEL,
+    BACKEND_LABEL_VALUE,
+    RESERVED_LABELS,
+    TIMEOUT_LABEL,
+    ContainerRequest,
+    timeout_from_labels,
+)
 from altar.execution import CONTAINER_MOUNT_ROOT, ContainerTaskSpec, UnsupportedCapabilityError
 from altar.execution.labels import (
     LABEL_ATTEMPT,
@@ -44,12 +51,6 @@ __all__ = [
     "timeout_from_labels",
 ]
 
-#: Identity label on every container this backend starts (lists and events filter on it).
-BACKEND_LABEL = "altar.backend"
-BACKEND_LABEL_VALUE = "local"
-#: The task's wall-clock limit in seconds (same key as altar 0.3.0, so its containers read too).
-TIMEOUT_LABEL = "altar.timeout_s"
-RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
 #: The runner's identity labels (issue 13; altar-core's names), passed through unchanged.
 RUN_LABEL = LABEL_RUN
 TASK_LABEL = LABEL_TASK
@@ -114,14 +115,6 @@ def contained_host_path(data_root: str, logical_path: str, *, follow_last: bool 
             f"a symlink ({probe!r} resolves to {real!r}); a task may have made it"
         )
     return path
-
-
-def timeout_from_labels(labels: dict[str, str]) -> int | None:
-    """The limit a container carries, or None (no label, or not a positive integer)."""
-    value = labels.get(TIMEOUT_LABEL, "")
-    if value.isascii() and value.isdigit() and int(value) > 0:
-        return int(value)
-    return None
 
 
 def container_name(labels: dict[str, str]) -> str | None:

@@ -4,7 +4,9 @@
 :class:`~altar.backends.local.sdk_runtime.DockerSdkRuntime` implements it with the docker SDK
 against a real engine; :class:`~altar.backends.local.fake.FakeDockerRuntime` implements it in
 memory for tests. Only plain values cross the seam, and every method is
-synchronous (the backend calls them through :func:`asyncio.to_thread`).
+synchronous (the backend calls them through :func:`asyncio.to_thread`). The labels this
+backend's containers carry live here too: :mod:`.render` writes them and :mod:`.classify` and the
+poller read them back, so the two pure modules take them from the seam, not from each other.
 
 Errors crossing the seam:
 
@@ -23,11 +25,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+#: Identity label on every container this backend starts (lists and events filter on it).
+BACKEND_LABEL = "altar.backend"
+BACKEND_LABEL_VALUE = "local"
+#: The task's wall-clock limit in seconds (same key as altar 0.3.0, so its containers read too).
+TIMEOUT_LABEL = "altar.timeout_s"
+RESERVED_LABELS = frozenset({BACKEND_LABEL, TIMEOUT_LABEL})
 #: Container states that have not ended (the engine's ``status`` filter values).
 LIVE_CONTAINER_STATES = ("created", "running", "paused", "restarting", "removing")
 
 __all__ = [
+    "BACKEND_LABEL",
+    "BACKEND_LABEL_VALUE",
     "LIVE_CONTAINER_STATES",
+    "RESERVED_LABELS",
+    "TIMEOUT_LABEL",
     "ContainerDetail",
     "ContainerEvent",
     "ContainerExistsError",
@@ -38,6 +50,7 @@ __all__ = [
     "EngineRefusedError",
     "EventStream",
     "LogTail",
+    "timeout_from_labels",
 ]
 
 
@@ -209,3 +222,11 @@ class DockerRuntime(Protocol):
     def log_tails(self, container_id: str, lines: int) -> LogTail:
         """The last ``lines`` of stdout and of stderr, apart; raises ContainerNotFoundError."""
         ...
+
+
+def timeout_from_labels(labels: dict[str, str]) -> int | None:
+    """The limit a container carries, or None (no label, or not a positive integer)."""
+    value = labels.get(TIMEOUT_LABEL, "")
+    if value.isascii() and value.isdigit() and int(value) > 0:
+        return int(value)
+    return None

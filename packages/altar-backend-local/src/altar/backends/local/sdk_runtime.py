@@ -3,6 +3,10 @@
 Works against any Docker-compatible socket: ``DOCKER_HOST`` (and ``DOCKER_TLS_VERIFY`` /
 ``DOCKER_CERT_PATH``) as the docker CLI reads them, or an explicit ``base_url``. The API
 version is negotiated with the engine on first use, so old (20.10) and new engines both work.
+
+It imports :func:`.render.create_body` (the one arrow from a real runtime to its renderer):
+the seam carries a :class:`~.runtime.ContainerRequest` value so the fake sees values, and the
+exact Engine API body is rendered here, by the pure function the reference files pin.
 """
 
 from __future__ import annotations

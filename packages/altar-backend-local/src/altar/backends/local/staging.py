@@ -8,6 +8,8 @@ the containment rule: a logical path, or a symlink a task made, must not lead ou
 root, for staging and for collecting alike.
 
 ``Stager``, ``local_path`` and ``StageAction`` keep their names for one release (altar 0.4).
+
+Outside the common anatomy as Modal's ``staging`` is: the transfer rules of this provider.
 """
 
 from __future__ import annotations

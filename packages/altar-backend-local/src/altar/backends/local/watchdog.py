@@ -3,6 +3,9 @@
 ``poll`` enforces deadlines from the containers' labels (so a fresh process does too); the
 watchdog adds enforcement between polls. It is best effort: a failed kill is left to the next
 poll, which classifies the task from its finish time either way.
+
+Outside the common anatomy: only a local engine has no server-side deadline (Kubernetes has
+``activeDeadlineSeconds``, Modal a sandbox timeout), so this process enforces one itself.
 """
 
 from __future__ import annotations

@@ -31,9 +31,12 @@ from altar.backends.modal.staging import (
 )
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    LABEL_RUN,
     BackendImportError,
     BackendUnavailableError,
     ContainerTaskSpec,
+    DigestVerification,
+    ExecutionBackend,
     PathResolver,
     TaskFailure,
     TaskHandle,
@@ -41,15 +44,14 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     TransferIntegrityError,
+    gather_bounded,
+    mint_handle,
+    temp_path,
+    verify_output_digest,
     verify_transfer_digest,
 )
-from altar.execution.atomic import fsync_directory, temp_path
-from altar.execution.backend import DigestVerification, ExecutionBackend
+from altar.execution.atomic import fsync_directory
 from altar.execution.digest import input_label, require_digest_file
-from altar.execution.gather import gather_bounded
-from altar.execution.handles import mint_handle
-from altar.execution.labels import LABEL_RUN
-from altar.execution.stager import verify_output_digest
 
 __all__ = ["DEFAULT_APP_NAME", "DEFAULT_VOLUME_NAME", "ModalExecutionBackend"]
 

@@ -8,6 +8,9 @@ A staged input with a digest gets a one-line record beside it on the volume, at
 ``<version>`` is what the runtime reports for the uploaded file (the SDK runtime: its size and
 mtime on the volume). A later ``stage_inputs`` skips the upload while the file's current
 version still renders the same line; rewriting the file changes its version and voids it.
+
+Outside the common anatomy because staging to a Volume (records beside remote files) is
+Modal's own transfer rule, as ``staging`` is the local backend's.
 """
 
 from __future__ import annotations

@@ -180,6 +180,16 @@ class JobController:
             self._timers.append(timer)
             timer.start()
 
+    def _fail_backoff(self, job: JsonDict, *, settled: bool) -> None:
+        """The Job controller's verdict once the Job's pods failed past its backoff limit."""
+        self._set_terminal(
+            job,
+            succeeded=False,
+            reason="BackoffLimitExceeded",
+            message="Job has reached the specified backoff limit",
+            settled=settled,
+        )
+
     def finish_job(
         self,
         name: str,
@@ -214,13 +224,7 @@ class JobController:
                     settled=settled,
                 )
             else:
-                self._set_terminal(
-                    job,
-                    succeeded=False,
-                    reason="BackoffLimitExceeded",
-                    message="Job has reached the specified backoff limit",
-                    settled=settled,
-                )
+                self._fail_backoff(job, settled=settled)
 
     def oom_kill(self, name: str, *, namespace: str = "default", uid: str | None = None) -> None:
         """The main container is killed for its memory limit (exit 137, ``OOMKilled``)."""
@@ -244,13 +248,7 @@ class JobController:
                 main=None,
                 phase="Failed",
             )
-            self._set_terminal(
-                job,
-                succeeded=False,
-                reason="BackoffLimitExceeded",
-                message="Job has reached the specified backoff limit",
-                settled=True,
-            )
+            self._fail_backoff(job, settled=True)
 
     def expire_job(self, name: str, *, namespace: str = "default", uid: str | None = None) -> None:
         """The Job runs past ``activeDeadlineSeconds``: its pod is killed, the Job fails."""
@@ -302,13 +300,7 @@ class JobController:
                     }
                 ],
             )
-            self._set_terminal(
-                job,
-                succeeded=False,
-                reason="BackoffLimitExceeded",
-                message="Job has reached the specified backoff limit",
-                settled=True,
-            )
+            self._fail_backoff(job, settled=True)
 
     def fail_without_pods(
         self, name: str, *, namespace: str = "default", uid: str | None = None
@@ -318,13 +310,7 @@ class JobController:
             job = self._find_job(namespace, name, uid)
             pod = self._pod_for(job)
             del self._store.pods[(namespace, pod["metadata"]["name"])]
-            self._set_terminal(
-                job,
-                succeeded=False,
-                reason="BackoffLimitExceeded",
-                message="Job has reached the specified backoff limit",
-                settled=True,
-            )
+            self._fail_backoff(job, settled=True)
 
     def write_log(
         self,
