@@ -38,6 +38,7 @@ from altar.execution import (
     PathResolver,
     TaskFailure,
     TaskHandle,
+    TaskLogs,
     TaskState,
     TaskStatus,
     Transfer,
@@ -45,11 +46,23 @@ from altar.execution import (
     gather_bounded,
     mint_handle,
 )
+from altar.execution.atomic import atomic_write
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend", "tail_lines"]
+__all__ = [
+    "DATA_ROOT_ENV",
+    "LOG_DIR",
+    "LOG_TAIL_LINES",
+    "LocalDockerExecutionBackend",
+    "tail_lines",
+]
 
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
+#: Under the data root: where ``cleanup`` keeps each removed container's logs
+#: (``<container id>/stdout`` and ``stderr``), so ``altar logs`` works for finished tasks.
+LOG_DIR = ".altar-logs"
+# Docker's smallest memory limit ("Minimum memory limit allowed is 6MB").
+_MIN_MEMORY_BYTES = 6 * 1024 * 1024
 _CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
 # How engines word a device request they cannot satisfy ('could not select device driver ""
 # with capabilities: [[gpu]]', 'nvidia-container-cli: device error: ...'); a GPU task refused
@@ -95,6 +108,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
       exit codes, OOM kills and start times as they happen (default True); False inspects each
       finished container;
     - ``watchdog``: also kill containers at their deadline between polls (default True);
+    - ``keep_logs``: before ``cleanup`` removes a container, save its stdout and stderr under
+      ``<data_root>/.altar-logs/<container id>/`` for :meth:`task_logs` (default True);
     - ``runtime``: a :class:`~altar.backends.local.runtime.DockerRuntime` (tests pass a fake).
     """
 
@@ -119,6 +134,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         trust_verification_records: bool = True,
         use_events: bool = True,
         watchdog: bool = True,
+        keep_logs: bool = True,
         runtime: DockerRuntime | None = None,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
@@ -138,6 +154,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self.network = network
         self.gpu_devices = gpu_devices
         self.trust_verification_records = trust_verification_records
+        self.keep_logs = keep_logs
         self.runtime: DockerRuntime = runtime or _sdk_runtime(docker_host)
         self._poller = Poller(self.runtime, use_events=use_events)
         # Followed from the first submit or poll on (not from here: constructing a backend, as
@@ -247,7 +264,15 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             observation = observations.get(handle.external_id) or missing(
                 handle.external_id, "not a Docker container id"
             )
-            statuses.append(TaskStatus(handle, observation.state, observation.failure))
+            statuses.append(
+                TaskStatus(
+                    handle,
+                    observation.state,
+                    observation.failure,
+                    started_at=observation.started_at,
+                    finished_at=observation.finished_at,
+                )
+            )
         if self._watchdog is not None:
             self._watchdog.forget(s.handle.external_id for s in statuses if s.state.is_terminal)
         return statuses
@@ -285,6 +310,81 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         lines = tail_lines(tails.stdout.splitlines(), tails.stderr.splitlines(), LOG_TAIL_LINES)
         return "\n".join(lines) if lines else None
 
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """The container's whole stdout and stderr, apart (one logs request) while it exists;
+        after ``cleanup`` removed it, what cleanup saved under the data root; else None."""
+        container_id = handle.external_id
+        if not _CONTAINER_ID.fullmatch(container_id):
+            return None
+        try:
+            streams = await self._thread(lambda: self.runtime.logs(container_id))
+        except ContainerNotFoundError:
+            return await self._thread(lambda: self._saved_logs(container_id))
+        return TaskLogs(streams.stdout, streams.stderr)
+
+    def _log_dir(self, container_id: str) -> str:
+        return os.path.join(self.data_root, LOG_DIR, container_id)
+
+    def _save_logs(self, container_id: str) -> None:
+        """Write the container's logs (0600) beside the data it worked on; one logs request."""
+        try:
+            streams = self.runtime.logs(container_id)
+        except ContainerNotFoundError:
+            return
+        directory = self._log_dir(container_id)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        atomic_write(os.path.join(directory, "stdout"), streams.stdout.encode())
+        atomic_write(os.path.join(directory, "stderr"), streams.stderr.encode())
+
+    def _saved_logs(self, container_id: str) -> TaskLogs | None:
+        directory = self._log_dir(container_id)
+        try:
+            with open(os.path.join(directory, "stdout"), encoding="utf-8", errors="replace") as f:
+                stdout = f.read()
+            with open(os.path.join(directory, "stderr"), encoding="utf-8", errors="replace") as f:
+                stderr = f.read()
+        except FileNotFoundError:
+            return None
+        return TaskLogs(stdout, stderr)
+
+    # -- checks (``altar check``, ``altar run --dry-run``) -------------------------------------
+
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        """Refuse what :meth:`submit` would: reserved labels, a GPU count above
+        ``gpu_devices``, a CPU quota below 0.01 or above the engine's CPUs (one info request,
+        only for a spec with a CPU limit), a memory limit below Docker's 6 MB. Creates nothing.
+
+        A GPU request on a host whose GPUs are unknown (``gpu_devices`` unset) is accepted:
+        the engine says whether it can provide GPUs only when asked to start a container.
+        """
+        request = render_request(
+            spec,
+            data_root=self.data_root,
+            user=self.container_user,
+            network_mode=self.network,
+            gpu_devices=self.gpu_devices,
+        )
+        if request.memory_bytes is not None and request.memory_bytes < _MIN_MEMORY_BYTES:
+            raise UnsupportedCapabilityError(
+                f"task {spec.kind!r} asks for {spec.resources.memory_gb!r} GB of memory, but "
+                "Docker cannot limit a container to less than 6 MB",
+                capability="memory",
+            )
+        if request.nano_cpus is not None:
+            cpus = await self._thread(self.runtime.cpu_count)
+            if cpus and request.nano_cpus > cpus * 1_000_000_000:
+                raise UnsupportedCapabilityError(
+                    f"task {spec.kind!r} asks for {spec.resources.cpu!r} CPUs, but the Docker "
+                    f"engine has {cpus}",
+                    capability="cpu",
+                )
+
+    async def image_present(self, image: str) -> bool | None:
+        """True when the engine has ``image`` (one image inspect), else None: submit pulls a
+        missing image, and whether a registry has it is known only by pulling it."""
+        present = await self._thread(lambda: self.runtime.image_present(image))
+        return True if present else None
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def cancel(self, handle: TaskHandle) -> None:
@@ -311,6 +411,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             if s.state.is_terminal
             and not (s.failure is not None and s.failure.reason == "container_missing")
         ]
+        if self.keep_logs:
+            # Saved before the removal: killed in between, the next cleanup saves them again.
+            await gather_bounded([asyncio.to_thread(self._save_logs, cid) for cid in finished], 8)
         await gather_bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
         if self._follower is not None:
             self._follower.forget(finished)
