@@ -11,7 +11,7 @@ from altar.backends.local import LocalDockerExecutionBackend
 from altar.backends.local.fake import FakeDockerRuntime
 from altar.execution import (
     ContainerTaskSpec,
-    ResourceRequest as Resources,
+    ResourceRequest,
     TaskLogs,
     TaskState,
     UnsupportedCapabilityError,
@@ -42,7 +42,8 @@ async def test_a_finished_task_reports_the_engines_start_and_finish(
     (done,) = await backend.poll([handle])
     assert done.state is TaskState.SUCCEEDED
     assert (done.started_at, done.finished_at) == (container.started_at, container.finished_at)
-    assert done.started_at is not None and done.finished_at is not None
+    assert done.started_at is not None
+    assert done.finished_at is not None
     backend.close()
 
 
@@ -80,7 +81,7 @@ async def test_task_logs_are_apart_and_kept_after_cleanup(
     assert handle.external_id not in engine.containers
     assert await backend.task_logs(handle) == expected  # from what cleanup saved
     saved = Path(backend.data_root, ".altar-logs", handle.external_id, "stderr")
-    assert saved.stat().st_mode & 0o777 == 0o600
+    assert saved.stat().st_mode & 0o777 == 0o600  # noqa: ASYNC240
     backend.close()
 
 
@@ -97,7 +98,7 @@ async def test_without_keep_logs_a_removed_task_has_none(
     await backend.poll([handle])
     await backend.cleanup([handle])
     assert await backend.task_logs(handle) is None
-    assert not os.path.exists(os.path.join(backend.data_root, ".altar-logs"))
+    assert not os.path.exists(os.path.join(backend.data_root, ".altar-logs"))  # noqa: ASYNC240
     backend.close()
 
 
@@ -114,15 +115,15 @@ async def test_task_logs_of_a_handle_that_is_no_container_id_is_none(
 @pytest.mark.parametrize(
     ("resources", "capability"),
     [
-        (Resources(cpu=3), "cpu"),  # the engine has 2
-        (Resources(cpu=0.001), "cpu"),
-        (Resources(memory_gb=0.001), "memory"),
-        (Resources(gpu="a100", count=2), "gpu"),  # the host has 1
+        (ResourceRequest(cpu=3), "cpu"),  # the engine has 2
+        (ResourceRequest(cpu=0.001), "cpu"),
+        (ResourceRequest(memory_gb=0.001), "memory"),
+        (ResourceRequest(gpu="a100", count=2), "gpu"),  # the host has 1
     ],
     ids=["cpu-above-engine", "cpu-below-min", "memory-below-6mb", "gpu-above-host"],
 )
 async def test_check_spec_refuses_what_submit_refuses_and_creates_nothing(
-    tmp_path: Path, resources: Resources, capability: str
+    tmp_path: Path, resources: ResourceRequest, capability: str
 ) -> None:
     engine = FakeDockerRuntime(cpus=2, gpu_devices=1)
     backend = LocalDockerExecutionBackend(
@@ -131,8 +132,9 @@ async def test_check_spec_refuses_what_submit_refuses_and_creates_nothing(
     with pytest.raises(UnsupportedCapabilityError) as refused:
         await backend.check_spec(spec(resources=resources))
     assert refused.value.capability == capability
-    assert engine.containers == {} and engine.requests["create"] == 0
-    assert not os.path.exists(backend.data_root)  # nothing staged or prepared
+    assert engine.containers == {}
+    assert engine.requests["create"] == 0
+    assert not os.path.exists(backend.data_root)  # noqa: ASYNC240 - nothing prepared
     with pytest.raises(UnsupportedCapabilityError):  # and submit does refuse it
         await backend.submit(spec(resources=resources))
 
@@ -141,7 +143,7 @@ async def test_check_spec_refuses_what_submit_refuses_and_creates_nothing(
 async def test_check_spec_accepts_what_submit_accepts(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:
-    await backend.check_spec(spec(resources=Resources(cpu=2, memory_gb=0.5)))
+    await backend.check_spec(spec(resources=ResourceRequest(cpu=2, memory_gb=0.5)))
     with pytest.raises(ValueError, match="reserved"):
         await backend.check_spec(spec(labels={"altar.timeout_s": "1"}))
     assert engine.containers == {}
