@@ -185,6 +185,11 @@ class KubernetesExecutionBackend(ExecutionBackend):
         digest = annotate_manifest_digest(manifest)
         return manifest, digest
 
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        """Refuse what :meth:`submit` would, with no API call: the Job is rendered (GPU pools
+        not configured, caps, inputs the task cannot verify) and thrown away."""
+        self.render(spec)
+
     # -- submit --
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
