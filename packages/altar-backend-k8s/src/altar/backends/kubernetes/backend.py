@@ -340,19 +340,9 @@ class KubernetesExecutionBackend(ExecutionBackend):
             failure = self._outcomes.get(key) or failures.get(key)
             if failure is None:
                 failure = classify_failure(job, [])
-            return TaskStatus(
-                handle,
-                TaskState.FAILED,
-                failure,
-                started_at=job.start_time,
-                finished_at=job.end_time,
-            )
-        return TaskStatus(
-            handle,
-            job.state,
-            started_at=job.start_time,
-            finished_at=job.end_time if job.state.is_terminal else None,
-        )
+            return TaskStatus(handle, TaskState.FAILED, failure, job.start_time, job.end_time)
+        end = job.end_time if job.state.is_terminal else None  # the Job's own times (issue 15)
+        return TaskStatus(handle, job.state, None, job.start_time, end)
 
     def _missing_status(
         self, handle: TaskHandle, name: str, uid: str | None, newer: K8sJobInfo | None

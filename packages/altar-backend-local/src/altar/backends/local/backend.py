@@ -10,9 +10,11 @@ import time
 from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
+from altar.backends.local.checks import check_request
 from altar.backends.local.classify import DEADLINE_SLACK_S
 from altar.backends.local.events import EventFollower
 from altar.backends.local.launch import Launcher
+from altar.backends.local.logs import LOG_DIR, LogKeeper
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.render import (
     BACKEND_LABEL,
@@ -46,7 +48,6 @@ from altar.execution import (
     gather_bounded,
     mint_handle,
 )
-from altar.execution.atomic import atomic_write
 
 __all__ = [
     "DATA_ROOT_ENV",
@@ -58,11 +59,6 @@ __all__ = [
 
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
-#: Under the data root: where ``cleanup`` keeps each removed container's logs
-#: (``<container id>/stdout`` and ``stderr``), so ``altar logs`` works for finished tasks.
-LOG_DIR = ".altar-logs"
-# Docker's smallest memory limit ("Minimum memory limit allowed is 6MB").
-_MIN_MEMORY_BYTES = 6 * 1024 * 1024
 _CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
 # How engines word a device request they cannot satisfy ('could not select device driver ""
 # with capabilities: [[gpu]]', 'nvidia-container-cli: device error: ...'); a GPU task refused
@@ -171,6 +167,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
         self.last_staging: list[tuple[Transfer, StageAction]] = []
         self._launcher = Launcher(self.runtime, self.data_root, self._prepare_outputs)
+        self._logs = LogKeeper(self.runtime, self.data_root)
 
     def __repr__(self) -> str:
         return f"LocalDockerExecutionBackend(data_root={self.data_root!r})"
@@ -319,33 +316,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         try:
             streams = await self._thread(lambda: self.runtime.logs(container_id))
         except ContainerNotFoundError:
-            return await self._thread(lambda: self._saved_logs(container_id))
+            return await self._thread(lambda: self._logs.saved(container_id))
         return TaskLogs(streams.stdout, streams.stderr)
-
-    def _log_dir(self, container_id: str) -> str:
-        return os.path.join(self.data_root, LOG_DIR, container_id)
-
-    def _save_logs(self, container_id: str) -> None:
-        """Write the container's logs (0600) beside the data it worked on; one logs request."""
-        try:
-            streams = self.runtime.logs(container_id)
-        except ContainerNotFoundError:
-            return
-        directory = self._log_dir(container_id)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        atomic_write(os.path.join(directory, "stdout"), streams.stdout.encode())
-        atomic_write(os.path.join(directory, "stderr"), streams.stderr.encode())
-
-    def _saved_logs(self, container_id: str) -> TaskLogs | None:
-        directory = self._log_dir(container_id)
-        try:
-            with open(os.path.join(directory, "stdout"), encoding="utf-8", errors="replace") as f:
-                stdout = f.read()
-            with open(os.path.join(directory, "stderr"), encoding="utf-8", errors="replace") as f:
-                stderr = f.read()
-        except FileNotFoundError:
-            return None
-        return TaskLogs(stdout, stderr)
 
     # -- checks (``altar check``, ``altar run --dry-run``) -------------------------------------
 
@@ -364,20 +336,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             network_mode=self.network,
             gpu_devices=self.gpu_devices,
         )
-        if request.memory_bytes is not None and request.memory_bytes < _MIN_MEMORY_BYTES:
-            raise UnsupportedCapabilityError(
-                f"task {spec.kind!r} asks for {spec.resources.memory_gb!r} GB of memory, but "
-                "Docker cannot limit a container to less than 6 MB",
-                capability="memory",
-            )
-        if request.nano_cpus is not None:
-            cpus = await self._thread(self.runtime.cpu_count)
-            if cpus and request.nano_cpus > cpus * 1_000_000_000:
-                raise UnsupportedCapabilityError(
-                    f"task {spec.kind!r} asks for {spec.resources.cpu!r} CPUs, but the Docker "
-                    f"engine has {cpus}",
-                    capability="cpu",
-                )
+        await self._thread(lambda: check_request(spec, request, self.runtime.cpu_count))
 
     async def image_present(self, image: str) -> bool | None:
         """True when the engine has ``image`` (one image inspect), else None: submit pulls a
@@ -413,7 +372,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         ]
         if self.keep_logs:
             # Saved before the removal: killed in between, the next cleanup saves them again.
-            await gather_bounded([asyncio.to_thread(self._save_logs, cid) for cid in finished], 8)
+            await gather_bounded([asyncio.to_thread(self._logs.save, cid) for cid in finished], 8)
         await gather_bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
         if self._follower is not None:
             self._follower.forget(finished)
