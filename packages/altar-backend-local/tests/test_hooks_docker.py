@@ -99,7 +99,7 @@ def test_status_after_a_resume_shows_the_providers_duration(
         'id = "nap"\n'
         'kind = "nap"\n'
         f'image = "{IMAGE}"\n'
-        'command = ["sleep", "2"]\n'
+        'command = ["sh", "-c", "echo hello; echo oops >&2; sleep 2"]\n'
         f'labels = {{ altar-test = "{SESSION}" }}\n'
     )
     run_dir = tmp_path / "run"
@@ -146,3 +146,9 @@ def test_status_after_a_resume_shows_the_providers_duration(
     (task,) = [t for t in json.loads(shown.stdout)["tasks"] if t["id"] == "nap"]
     # the engine's own stamps (State, or its start/die events: ms apart), not the driver's
     assert task["duration_s"] == pytest.approx(engine_s, abs=0.5)
+    # the run's cleanup removed the container; its logs were kept for `altar logs`
+    assert not api.containers(all=True, filters={"id": container})
+    logs = subprocess.run(
+        [ALTAR, "logs", run_dir, "nap"], capture_output=True, text=True, check=False
+    )
+    assert (logs.returncode, logs.stdout, logs.stderr) == (0, "hello\n", "oops\n")
