@@ -39,7 +39,7 @@ from altar.execution.errors import (
     RunStoppedError,
 )
 from altar.execution.journal import Journal, lock_is_held
-from altar.execution.plan import Plan, load_plan
+from altar.execution.plan import Plan, load_plan, resolve_path_options
 from altar.execution.progress import (
     WARNINGS,
     ProgressPrinter,
@@ -229,8 +229,10 @@ def _backend_for(
             'type = "local" or pass --backend'
         )
     options = dict(plan.backend_options) if name == plan.backend_type else {}
-    options.update(dict(overrides))
     try:
+        if options:  # the plan's own options: relative paths are relative to the plan
+            options = resolve_path_options(options, default_registry.get(name), plan.base_dir)
+        options.update(dict(overrides))
         backend = create_backend(name, options, source=f"{plan.source}: backend.options")
     except RegistryError as error:
         if backend_type:  # named on the command line: the message says it all

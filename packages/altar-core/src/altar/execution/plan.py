@@ -25,6 +25,7 @@ Relative ``uri`` paths resolve against the plan file's directory. Every problem 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -100,6 +101,8 @@ class Plan:
     source: str = "plan"
     description: str | None = None
     dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    base_dir: Path | None = None
+    """The plan file's folder: relative uris and path options resolve against it."""
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
@@ -238,6 +241,7 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         limits["max_retries"],
         source,
         description,
+        base_dir=base_dir,
     )
 
 
@@ -268,6 +272,33 @@ def _construct(where: str, fail: Fail, cls: Callable[..., Any], **kwargs: Any) -
         return cls(**kwargs)
     except (TypeError, ValueError) as error:
         raise fail(where, _message(error)) from None
+
+
+def resolve_path_options(
+    options: Mapping[str, Any], backend_class: Callable[..., Any], base_dir: Path | None
+) -> dict[str, Any]:
+    """``options`` with each relative path made absolute against ``base_dir`` (the plan's folder).
+
+    A path option is one whose constructor parameter is annotated with ``os.PathLike`` or
+    ``Path`` (such as ``data_root``): a plan names it relative to itself, wherever ``altar``
+    runs from. Absolute paths, uris and other options are kept as they are.
+    """
+    resolved = dict(options)
+    if base_dir is None:
+        return resolved
+    try:
+        parameters = inspect.signature(backend_class).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return resolved
+    for name, value in options.items():
+        parameter = parameters.get(name)
+        if parameter is None or not isinstance(value, str) or not value:
+            continue
+        annotation = parameter.annotation
+        text = annotation if isinstance(annotation, str) else repr(annotation)
+        if re.search(r"\bPath\b|PathLike", text):
+            resolved[name] = _resolve_uri(value, base_dir)
+    return resolved
 
 
 def _resolve_uri(uri: str, base_dir: Path | None) -> str:
