@@ -185,6 +185,11 @@ class KubernetesExecutionBackend(ExecutionBackend):
         digest = annotate_manifest_digest(manifest)
         return manifest, digest
 
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        """Refuse what :meth:`submit` would, with no API call: the Job is rendered (GPU pools
+        not configured, caps, inputs the task cannot verify) and thrown away."""
+        self.render(spec)
+
     # -- submit --
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -335,8 +340,9 @@ class KubernetesExecutionBackend(ExecutionBackend):
             failure = self._outcomes.get(key) or failures.get(key)
             if failure is None:
                 failure = classify_failure(job, [])
-            return TaskStatus(handle, TaskState.FAILED, failure)
-        return TaskStatus(handle, job.state)
+            return TaskStatus(handle, TaskState.FAILED, failure, job.start_time, job.end_time)
+        end = job.end_time if job.state.is_terminal else None  # the Job's own times (issue 15)
+        return TaskStatus(handle, job.state, None, job.start_time, end)
 
     def _missing_status(
         self, handle: TaskHandle, name: str, uid: str | None, newer: K8sJobInfo | None

@@ -64,6 +64,10 @@ class K8sJobInfo:
     finished: bool | None = None  # None: derive from state (custom runtimes)
     deleting: bool = False
     conditions: tuple[JobCondition, ...] = ()
+    # The Job's status.startTime, and when it ended (status.completionTime, or the
+    # lastTransitionTime of its Failed condition), epoch seconds; None when not reported.
+    start_time: float | None = None
+    end_time: float | None = None
 
     @property
     def replaceable(self) -> bool:

@@ -9,6 +9,7 @@ parsers; the real runtime and the fake API server's clients both produce it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from altar.backends.kubernetes.classify import job_state, true_condition
@@ -52,7 +53,26 @@ def job_info_from_object(job: Mapping[str, Any]) -> K8sJobInfo:
         finished=finished,
         deleting=bool(meta.get("deletionTimestamp")),
         conditions=conditions,
+        start_time=_time(status.get("startTime")),
+        end_time=_time(status.get("completionTime")) or _failed_time(status),
     )
+
+
+def _time(value: Any) -> float | None:
+    """An RFC 3339 time of the API (``2026-12-01T22:00:00Z``) as epoch seconds."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _failed_time(status: Mapping[str, Any]) -> float | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            return _time(condition.get("lastTransitionTime"))
+    return None
 
 
 def _exits(statuses: Any) -> tuple[ContainerExit, ...]:

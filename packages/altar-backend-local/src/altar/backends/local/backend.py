@@ -10,9 +10,11 @@ import time
 from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
+from altar.backends.local.checks import check_request
 from altar.backends.local.classify import DEADLINE_SLACK_S
 from altar.backends.local.events import EventFollower
 from altar.backends.local.launch import Launcher
+from altar.backends.local.logs import LOG_DIR, LogKeeper
 from altar.backends.local.poller import Observation, Poller, missing
 from altar.backends.local.render import (
     BACKEND_LABEL,
@@ -38,6 +40,7 @@ from altar.execution import (
     PathResolver,
     TaskFailure,
     TaskHandle,
+    TaskLogs,
     TaskState,
     TaskStatus,
     Transfer,
@@ -46,7 +49,13 @@ from altar.execution import (
     mint_handle,
 )
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend", "tail_lines"]
+__all__ = [
+    "DATA_ROOT_ENV",
+    "LOG_DIR",
+    "LOG_TAIL_LINES",
+    "LocalDockerExecutionBackend",
+    "tail_lines",
+]
 
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
@@ -95,6 +104,8 @@ class LocalDockerExecutionBackend(ExecutionBackend):
       exit codes, OOM kills and start times as they happen (default True); False inspects each
       finished container;
     - ``watchdog``: also kill containers at their deadline between polls (default True);
+    - ``keep_logs``: before ``cleanup`` removes a container, save its stdout and stderr under
+      ``<data_root>/.altar-logs/<container id>/`` for :meth:`task_logs` (default True);
     - ``runtime``: a :class:`~altar.backends.local.runtime.DockerRuntime` (tests pass a fake).
     """
 
@@ -119,6 +130,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         trust_verification_records: bool = True,
         use_events: bool = True,
         watchdog: bool = True,
+        keep_logs: bool = True,
         runtime: DockerRuntime | None = None,
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
@@ -138,6 +150,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self.network = network
         self.gpu_devices = gpu_devices
         self.trust_verification_records = trust_verification_records
+        self.keep_logs = keep_logs
         self.runtime: DockerRuntime = runtime or _sdk_runtime(docker_host)
         self._poller = Poller(self.runtime, use_events=use_events)
         # Followed from the first submit or poll on (not from here: constructing a backend, as
@@ -154,6 +167,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
         self.last_staging: list[tuple[Transfer, StageAction]] = []
         self._launcher = Launcher(self.runtime, self.data_root, self._prepare_outputs)
+        self._logs = LogKeeper(self.runtime, self.data_root)
 
     def __repr__(self) -> str:
         return f"LocalDockerExecutionBackend(data_root={self.data_root!r})"
@@ -247,7 +261,15 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             observation = observations.get(handle.external_id) or missing(
                 handle.external_id, "not a Docker container id"
             )
-            statuses.append(TaskStatus(handle, observation.state, observation.failure))
+            statuses.append(
+                TaskStatus(
+                    handle,
+                    observation.state,
+                    observation.failure,
+                    started_at=observation.started_at,
+                    finished_at=observation.finished_at,
+                )
+            )
         if self._watchdog is not None:
             self._watchdog.forget(s.handle.external_id for s in statuses if s.state.is_terminal)
         return statuses
@@ -285,6 +307,43 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         lines = tail_lines(tails.stdout.splitlines(), tails.stderr.splitlines(), LOG_TAIL_LINES)
         return "\n".join(lines) if lines else None
 
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """The container's whole stdout and stderr, apart (one logs request) while it exists;
+        after ``cleanup`` removed it, what cleanup saved under the data root; else None."""
+        container_id = handle.external_id
+        if not _CONTAINER_ID.fullmatch(container_id):
+            return None
+        try:
+            streams = await self._thread(lambda: self.runtime.logs(container_id))
+        except ContainerNotFoundError:
+            return await self._thread(lambda: self._logs.saved(container_id))
+        return TaskLogs(streams.stdout, streams.stderr)
+
+    # -- checks (``altar check``, ``altar run --dry-run``) -------------------------------------
+
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        """Refuse what :meth:`submit` would: reserved labels, a GPU count above
+        ``gpu_devices``, a CPU quota below 0.01 or above the engine's CPUs (one info request,
+        only for a spec with a CPU limit), a memory limit below Docker's 6 MB. Creates nothing.
+
+        A GPU request on a host whose GPUs are unknown (``gpu_devices`` unset) is accepted:
+        the engine says whether it can provide GPUs only when asked to start a container.
+        """
+        request = render_request(
+            spec,
+            data_root=self.data_root,
+            user=self.container_user,
+            network_mode=self.network,
+            gpu_devices=self.gpu_devices,
+        )
+        await self._thread(lambda: check_request(spec, request, self.runtime.cpu_count))
+
+    async def image_present(self, image: str) -> bool | None:
+        """True when the engine has ``image`` (one image inspect), else None: submit pulls a
+        missing image, and whether a registry has it is known only by pulling it."""
+        present = await self._thread(lambda: self.runtime.image_present(image))
+        return True if present else None
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def cancel(self, handle: TaskHandle) -> None:
@@ -311,6 +370,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             if s.state.is_terminal
             and not (s.failure is not None and s.failure.reason == "container_missing")
         ]
+        if self.keep_logs:
+            # Saved before the removal: killed in between, the next cleanup saves them again.
+            await gather_bounded([asyncio.to_thread(self._logs.save, cid) for cid in finished], 8)
         await gather_bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
         if self._follower is not None:
             self._follower.forget(finished)

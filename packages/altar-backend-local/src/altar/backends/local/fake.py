@@ -409,6 +409,27 @@ class FakeDockerRuntime:
 
             return LogTail(tail("stdout"), tail("stderr"))
 
+    def logs(self, container_id: str) -> LogTail:
+        with self._lock:
+            self._request("logs")
+            container = self._get(container_id)
+
+            def whole(stream: str) -> str:
+                return "".join(line + "\n" for s, line in container.logs if s == stream)
+
+            return LogTail(whole("stdout"), whole("stderr"))
+
+    def image_present(self, image: str) -> bool:
+        with self._lock:
+            self._request("image_inspect")
+            # An engine that can pull every image (images=None) has none until it pulls.
+            return self.images is not None and image in self.images
+
+    def cpu_count(self) -> int:
+        with self._lock:
+            self._request("info")
+            return self.cpus
+
     # -- scripting (not engine requests) -----------------------------------------------------
 
     def finish(self, container_id: str, exit_code: int, *, oom: bool = False) -> None:

@@ -63,6 +63,9 @@ _DIE_IN_FLIGHT_S = 0.5
 class Observation:
     state: TaskState
     failure: TaskFailure | None = None
+    # The engine's own start and finish times (epoch seconds), where known without a request.
+    started_at: float | None = None
+    finished_at: float | None = None
 
 
 def missing(container_id: str, why: str) -> Observation:
@@ -173,7 +176,7 @@ class Poller:
                 )
                 self._remember_as(key, summary.id, observation)
                 return observation
-            return Observation(state)
+            return Observation(state, started_at=self._known_start(summary.id))
         outcome = outcomes.get(summary.id)
         if outcome is None:
             # Removed between the list and the inspect.
@@ -186,10 +189,14 @@ class Poller:
             and self.engine_now() - outcome.finished_at < _OOM_SETTLE_S
         ):
             return Observation(TaskState.RUNNING)  # let a late "oom" event arrive first
-        observation = (
-            Observation(TaskState.SUCCEEDED)
-            if failure is None
-            else Observation(TaskState.FAILED, failure)
+        started = outcome.started_at
+        if started is None:
+            started = self._known_start(summary.id)
+        observation = Observation(
+            TaskState.SUCCEEDED if failure is None else TaskState.FAILED,
+            failure,
+            started_at=started,
+            finished_at=outcome.finished_at,
         )
         self._remember_as(key, summary.id, observation)
         return observation
@@ -215,6 +222,14 @@ class Poller:
         """Record a container's engine start time (from an event, or an inspect)."""
         with self._lock:
             self._started[container_id] = started_at
+
+    def _known_start(self, container_id: str) -> float | None:
+        """The start time the follower or an earlier answer gave, with no request."""
+        followed = self.follower.started(container_id) if self.follower is not None else None
+        if followed is not None:
+            return followed
+        with self._lock:
+            return self._started.get(container_id)
 
     def started_at(self, container_id: str) -> float | None:
         """The container's start time: followed or remembered, else one inspect; None if it

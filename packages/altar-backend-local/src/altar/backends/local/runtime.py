@@ -223,6 +223,19 @@ class DockerRuntime(Protocol):
         """The last ``lines`` of stdout and of stderr, apart; raises ContainerNotFoundError."""
         ...
 
+    def logs(self, container_id: str) -> LogTail:
+        """The whole stdout and stderr so far, apart (one request); raises
+        ContainerNotFoundError."""
+        ...
+
+    def image_present(self, image: str) -> bool:
+        """Whether the engine has ``image`` locally (one image inspect; no pull)."""
+        ...
+
+    def cpu_count(self) -> int:
+        """How many CPUs the engine offers a container (its info's ``NCPU``)."""
+        ...
+
 
 def timeout_from_labels(labels: dict[str, str]) -> int | None:
     """The limit a container carries, or None (no label, or not a positive integer)."""

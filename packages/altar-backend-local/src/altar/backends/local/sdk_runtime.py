@@ -414,3 +414,33 @@ class DockerSdkRuntime:
             return "".join(line + "\n" for line in kept)
 
         return LogTail(stdout=last(out), stderr=last(err))
+
+    def logs(self, container_id: str) -> LogTail:
+        """One request for the whole log, split by stream (:func:`demultiplex`)."""
+
+        def read(api: docker.APIClient) -> bytes:
+            client: Any = api  # the SDK's typed surface has no demultiplexing logs call
+            params = {"stdout": 1, "stderr": 1}
+            response = client.get(client._url("/containers/{0}/logs", container_id), params=params)
+            client._raise_for_status(response)
+            body: bytes = response.content
+            return body
+
+        out, err = demultiplex(self._call(read))
+        return LogTail(
+            stdout=out.decode("utf-8", errors="replace"),
+            stderr=err.decode("utf-8", errors="replace"),
+        )
+
+    def image_present(self, image: str) -> bool:
+        try:
+            self._call(lambda api: api.inspect_image(image), not_found=False)  # type: ignore[no-untyped-call]
+        except EngineRefusedError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def cpu_count(self) -> int:
+        info = self._call(lambda api: api.info())
+        return int(info.get("NCPU") or 0)

@@ -164,6 +164,19 @@ class ModalExecutionBackend(ExecutionBackend):
             sandbox_id = running
         return mint_handle(self.name, spec, sandbox_id)
 
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        """Refuse what :meth:`submit` would, with no Modal call: the ``Sandbox.create``
+        request is mapped (GPU pools without an accelerator, resources Modal cannot give)
+        and the outputs' volume paths are checked."""
+        sandbox_request(
+            spec,
+            app_name=self.app_name,
+            volume_name=self.volume_name,
+            accelerators=self.pool_accelerators,
+        )
+        for transfer in spec.outputs:
+            volume_path(transfer.logical_path)
+
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         """A handle (with the sandbox's tags as labels) per running sandbox of ``run``.
 
