@@ -390,7 +390,8 @@ def _verify_block(spec: ContainerTaskSpec, layout: JobLayout, trust: bool) -> li
 
 
 def _marker(step: str) -> list[str]:
-    return ["srun", "--export=ALL", "--ntasks=1", f"--job-name={step}", "/bin/sh", "-c", ":"]
+    # srun reads options after the program unless "--" ends them ("sh -c" would be its -c).
+    return ["srun", "--export=ALL", "--ntasks=1", f"--job-name={step}", "--", "/bin/true"]
 
 
 def batch_script(
