@@ -81,15 +81,45 @@ def _directives(script: str) -> dict[str, str | None]:
             continue
         if not line.startswith("#SBATCH "):
             continue
-        for word in shlex.split(line[len("#SBATCH ") :], comments=True):
+        for word in _sbatch_words(line[len("#SBATCH ") :]):
             option, eq, value = word.partition("=")
             out[option] = value if eq else None
     return out
 
 
+def _sbatch_words(text: str) -> list[str]:
+    """Split a ``#SBATCH`` line as sbatch does: quotes group, a backslash escapes the next
+    character (inside quotes too), an unquoted ``#`` ends the line."""
+    words: list[str] = []
+    word: list[str] | None = None
+    quote: str | None = None
+    chars = iter(text)
+    for ch in chars:
+        if ch == "\\":
+            word = (word or []) + [next(chars, "")]
+        elif quote is not None:
+            if ch == quote:
+                quote = None
+            else:
+                word = (word or []) + [ch]
+        elif ch in "'\"":
+            quote, word = ch, word or []
+        elif ch == "#":
+            break
+        elif ch.isspace():
+            if word is not None:
+                words.append("".join(word))
+            word = None
+        else:
+            word = (word or []) + [ch]
+    if word is not None:
+        words.append("".join(word))
+    return words
+
+
 def read_script(script: str) -> ReadScript:
     """The container command of a script rendered by :func:`~.render.batch_script`."""
-    line = next((text for text in _logical_lines(script) if _is_container_line(text)), None)
+    line = next((text for text in logical_lines(script) if _is_container_line(text)), None)
     if line is None:
         raise ValueError("no container command in the batch script")
     words = shlex.split(line.removeprefix("exec ").removesuffix(" &"))
@@ -113,7 +143,7 @@ def _is_container_line(text: str) -> bool:
     )
 
 
-def _logical_lines(script: str) -> list[str]:
+def logical_lines(script: str) -> list[str]:
     """Lines of a shell script, joining those a quoted newline continues."""
     lines: list[str] = []
     pending = ""
@@ -149,6 +179,8 @@ class FakeLoginNode(LocalLoginNode):
         self.available = True
         self.accounting_available = True
         self.unreachable = False
+        #: Jobs slurmdbd has not recorded yet (accounting lags the controller).
+        self.unaccounted: set[int] = set()
         self.clock = 0.0
         self._next_id = 1
 
@@ -327,7 +359,7 @@ class FakeLoginNode(LocalLoginNode):
         if not self.accounting_available:
             return CommandResult(1, "", DATABASE_DOWN)
         options = self._options(args)
-        jobs = list(self.jobs.values())
+        jobs = [j for j in self.jobs.values() if j.job_id not in self.unaccounted]
         if "--jobs" in options:
             wanted = options["--jobs"].split(",")
             jobs = [j for j in jobs if str(j.job_id) in wanted]
