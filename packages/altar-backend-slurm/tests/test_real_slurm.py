@@ -133,12 +133,20 @@ async def test_input_digest_mismatch_fails_before_the_task(
     assert not (Path(local.data_root) / "ran").exists()
 
 
-@pytest.mark.asyncio
-async def test_container_over_its_memory_is_oom_killed(local: SlurmExecutionBackend) -> None:
-    spec = _spec(
+@pytest.mark.parametrize(
+    "command",
+    [
         ["dd", "if=/dev/zero", "of=/dev/null", "bs=400M", "count=1"],
-        resources=ResourceRequest(memory_gb=0.125),
-    )
+        # a child is killed and the main process exits 0: still an OOM kill, never COMPLETED
+        ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=400M count=1; exit 0"],
+    ],
+    ids=["main", "child"],
+)
+@pytest.mark.asyncio
+async def test_container_over_its_memory_is_oom_killed(
+    local: SlurmExecutionBackend, command: list[str]
+) -> None:
+    spec = _spec(command, resources=ResourceRequest(memory_gb=0.125))
     status = await _finish(local, await local.submit(spec))
     assert status.failure is not None
     assert status.failure.reason == "oom_killed", status.failure

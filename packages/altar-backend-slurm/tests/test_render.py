@@ -87,7 +87,7 @@ def test_the_script_carries_argv_and_env_exactly_as_a_shell_reads_them() -> None
     assert read.env == spec.env
     assert read.directives["--comment"] == comment_for(spec, spec_hash(spec))
     assert "--account" not in read.directives
-    assert read.directives["--export"] == "NONE"
+    assert read.directives["--export"] == "ALL"  # under the submitter's `env -i`
     assert "--no-requeue" in read.directives
 
 

@@ -99,6 +99,8 @@ class SlurmExecutionBackend(ExecutionBackend):
     - ``network`` (docker/podman): default ``"none"``;
     - ``gpu_types``: GPU pool -> Slurm GRES type (None: any type); default ``{"gpu": None}``;
     - ``trust_verification_records``: the in-task digest check accepts current records;
+    - ``login_environment``: jobs load the user's login environment (``--export=NONE``, e.g.
+      for ``module load`` in a profile; a login shell per job); default: a clean environment;
     - ``cancel_wait_s``: how long ``cancel`` waits for Slurm to end the job (default 15);
     - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake).
     """
@@ -128,6 +130,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         network: str = "none",
         gpu_types: Mapping[str, str | None] | None = None,
         trust_verification_records: bool = True,
+        login_environment: bool = False,
         cancel_wait_s: float = 15.0,
         runtime: LoginNode | None = None,
     ) -> None:
@@ -170,6 +173,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             qos=qos,
             extra_directives=_directives(extra_directives),
             gpu_types=dict(gpu_types) if gpu_types is not None else {"gpu": None},
+            login_environment=login_environment,
         )
         self.container_runtime: ContainerRuntime = container_runtime
         self.runtime_options = list(runtime_options)

@@ -44,9 +44,14 @@ LOOKUP_WINDOW = "now-30days"
 
 #: Places the batch script in the job's directory and submits it, in one round trip.
 #: ``$1`` is the directory, ``$2`` the script text (both single words, never parsed).
+#: sbatch runs with a cleared environment (``env -i``, keeping only what finding programs and
+#: Slurm needs), so nothing of the submitting process (tokens, keys) is stored with the job,
+#: and the job need not load a login environment (``--export=NONE`` runs a login shell per
+#: job, about a second each).
 SUBMIT_PROGRAM = (
     'set -eu; mkdir -p -- "$1"; printf "%s" "$2" > "$1/job.sbatch"; '
-    'exec sbatch --parsable "$1/job.sbatch"'
+    'exec env -i PATH="$PATH" HOME="${HOME:-/}" ${USER:+"USER=$USER"} '
+    '${SLURM_CONF:+"SLURM_CONF=$SLURM_CONF"} sbatch --parsable "$1/job.sbatch"'
 )
 
 _JOB_ID = re.compile(r"\d+")

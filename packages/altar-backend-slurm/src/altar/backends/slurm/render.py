@@ -194,6 +194,7 @@ class SlurmPlacement:
     qos: str | None = None
     extra_directives: tuple[tuple[str, str | None], ...] = ()
     gpu_types: Mapping[str, str | None] = field(default_factory=lambda: {"gpu": None})
+    login_environment: bool = False
 
     def __post_init__(self) -> None:
         for name in ("partition", "account", "qos"):
@@ -332,8 +333,9 @@ def _directives(
         # %-patterns expand in --output; a literal % in the path is doubled.
         ("--output", layout.stdout.replace("%", "%%")),
         ("--error", layout.stderr.replace("%", "%%")),
-        # Nothing from the submitting shell leaks into the task; Slurm's own variables stay.
-        ("--export", "NONE"),
+        # sbatch runs under `env -i` (see commands.SUBMIT_PROGRAM), so ALL is only PATH, HOME,
+        # USER and SLURM_*; NONE makes Slurm run a login shell for every job instead.
+        ("--export", "NONE" if placement.login_environment else "ALL"),
         # Slurm must never restart a job behind the runner's back: a preempted or
         # node-failed job ends, and the runner decides about one more attempt.
         ("--no-requeue", None),
@@ -443,8 +445,11 @@ def batch_script(
         'while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done',
         f"oom=$({inspect} 2>/dev/null)",
         f"{remove} >/dev/null 2>&1",
+        # A child killed for memory while the main process exited 0 is still an OOM kill:
+        # record it, and never let Slurm read the job as COMPLETED.
         'if [ "$oom" = true ]; then',
         f"    {shell_command(_marker(OOM_STEP))}",
+        '    [ "$status" -ne 0 ] || status=137',
         "fi",
         'exit "$status"',
         "",
