@@ -108,10 +108,12 @@ def _pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None)
 
 @nox.session(python=DEFAULT_PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check over the whole repository."""
+    """ruff lint and format check, and the GitHub workflow checkers (zizmor, actionlint)."""
     _sync(session, "--only-group", "dev")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # runs the zizmor and actionlint this venv got from the lock
+    session.run(str(ROOT / "scripts" / "lint-workflows"), external=True)
 
 
 @nox.session(python=DEFAULT_PYTHON)

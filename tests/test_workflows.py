@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,177 @@ def test_release_publishes_with_trusted_publishing_after_checking_the_tag() -> N
     assert any(
         s.get("uses", "").startswith("pypa/gh-action-pypi-publish@") for s in publish["steps"]
     )
+
+
+# --- the workflow checkers (scripts/lint-workflows: zizmor + actionlint) ------------------------
+
+LINT = ROOT / "scripts" / "lint-workflows"
+# `owner/repo[/path]@<full commit sha> # vX.Y.Z`: Dependabot rewrites SHA and comment together
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+(\.\d+){2}$")
+
+
+def _lint(github: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # the checkers come from this venv (the lock), whatever else is on PATH
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return subprocess.run(
+        [str(LINT), str(github)], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _copy_github(tmp_path: Path) -> Path:
+    target = tmp_path / ".github"
+    shutil.copytree(ROOT / ".github", target)
+    return target
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path.name} no longer contains {old!r}; update this test"
+    path.write_text(text.replace(old, new))
+
+
+def test_workflow_checkers_find_nothing_in_the_repository() -> None:
+    result = _lint(ROOT / ".github")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+CHECKOUT_PIN = "actions/checkout@34e114876b0b11c390a56381ad16ebd13914f8d5 # v4.3.1"
+
+
+def _unpin_checkout(github: Path) -> None:
+    _edit(github / "workflows" / "ci.yml", CHECKOUT_PIN, "actions/checkout@v4")
+
+
+def _persist_credentials(github: Path) -> None:
+    # back to a bare checkout, which leaves the token in .git/config
+    kind = github / "workflows" / "kind.yml"
+    _edit(kind, "        with:\n          persist-credentials: false\n", "")
+
+
+def _expand_in_run(github: Path) -> None:
+    _edit(
+        github / "workflows" / "ci.yml",
+        'nox -s "$SESSION"',
+        'nox -s "${{ matrix.session }}"',
+    )
+
+
+def _cache_in_release(github: Path) -> None:
+    release = github / "workflows" / "release.yml"
+    text = release.read_text()
+    without = re.sub(r"\n +enable-cache: false[^\n]*", "", text)
+    assert without != text, "release.yml no longer disables the uv cache; update this test"
+    release.write_text(without.replace("        with:\n      - uses", "      - uses"))
+
+
+def _no_cooldown(github: Path) -> None:
+    _edit(github / "dependabot.yml", "      default-days: 7", "      default-days: 0")
+
+
+def _broken_job_graph(github: Path) -> None:
+    _edit(github / "workflows" / "ci.yml", "needs: [lock, list]", "needs: [lock, lists]")
+
+
+def _schema_error(github: Path) -> None:
+    # zizmor skips a workflow it cannot load unless told to fail (--strict-collection)
+    _edit(
+        github / "workflows" / "release.yml", "    runs-on: ubuntu-latest\n", "    runs-on: 42.5\n"
+    )
+
+
+def _new_unpinned_workflow(github: Path) -> None:
+    (github / "workflows" / "docs.yml").write_text(
+        "name: docs\non: push\npermissions: {}\njobs:\n  docs:\n    name: docs\n"
+        "    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/setup-python@v5\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "finding"),
+    [
+        (_unpin_checkout, "unpinned-uses"),
+        (_new_unpinned_workflow, "unpinned-uses"),
+        (_persist_credentials, "artipacked"),
+        (_expand_in_run, "template-injection"),
+        (_cache_in_release, "cache-poisoning"),
+        (_no_cooldown, "dependabot-cooldown"),
+        (_broken_job_graph, "[job-needs]"),  # actionlint's part
+        (_schema_error, "release.yml"),
+    ],
+    ids=lambda v: getattr(v, "__name__", v).strip("_"),
+)
+def test_workflow_checkers_fail_when_a_finding_comes_back(
+    tmp_path: Path, mutate: Callable[[Path], None], finding: str
+) -> None:
+    github = _copy_github(tmp_path)
+    mutate(github)
+    result = _lint(github)
+    assert result.returncode != 0, f"lint-workflows passed despite {finding}:\n{result.stdout}"
+    assert finding in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "kind.yml", "slurm.yml", "release.yml"])
+def test_every_action_is_pinned_by_sha_with_its_release_tag(name: str) -> None:
+    for step in _steps(_load(name)):
+        if "uses" in step and not step["uses"].startswith("./"):
+            line = next(
+                raw.split("uses:", 1)[1].strip()
+                for raw in (WORKFLOWS / name).read_text().splitlines()
+                if raw.strip().removeprefix("- ").startswith(f"uses: {step['uses']}")
+            )
+            assert PINNED.match(line), f"{name}: {line!r} is not '<action>@<sha> # vX.Y.Z'"
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "kind.yml", "slurm.yml", "release.yml"])
+def test_no_expression_is_expanded_inside_a_script(name: str) -> None:
+    for step in _steps(_load(name)):
+        assert "${{" not in step.get("run", ""), f"{name}: pass it through env: {step['run']!r}"
+
+
+def _step_shell(workflow: dict, script: Path) -> list[str]:
+    """The command GitHub runs a step's script with (no per-step `shell:` is used here)."""
+    if workflow.get("defaults", {}).get("run", {}).get("shell") == "bash":
+        return ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]
+    return ["bash", "-e", str(script)]  # the implicit default: a failure before `|` is lost
+
+
+def test_release_stops_when_the_tag_does_not_match_a_distribution(tmp_path: Path) -> None:
+    workflow = _load("release.yml")
+    step = next(s for s in workflow["jobs"]["build"]["steps"] if s.get("id") == "check")
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    output = tmp_path / "github_output"
+    env = {
+        **os.environ,
+        "GITHUB_REF_NAME": "no-such-dist-v9.9.9",
+        "GITHUB_OUTPUT": str(output),
+    }
+    result = subprocess.run(
+        _step_shell(workflow, script), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0, "a tag naming no distribution would go on to build and publish"
+
+
+def test_dependabot_keeps_the_action_pins_and_the_lock_current() -> None:
+    config = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    ecosystems = {u["package-ecosystem"]: u for u in config["updates"]}
+    assert ecosystems["github-actions"]["directory"] == "/"
+    assert ecosystems["uv"]["directory"] == "/"
+
+
+def test_slurm_workflow_runs_the_slurm_integration_session() -> None:
+    job = _load("slurm.yml")["jobs"]["slurm-ssh"]
+    assert "slurm" in job["strategy"]["matrix"]["provider"]
+    step = next(s for s in job["steps"] if "nox -s" in s.get("run", ""))
+    assert step["env"]["PROVIDER"] == "${{ matrix.provider }}"
+    assert 'nox -s "integration($PROVIDER)"' in step["run"]
+    runs = "\n".join(s.get("run", "") for s in job["steps"])
+    assert "scripts/services up --only slurm,ssh" in runs
+
+
+def test_kind_workflow_covers_several_kubernetes_versions() -> None:
+    images = _load("kind.yml")["jobs"]["kubernetes-live"]["strategy"]["matrix"]["node_image"]
+    assert len(images) >= 2
+    assert all(re.fullmatch(r"kindest/node:v1\.\d+\.\d+", image) for image in images)
