@@ -160,8 +160,8 @@ def integration(session: nox.Session, provider: str) -> None:
     """Tests marked with a real provider, against the providers scripts/services starts."""
     _sync(session, "--all-packages", "--group", "dev")
     # Slurm tests reach the cluster through sshd too (ssh-slurm), and the slurm backend's jobs
-    # run Docker containers, so start all three.
-    env = _services_env(session, "docker,slurm,ssh" if provider == "slurm" else provider)
+    # run Docker and Podman containers, so start all of them.
+    env = _services_env(session, "docker,podman,slurm,ssh" if provider == "slurm" else provider)
     env["ALTAR_REQUIRE_SERVICES"] = "1"
     folders = [*DISTRIBUTIONS.values(), "."]  # ".": the repository-wide tests/ (services checks)
     dirs = [f"{folder}/tests" for folder in folders if (ROOT / folder / "tests").is_dir()]

@@ -281,3 +281,64 @@ async def test_over_ssh_with_rsync_staging(
     assert "bye" in (await backend.failure_detail(handle) or "")
     await backend.collect_outputs(spec.outputs)
     assert (tmp_path / "back" / "out.txt").read_bytes() == b"over ssh\n"
+
+
+@pytest.fixture
+def podman(
+    tmp_path: Path, service_env: dict[str, str], slurm_cluster: dict[str, str]
+) -> SlurmExecutionBackend:
+    conf = service_env.get("ALTAR_TEST_PODMAN_CONF", "")
+    if not conf or not Path(conf).is_file():
+        message = "rootful Podman is not set up; run `scripts/services up`"
+        if os.environ.get("ALTAR_REQUIRE_SERVICES") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return SlurmExecutionBackend(
+        data_root=str(tmp_path / "data"),
+        partition=slurm_cluster["partition"],
+        container_runtime="podman",
+        runtime_options=[
+            "--storage-driver=vfs",
+            "--root",
+            service_env["ALTAR_TEST_PODMAN_ROOT"],
+            "--runroot",
+            service_env["ALTAR_TEST_PODMAN_RUNROOT"],
+        ],
+        runtime_env={"CONTAINERS_CONF": conf},
+    )
+
+
+@pytest.mark.podman
+@pytest.mark.asyncio
+async def test_podman_runs_the_argv_exactly_and_reports_exit_codes(
+    podman: SlurmExecutionBackend, tmp_path: Path
+) -> None:
+    env = {"ALTAR_SUBST": "$(id) ${HOME} 'q'", "ALTAR_NL": "one\ntwo"}
+    program = 'printf "%s\\0" "$@" "$ALTAR_SUBST" "$ALTAR_NL" > /mnt/volume/out; exit 3'
+    spec = _spec(
+        ["sh", "-c", program, "argv0", *HOSTILE],
+        env=env,
+        outputs=[Transfer(str(tmp_path / "got"), "out")],
+        resources=ResourceRequest(cpu=0.5, memory_gb=0.25),
+    )
+    handle = await podman.submit(spec)
+    status = await _finish(podman, handle)
+    assert status.failure is not None, await podman.failure_detail(handle)
+    assert status.failure.reason == "exit_3", await podman.failure_detail(handle)
+    await podman.collect_outputs(spec.outputs)
+    words = (tmp_path / "got").read_bytes().split(b"\0")[:-1]
+    assert words == [w.encode() for w in [*HOSTILE, *env.values()]]
+
+
+@pytest.mark.podman
+@pytest.mark.asyncio
+async def test_podman_container_over_its_memory_is_oom_killed(
+    podman: SlurmExecutionBackend,
+) -> None:
+    spec = _spec(
+        ["dd", "if=/dev/zero", "of=/dev/null", "bs=400M", "count=1"],
+        resources=ResourceRequest(memory_gb=0.125),
+    )
+    status = await _finish(podman, await podman.submit(spec))
+    assert status.failure is not None
+    assert status.failure.reason == "oom_killed", status.failure

@@ -64,10 +64,13 @@ def test_runtime_argv_matches_reference(runtime: Any, reference_files: Any) -> N
     reference_files.check(REFERENCES / f"argv-{runtime}.txt", text)
 
 
-@pytest.mark.parametrize("runtime", ["apptainer", "docker"])
+@pytest.mark.parametrize("runtime", ["apptainer", "podman", "docker"])
 def test_batch_script_matches_reference(runtime: Any, reference_files: Any) -> None:
-    spec = _spec(resources=ResourceRequest(gpu="a100", count=2, cpu=1.5, memory_gb=2))
-    command = runtime_command(spec, runtime=runtime, layout=LAYOUT)
+    gpu = None if runtime == "podman" else "a100"
+    spec = _spec(resources=ResourceRequest(gpu=gpu, count=2, cpu=1.5, memory_gb=2))
+    command = runtime_command(
+        spec, runtime=runtime, layout=LAYOUT, runtime_env={"CONTAINERS_CONF": "/etc/c x.conf"}
+    )
     script = batch_script(
         spec, layout=LAYOUT, placement=PLACEMENT, command=command, runtime=runtime
     )
@@ -138,6 +141,18 @@ def test_what_cannot_be_represented_is_refused(changes: dict[str, Any]) -> None:
 
     with pytest.raises(UnsupportedCapabilityError):
         render()
+
+
+def test_runtime_env_reaches_the_runtime_never_the_container() -> None:
+    spec = _spec()
+    command = runtime_command(
+        spec, runtime="podman", layout=LAYOUT, runtime_env={"CONTAINERS_CONF": "/c.conf"}
+    )
+    assert command.env["CONTAINERS_CONF"] == "/c.conf"
+    forwarded = [command.argv[i + 1] for i, w in enumerate(command.argv) if w == "--env"]
+    assert forwarded == list(spec.env)
+    with pytest.raises(UnsupportedCapabilityError, match="runtime_env"):
+        runtime_command(spec, runtime="podman", layout=LAYOUT, runtime_env={"PLAIN": "x"})
 
 
 def test_podman_refuses_gpus_and_apptainer_passes_nv() -> None:

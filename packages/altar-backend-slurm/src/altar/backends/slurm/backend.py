@@ -95,6 +95,8 @@ class SlurmExecutionBackend(ExecutionBackend):
       (default ``$ALTAR_SLURM_DATA_ROOT``, else ``./.altar-slurm-data`` on this machine);
     - ``container_runtime``: ``apptainer`` (default), ``podman`` or ``docker``;
       ``runtime_options``: words between the runtime and its subcommand (``["-H", url]``);
+      ``runtime_env``: environment of the runtime process only (``CONTAINERS_CONF``), never
+      forwarded into the container;
     - ``container_user`` (docker/podman): None runs as the job's uid:gid, "" as the image's;
     - ``network`` (docker/podman): default ``"none"``;
     - ``gpu_types``: GPU pool -> Slurm GRES type (None: any type); default ``{"gpu": None}``;
@@ -126,6 +128,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         data_root: str | os.PathLike[str] | None = None,
         container_runtime: ContainerRuntime = "apptainer",
         runtime_options: list[str] | tuple[str, ...] = (),
+        runtime_env: Mapping[str, str] | None = None,
         container_user: str | None = None,
         network: str = "none",
         gpu_types: Mapping[str, str | None] | None = None,
@@ -177,6 +180,9 @@ class SlurmExecutionBackend(ExecutionBackend):
         )
         self.container_runtime: ContainerRuntime = container_runtime
         self.runtime_options = list(runtime_options)
+        self.runtime_env = dict(runtime_env or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.runtime_env.items()):
+            raise ValueError("runtime_env must map names to string values")
         self.container_user = container_user
         self.network = network
         self.trust_verification_records = trust_verification_records
@@ -270,6 +276,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             runtime=self.container_runtime,
             layout=layout,
             runtime_options=self.runtime_options,
+            runtime_env=self.runtime_env,
             container_user=self.container_user,
             network=self.network,
         )

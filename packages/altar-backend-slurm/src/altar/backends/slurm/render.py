@@ -254,6 +254,7 @@ def runtime_command(
     runtime: ContainerRuntime,
     layout: JobLayout,
     runtime_options: Sequence[str] = (),
+    runtime_env: Mapping[str, str] | None = None,
     container_user: str | None = None,
     network: str = "none",
 ) -> RuntimeCommand:
@@ -269,6 +270,13 @@ def runtime_command(
         _check_word("env value", value)
         if not name.isprintable() or any(ch.isspace() for ch in name):
             raise UnsupportedCapabilityError(f"env name {name!r} cannot be passed to a container")
+    engine_env = dict(runtime_env or {})
+    clash = sorted(set(engine_env) & set(spec.env))
+    if clash:
+        raise UnsupportedCapabilityError(
+            f"env {', '.join(clash)} is also set by the backend's runtime_env for the container "
+            "runtime; rename it in the task"
+        )
     resources = spec.resources
     argv: list[str] = [runtime, *runtime_options]
     expansions: dict[int, str] = {}
@@ -281,7 +289,7 @@ def runtime_command(
         if resources.gpu is not None:
             argv.append("--nv")
         # --cleanenv passes only APPTAINERENV_<NAME> variables, as NAME.
-        env = {f"APPTAINERENV_{k}": v for k, v in spec.env.items()}
+        env = {**engine_env, **{f"APPTAINERENV_{k}": v for k, v in spec.env.items()}}
         return RuntimeCommand([*argv, image, *spec.command], expansions, env)
     argv += ["run", "--name", f"altar-{layout.token}", f"--network={network}"]
     argv += ["--volume", bind]
@@ -308,7 +316,7 @@ def runtime_command(
         argv.append("@job_gpus@")
     for name in spec.env:
         argv += ["--env", name]  # the value comes from `env`, never from a shell word
-    env = dict(spec.env)
+    env = {**engine_env, **spec.env}  # only the spec's names are forwarded (--env NAME)
     return RuntimeCommand([*argv, image, *spec.command], expansions, env)
 
 
@@ -433,6 +441,11 @@ def batch_script(
     name = f"altar-{layout.token}"
     kill = shell_command([*engine, "kill", name])
     inspect = shell_command([*engine, "inspect", "--format", "{{.State.OOMKilled}}", name])
+    # Podman on cgroup v1 does not always set OOMKilled; under a memory limit, a SIGKILL no
+    # one outside sent (scancel and the time limit read as CANCELLED/TIMEOUT) is the OOM killer.
+    limited = runtime == "podman" and spec.resources.memory_gb is not None
+    oom_test = '[ "$oom" = true ] || [ "$status" -eq 137 ]' if limited else '[ "$oom" = true ]'
+
     remove = shell_command([*engine, "rm", "--force", name])
     lines += [
         "# The engine, not this job, owns the container: on scancel or the time limit Slurm",
@@ -447,7 +460,7 @@ def batch_script(
         f"{remove} >/dev/null 2>&1",
         # A child killed for memory while the main process exited 0 is still an OOM kill:
         # record it, and never let Slurm read the job as COMPLETED.
-        'if [ "$oom" = true ]; then',
+        f"if {oom_test}; then",
         f"    {shell_command(_marker(OOM_STEP))}",
         '    [ "$status" -ne 0 ] || status=137',
         "fi",
