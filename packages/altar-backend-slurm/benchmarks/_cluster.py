@@ -34,5 +34,5 @@ class CountingLoginNode(LocalLoginNode):
         self.commands: list[str] = []
 
     def run(self, argv: Sequence[str]) -> CommandResult:
-        self.commands.append(argv[0])
+        self.commands.append(argv[3] if argv[0] == "timeout" else argv[0])
         return super().run(argv)

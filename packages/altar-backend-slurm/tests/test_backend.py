@@ -53,7 +53,8 @@ def _listing(path: str) -> list[str]:
 
 
 def _commands(node: FakeLoginNode) -> list[str]:
-    return [call[0] for call in node.calls]
+    """The programs run, seen through their ``timeout --kill-after=2 N`` bound."""
+    return [call[3] if call[0] == "timeout" else call[0] for call in node.calls]
 
 
 async def test_a_poll_of_many_jobs_is_one_squeue_while_they_run(
@@ -125,6 +126,19 @@ async def test_outages_are_backend_unavailable_never_states(
     (status,) = await backend.poll([handle])
     assert status.failure is not None
     assert status.failure.reason == "exit_3"
+
+
+async def test_a_controller_that_does_not_answer_is_an_outage_within_the_bound(
+    backend: SlurmExecutionBackend, node: FakeLoginNode
+) -> None:
+    handle = await backend.submit(SPEC)
+    node.hung = True
+    with pytest.raises(BackendUnavailableError, match="did not answer within 20 s"):
+        await backend.poll([handle])
+    assert node.calls[-1][:3] == ["timeout", "--kill-after=2", "20"]
+    node.hung = False
+    (status,) = await backend.poll([handle])
+    assert status.state is TaskState.RUNNING
 
 
 async def test_submit_during_an_outage_raises_unavailable(

@@ -32,10 +32,11 @@ from .launched import launched_task
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
 
 WAIT_S = 300
-# Waits for its exit code in /tmp/exit (written by finish_task), for ten minutes at most.
+# Waits for its exit code in /tmp/exit (written by finish_task), for ten minutes at most, then
+# prints the log lines write_task_log left in /tmp/log (to the job's stdout, as a task would).
 WAITING = (
     'i=0; while [ ! -e /tmp/exit ] && [ "$i" -lt 3000 ]; do sleep 0.2; i=$((i+1)); done; '
-    'exit "$(cat /tmp/exit 2>/dev/null || echo 0)"'
+    'cat /tmp/log 2>/dev/null; exit "$(cat /tmp/exit 2>/dev/null || echo 0)"'
 )
 
 
@@ -121,6 +122,8 @@ class _RealSlurmContract(ExecutionBackendContract):
             "container_runtime": "docker",
             "runtime_options": ["-H", docker_host],
             "runtime": node,
+            # the contract bounds a poll at 5 s; with slurmctld gone squeue takes ~18 s to say so
+            "query_timeout_s": 3,
         }
         self._docker_host = docker_host
         backend = SlurmExecutionBackend(**self._options)
@@ -145,24 +148,22 @@ class _RealSlurmContract(ExecutionBackendContract):
             labels={"job_id": "J", "kind": "conformance"},
         )
 
-    def _exec(self, handle: TaskHandle, command: str) -> None:
+    def _exec(self, handle: TaskHandle, *argv: str, wait: bool = True) -> None:
+        """Run ``argv`` in the task's container, first waiting for the container to run."""
         job_id, token = _job(handle)
         deadline = time.monotonic() + WAIT_S
-        while True:
-            done = subprocess.run(
-                ["docker", "-H", self._docker_host, "exec", f"altar-{token}", "sh", "-c", command],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode == 0 or "OOM" in command:
-                return
+        command = ["docker", "-H", self._docker_host, "exec", f"altar-{token}"]
+        while wait:
+            ready = subprocess.run([*command, "true"], capture_output=True, check=False)
+            if ready.returncode == 0:
+                break
             if time.monotonic() > deadline or not _active(job_id):
-                pytest.fail(f"the container of job {job_id} never ran: {done.stderr}")
+                pytest.fail(f"the container of job {job_id} never ran: {ready.stderr!r}")
             time.sleep(0.3)
+        subprocess.run([*command, *argv], capture_output=True, check=False)
 
     def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
-        self._exec(handle, f"echo {exit_code} > /tmp/exit")
+        self._exec(handle, "sh", "-c", f"echo {exit_code} > /tmp/exit")
         _wait_until_done(_job(handle)[0])
 
     def expire_task(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
@@ -187,9 +188,8 @@ class _RealSlurmContract(ExecutionBackendContract):
     def write_task_log(
         self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]
     ) -> bool:
-        assert isinstance(backend, SlurmExecutionBackend)
-        with open(f"{backend.scratch}/{_job(handle)[1]}/stdout", "a") as log:
-            log.writelines(f"{line}\n" for line in lines)
+        # the task prints these to its stdout when it ends (see WAITING)
+        self._exec(handle, "sh", "-c", 'printf "%s\\n" "$@" > /tmp/log', "log", *lines)
         return True
 
     def fail_input_verification(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
@@ -203,8 +203,9 @@ class _RealSlurmContract(ExecutionBackendContract):
         return SlurmExecutionBackend(**self._options)
 
     def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
-        self._exec(handle, "dd if=/dev/zero of=/dev/null bs=3G count=1 # OOM")
-        self._exec(handle, "echo 0 > /tmp/exit")
+        # a process in the container allocates past the limit; then the task itself exits 0
+        self._exec(handle, "dd", "if=/dev/zero", "of=/dev/null", "bs=3G", "count=1")
+        self._exec(handle, "sh", "-c", "echo 0 > /tmp/exit", wait=False)
         _wait_until_done(_job(handle)[0])
         return True
 

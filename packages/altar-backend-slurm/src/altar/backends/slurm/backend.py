@@ -104,6 +104,8 @@ class SlurmExecutionBackend(ExecutionBackend):
     - ``login_environment``: jobs load the user's login environment (``--export=NONE``, e.g.
       for ``module load`` in a profile; a login shell per job); default: a clean environment;
     - ``cancel_wait_s``: how long ``cancel`` waits for Slurm to end the job (default 15);
+    - ``query_timeout_s``: how long squeue/sacct/scontrol/scancel may take before the poll
+      raises ``BackendUnavailableError`` (default 20; None: no bound);
     - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake).
     """
 
@@ -135,6 +137,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         trust_verification_records: bool = True,
         login_environment: bool = False,
         cancel_wait_s: float = 15.0,
+        query_timeout_s: float | None = commands.DEFAULT_QUERY_TIMEOUT_S,
         runtime: LoginNode | None = None,
     ) -> None:
         if container_runtime not in CONTAINER_RUNTIMES:
@@ -187,6 +190,9 @@ class SlurmExecutionBackend(ExecutionBackend):
         self.network = network
         self.trust_verification_records = trust_verification_records
         self.cancel_wait_s = cancel_wait_s
+        if query_timeout_s is not None and not query_timeout_s > 0:
+            raise ValueError(f"query_timeout_s must be positive or None, got {query_timeout_s!r}")
+        self.query_timeout_s = query_timeout_s
         self.scratch = f"{self.data_root}/{SCRATCH_DIR}"
         self._max_time: tuple[int | None] | None = None
         self._cancelled: set[str] = set()
@@ -230,7 +236,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         name = job_name(spec, digest)
         keyed = submission_key(spec) is not None
         found: list[tuple[int, str]] = []
-        for row in commands.queue(self.node, names=[name]):
+        for row in commands.queue(self.node, names=[name], timeout_s=self.query_timeout_s):
             token = self._ours(row.work_dir)
             if token is None or row.name != name:
                 continue
@@ -243,7 +249,9 @@ class SlurmExecutionBackend(ExecutionBackend):
                     continue
             found.append((int(row.job_id), token))
         if not found and keyed:
-            for acct in commands.accounting(self.node, names=[name], steps=False):
+            for acct in commands.accounting(
+                self.node, names=[name], steps=False, timeout_s=self.query_timeout_s
+            ):
                 token = self._ours(acct.work_dir)
                 if token is not None and acct.name == name and acct.job_id.isdigit():
                     found.append((int(acct.job_id), token))
@@ -258,7 +266,11 @@ class SlurmExecutionBackend(ExecutionBackend):
         if spec.timeout_s is None:
             return
         if self._max_time is None:
-            self._max_time = (commands.max_time_s(self.node, self.placement.partition),)
+            self._max_time = (
+                commands.max_time_s(
+                    self.node, self.placement.partition, timeout_s=self.query_timeout_s
+                ),
+            )
         (cap,) = self._max_time
         if cap is not None and spec.timeout_s > cap:
             where = self.placement.partition or "the default partition"
@@ -309,7 +321,8 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     def _observe(self, job_ids: list[str]) -> dict[str, Observation]:
         queued: dict[str, QueueRow] = {
-            row.job_id: row for row in commands.queue(self.node, job_ids=job_ids)
+            row.job_id: row
+            for row in commands.queue(self.node, job_ids=job_ids, timeout_s=self.query_timeout_s)
         }
         seen: dict[str, Observation] = {}
         undecided = []
@@ -321,7 +334,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             else:
                 seen[job_id] = observed
         if undecided:
-            rows = commands.accounting(self.node, job_ids=undecided)
+            rows = commands.accounting(self.node, job_ids=undecided, timeout_s=self.query_timeout_s)
             for job_id in undecided:
                 observed = from_accounting(job_id, rows)
                 if observed is None:
@@ -373,13 +386,13 @@ class SlurmExecutionBackend(ExecutionBackend):
 
         def collect() -> list[TaskHandle]:
             found: dict[str, TaskHandle] = {}
-            for row in commands.queue(self.node):
+            for row in commands.queue(self.node, timeout_s=self.query_timeout_s):
                 token = self._ours(row.work_dir)
                 parsed = parse_comment(row.comment)
                 if token is None or parsed is None or parsed[1].get(RUN_LABEL) != run:
                     continue
                 found[row.job_id] = TaskHandle(self.name, f"{row.job_id}:{token}", parsed[1])
-            for acct in commands.accounting(self.node, steps=False):
+            for acct in commands.accounting(self.node, steps=False, timeout_s=self.query_timeout_s):
                 token = self._ours(acct.work_dir)
                 if token is None or not token.startswith(tag) or acct.job_id in found:
                     continue
@@ -394,11 +407,15 @@ class SlurmExecutionBackend(ExecutionBackend):
     # -- lifecycle ----------------------------------------------------------------------------
 
     def _cancel(self, job_id: str) -> None:
-        commands.cancel(self.node, job_id)
+        commands.cancel(self.node, job_id, timeout_s=self.query_timeout_s)
         self._cancelled.add(job_id)
         deadline = time.monotonic() + self.cancel_wait_s
         while time.monotonic() < deadline:
-            rows = [r for r in commands.queue(self.node, job_ids=[job_id]) if r.job_id == job_id]
+            rows = [
+                r
+                for r in commands.queue(self.node, job_ids=[job_id], timeout_s=self.query_timeout_s)
+                if r.job_id == job_id
+            ]
             observed = from_queue(rows[0]) if rows else None
             if observed is None or observed.state.is_terminal:
                 return

@@ -26,10 +26,12 @@ from altar.backends.slurm.runtime import CommandResult, LoginNode
 from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
 
 __all__ = [
+    "DEFAULT_QUERY_TIMEOUT_S",
     "LOOKUP_WINDOW",
     "SUBMIT_PROGRAM",
     "SlurmRefusedError",
     "accounting",
+    "bounded",
     "cancel",
     "max_time_s",
     "parse_duration",
@@ -86,8 +88,31 @@ def submit(node: LoginNode, job_dir: str, script: str, *, gpu: bool = False) -> 
     return job_id
 
 
+#: How long a query (squeue, sacct, scontrol, scancel) may take before it counts as an outage.
+#: With slurmctld down, squeue itself retries for about 18 s before it says so.
+DEFAULT_QUERY_TIMEOUT_S = 20.0
+#: ``timeout``'s exit status when it stopped the command (124), or killed it after the grace.
+_TIMED_OUT = (124, 137)
+
+
+def bounded(argv: Sequence[str], timeout_s: float | None) -> list[str]:
+    """``argv`` under coreutils ``timeout`` on the login node (None: unbounded)."""
+    if timeout_s is None:
+        return list(argv)
+    return ["timeout", "--kill-after=2", f"{timeout_s:g}", *argv]
+
+
+def _raise_timeout(what: str, result: CommandResult, timeout_s: float | None) -> None:
+    if timeout_s is not None and result.returncode in _TIMED_OUT:
+        raise BackendUnavailableError(f"{what} did not answer within {timeout_s:g} s")
+
+
 def queue(
-    node: LoginNode, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()
+    node: LoginNode,
+    *,
+    job_ids: Sequence[str] = (),
+    names: Sequence[str] = (),
+    timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S,
 ) -> list[QueueRow]:
     """One ``squeue`` for the given jobs (or, by name, this user's jobs), finished ones too."""
     argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FIELDS}"]
@@ -97,8 +122,9 @@ def queue(
         argv += ["--me", f"--name={','.join(names)}"]
     if not job_ids and not names:
         argv.append("--me")
-    result = node.run(argv)
+    result = node.run(bounded(argv, timeout_s))
     if not result.ok:
+        _raise_timeout("squeue", result, timeout_s)
         if no_such_job(result.stderr):
             return []  # the one id asked about is unknown to the controller
         _raise_outage("squeue", result)
@@ -112,6 +138,7 @@ def accounting(
     job_ids: Sequence[str] = (),
     names: Sequence[str] = (),
     steps: bool = True,
+    timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S,
 ) -> list[AcctRow]:
     """One ``sacct`` for the given jobs (with their steps), or jobs by name in the window."""
     argv = ["sacct", "--noheader", "--parsable2", f"--format={SACCT_FIELDS}"]
@@ -123,17 +150,21 @@ def accounting(
         argv.append(f"--starttime={LOOKUP_WINDOW}")
         if names:
             argv.append(f"--name={','.join(names)}")
-    result = node.run(argv)
+    result = node.run(bounded(argv, timeout_s))
     if not result.ok:
+        _raise_timeout("sacct", result, timeout_s)
         _raise_outage("sacct", result)
         raise BackendUnavailableError(f"sacct failed: {result.stderr.strip()}")
     return parse_sacct(result.stdout)
 
 
-def cancel(node: LoginNode, job_id: str) -> None:
+def cancel(
+    node: LoginNode, job_id: str, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
+) -> None:
     """``scancel`` one job; a job that already ended or is unknown is not an error."""
-    result = node.run(["scancel", job_id])
+    result = node.run(bounded(["scancel", job_id], timeout_s))
     if not result.ok and not no_such_job(result.stderr):
+        _raise_timeout("scancel", result, timeout_s)
         _raise_outage("scancel", result)
         if "already completing or completed" not in result.stderr:
             raise SlurmRefusedError(f"scancel {job_id} failed: {result.stderr.strip()}")
@@ -163,13 +194,16 @@ def parse_duration(text: str) -> int | None:
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
-def max_time_s(node: LoginNode, partition: str | None) -> int | None:
+def max_time_s(
+    node: LoginNode, partition: str | None, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
+) -> int | None:
     """The partition's ``MaxTime`` in seconds (the default partition without a name)."""
     argv = ["scontrol", "--oneliner", "show", "partition"]
     if partition is not None:
         argv.append(partition)
-    result = node.run(argv)
+    result = node.run(bounded(argv, timeout_s))
     if not result.ok:
+        _raise_timeout("scontrol", result, timeout_s)
         _raise_outage("scontrol", result)
         raise UnsupportedCapabilityError(
             f"cannot read partition {partition or '(default)'}: {result.stderr.strip()}"

@@ -179,6 +179,9 @@ class FakeLoginNode(LocalLoginNode):
         self.available = True
         self.accounting_available = True
         self.unreachable = False
+        #: The controller accepts connections but does not answer (a query under ``timeout``
+        #: is stopped; one without waits as long as the real client would, then reports it).
+        self.hung = False
         #: Jobs slurmdbd has not recorded yet (accounting lags the controller).
         self.unaccounted: set[int] = set()
         self.clock = 0.0
@@ -241,6 +244,11 @@ class FakeLoginNode(LocalLoginNode):
             raise LoginNodeUnreachableError(
                 "ssh: connect to host login port 22: Connection refused"
             )
+        bounded = argv[0] == "timeout"
+        if bounded:  # coreutils `timeout --kill-after=K SECONDS command...`
+            argv = argv[3:]
+            if self.hung and argv[0] in ("squeue", "sacct", "scontrol", "scancel"):
+                return CommandResult(124, "", "")
         program = argv[0]
         if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_PROGRAM]:
             return self._sbatch(argv[4], argv[5])
@@ -257,7 +265,7 @@ class FakeLoginNode(LocalLoginNode):
         return CommandResult(127, "", f"sh: 1: {program}: not found\n")
 
     def _down(self, program: str) -> CommandResult | None:
-        if self.available:
+        if self.available and not self.hung:
             return None
         if program == "sbatch":
             text = f"sbatch: error: Batch job submission failed: {CONTROLLER_DOWN}\n"
