@@ -67,6 +67,21 @@ async def test_a_poll_of_many_jobs_is_one_squeue_while_they_run(
     assert _commands(node) == ["squeue"]
 
 
+async def test_more_jobs_than_a_command_line_holds_are_still_one_squeue(
+    backend: SlurmExecutionBackend, node: FakeLoginNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from altar.backends.slurm import commands
+
+    monkeypatch.setattr(commands, "MAX_LISTED_JOBS", 3)
+    handles = [await backend.submit(replace(SPEC, labels={"i": str(i)})) for i in range(5)]
+    await backend.submit(replace(SPEC, labels={"other": "job"}))
+    node.calls.clear()
+    statuses = await backend.poll(handles[1:])
+    assert {s.state for s in statuses} == {TaskState.RUNNING}
+    assert _commands(node) == ["squeue"]
+    assert not any(arg.startswith("--jobs") for arg in node.calls[0])
+
+
 async def test_finished_jobs_cost_at_most_one_sacct_more(
     backend: SlurmExecutionBackend, node: FakeLoginNode
 ) -> None:

@@ -28,6 +28,7 @@ from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
 __all__ = [
     "DEFAULT_QUERY_TIMEOUT_S",
     "LOOKUP_WINDOW",
+    "MAX_LISTED_JOBS",
     "SUBMIT_PROGRAM",
     "SlurmRefusedError",
     "accounting",
@@ -91,6 +92,8 @@ def submit(node: LoginNode, job_dir: str, script: str, *, gpu: bool = False) -> 
 #: How long a query (squeue, sacct, scontrol, scancel) may take before it counts as an outage.
 #: With slurmctld down, squeue itself retries for about 18 s before it says so.
 DEFAULT_QUERY_TIMEOUT_S = 20.0
+#: More job ids than this are not listed on the command line.
+MAX_LISTED_JOBS = 5000
 #: ``timeout``'s exit status when it stopped the command (124), or killed it after the grace.
 _TIMED_OUT = (124, 137)
 
@@ -114,7 +117,15 @@ def queue(
     names: Sequence[str] = (),
     timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S,
 ) -> list[QueueRow]:
-    """One ``squeue`` for the given jobs (or, by name, this user's jobs), finished ones too."""
+    """One ``squeue`` for the given jobs (or, by name, this user's jobs), finished ones too.
+
+    Past :data:`MAX_LISTED_JOBS` ids the list would not fit one argument (``MAX_ARG_STRLEN``),
+    so this user's jobs are listed instead and filtered here: still one command.
+    """
+    if len(job_ids) > MAX_LISTED_JOBS:
+        wanted = set(job_ids)
+        rows = queue(node, timeout_s=timeout_s)
+        return [row for row in rows if row.job_id in wanted]
     argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FIELDS}"]
     if job_ids:
         argv.append(f"--jobs={','.join(job_ids)}")
