@@ -83,4 +83,6 @@ def test_altar_compare_slurm_with_local(
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
-    assert report.get("differences", []) == [], report
+    assert (report["backend"], report["reference"]) == ("slurm", "local")
+    assert report["ok"] is True
+    assert report["differences"] == []
