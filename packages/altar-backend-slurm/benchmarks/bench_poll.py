@@ -49,6 +49,11 @@ def submit_held(count: int, partition: str) -> list[str]:
     return ids
 
 
+def cancel(ids: list[str]) -> None:
+    for start in range(0, len(ids), 500):
+        subprocess.run(["scancel", *ids[start : start + 500]], check=False)
+
+
 def baseline(ids: list[str]) -> float:
     started = time.perf_counter()
     for job_id in ids:
@@ -87,9 +92,17 @@ def main() -> None:
                 node.commands.clear()
                 mine.append(ours(backend, handles))
                 commands.append(len(node.commands))
+            # Cancelled, the same jobs are finished: squeue still lists them (MinJobAge) but
+            # cannot tell how they ended, so the poll adds its one sacct.
+            cancel(ids)
+            ended: list[float] = []
+            ended_commands: list[int] = []
+            for _ in range(args.repeats):
+                node.commands.clear()
+                ended.append(ours(backend, handles))
+                ended_commands.append(len(node.commands))
     finally:
-        for start in range(0, len(ids), 500):
-            subprocess.run(["scancel", *ids[start : start + 500]], check=False)
+        cancel(ids)
     base_s, ours_s = statistics.median(theirs), statistics.median(mine)
     ratio = base_s / ours_s
     print()
@@ -103,15 +116,22 @@ def main() -> None:
         f"| {'SlurmExecutionBackend.poll, all jobs':<40} | {ours_s:9.3f} | {max(commands):8} | "
         f"{len(mine):4} |"
     )
+    ended_s = statistics.median(ended)
+    print(
+        f"| {'... the same jobs once cancelled (+sacct)':<40} | {ended_s:9.3f} | "
+        f"{max(ended_commands):8} | {len(ended):4} |"
+    )
     print()
     print(
         f"speed-up {ratio:.1f}x (target >= {TARGET_RATIO:g}x): "
         f"{'met' if ratio >= TARGET_RATIO else 'MISSED'}"
     )
+    most = max(*commands, *ended_commands)
     print(
-        f"remote commands per poll {max(commands)} (target <= {TARGET_COMMANDS}): "
-        f"{'met' if max(commands) <= TARGET_COMMANDS else 'MISSED'}"
+        f"remote commands per poll {most} (target <= {TARGET_COMMANDS}): "
+        f"{'met' if most <= TARGET_COMMANDS else 'MISSED'}"
     )
+    print(f"speed-up once the jobs ended: {base_s / ended_s:.1f}x")
 
 
 if __name__ == "__main__":
