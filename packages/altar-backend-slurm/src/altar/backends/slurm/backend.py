@@ -8,7 +8,7 @@ import posixpath
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import ClassVar, TypeVar
 
 from altar.backends.slurm import commands
@@ -200,10 +200,6 @@ class SlurmExecutionBackend(ExecutionBackend):
     def __repr__(self) -> str:
         return f"SlurmExecutionBackend(node={self.node!r}, data_root={self.data_root!r})"
 
-    @staticmethod
-    async def _thread(call: Callable[[], _T]) -> _T:
-        return await asyncio.to_thread(call)
-
     def path_resolver(self) -> PathResolver:
         return PathResolver(CONTAINER_MOUNT_ROOT)
 
@@ -315,7 +311,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         return self._handle(job_id, token, spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
-        return await self._thread(lambda: self._submit(spec))
+        return await asyncio.to_thread(lambda: self._submit(spec))
 
     # -- observation --------------------------------------------------------------------------
 
@@ -348,7 +344,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             {m.group(1) for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))},
             key=int,
         )
-        observations = await self._thread(lambda: self._observe(ids)) if ids else {}
+        observations = await asyncio.to_thread(lambda: self._observe(ids)) if ids else {}
         statuses = []
         for handle in handles:
             match = _EXTERNAL_ID.fullmatch(handle.external_id)
@@ -374,7 +370,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         if match is None:
             return None
         layout = self._layout(match.group(2))
-        text = await self._thread(
+        text = await asyncio.to_thread(
             lambda: commands.tail(self.node, [layout.stdout, layout.stderr], LOG_TAIL_LINES)
         )
         lines = text.splitlines()[-LOG_TAIL_LINES:]
@@ -402,7 +398,7 @@ class SlurmExecutionBackend(ExecutionBackend):
                 found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
             return [found[k] for k in sorted(found, key=int)]
 
-        return await self._thread(collect)
+        return await asyncio.to_thread(collect)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -424,7 +420,7 @@ class SlurmExecutionBackend(ExecutionBackend):
     async def cancel(self, handle: TaskHandle) -> None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
         if match is not None:
-            await self._thread(lambda: self._cancel(match.group(1)))
+            await asyncio.to_thread(lambda: self._cancel(match.group(1)))
 
     async def cleanup(self, handles: list[TaskHandle]) -> None:
         """Remove the job directories of finished tasks (never a running job's, nor others')."""
@@ -436,7 +432,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             if status.failure is not None and status.failure.reason == "container_missing":
                 continue
             job_dir = self._layout(match.group(2)).job_dir
-            await self._thread(lambda d=job_dir: commands.remove_dir(self.node, d))  # type: ignore[misc]
+            await asyncio.to_thread(lambda d=job_dir: commands.remove_dir(self.node, d))  # type: ignore[misc]
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -453,13 +449,13 @@ class SlurmExecutionBackend(ExecutionBackend):
             for t in transfers
         )
         for source, destination in moves:
-            await self._thread(lambda s=source, d=destination: self.node.push(s, d))  # type: ignore[misc]
+            await asyncio.to_thread(lambda s=source, d=destination: self.node.push(s, d))  # type: ignore[misc]
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
         for transfer in transfers:
             source = self._host_path(transfer.logical_path)
             destination = local_file(transfer.uri, backend=self.name)
-            await self._thread(lambda s=source, d=destination: self.node.pull(s, d))  # type: ignore[misc]
+            await asyncio.to_thread(lambda s=source, d=destination: self.node.pull(s, d))  # type: ignore[misc]
 
 
 def _cancelled_failure(job_id: str) -> TaskFailure:
