@@ -9,7 +9,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
 from altar.backends.slurm import commands
 from altar.backends.slurm.classify import (
@@ -57,7 +57,6 @@ LOG_TAIL_LINES = 20
 #: Per-job directories (script, stdout, stderr) under the data root.
 SCRATCH_DIR = ".altar-slurm/jobs"
 _EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
-_T = TypeVar("_T")
 
 
 def _run_tag(run: str | None) -> str:
