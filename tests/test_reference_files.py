@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import ReferenceFiles
 
-
-def test_matching_text_passes_and_differing_text_fails(tmp_path: Path) -> None:
+def test_matching_text_passes_and_differing_text_fails(
+    tmp_path: Path, reference_files: Any
+) -> None:
+    files = type(reference_files)
     ref = tmp_path / "references" / "a.txt"
-    ReferenceFiles(update=True).check(ref, "line\n")
+    files(update=True).check(ref, "line\n")
     assert ref.read_text() == "line\n"
-    ReferenceFiles(update=False).check(ref, "line\n")
+    files(update=False).check(ref, "line\n")
     with pytest.raises(AssertionError, match="--update-references"):
-        ReferenceFiles(update=False).check(ref, "line \n")
+        files(update=False).check(ref, "line \n")
 
 
-def test_a_missing_reference_fails(tmp_path: Path) -> None:
+def test_a_missing_reference_fails(tmp_path: Path, reference_files: Any) -> None:
     with pytest.raises(pytest.fail.Exception, match="no reference file"):
-        ReferenceFiles(update=False).check(tmp_path / "missing.txt", "x")
+        type(reference_files)(update=False).check(tmp_path / "missing.txt", "x")

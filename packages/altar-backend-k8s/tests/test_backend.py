@@ -506,7 +506,7 @@ async def test_a_job_removed_by_its_ttl_reads_as_missing_in_a_fresh_process(
 
 async def test_a_container_the_kubelet_lost_is_job_failed_not_an_exit_code() -> None:
     from altar.backends.kubernetes import ContainerExit, JobCondition, K8sJobInfo, K8sPodInfo
-    from altar.backends.kubernetes.jobs import classify_failure
+    from altar.backends.kubernetes.classify import classify_failure
 
     job = K8sJobInfo(
         "score-1",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from altar.backends.kubernetes import K8sConfigError, K8sJobExistsError
-from altar.backends.kubernetes.client import ClientRuntime
+from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer
 from altar.execution import AltarError, BackendUnavailableError
 

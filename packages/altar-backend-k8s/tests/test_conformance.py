@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from altar.backends.kubernetes import KubernetesExecutionBackend, parse_external_id
-from altar.backends.kubernetes.client import ClientRuntime
+from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer
 from altar.execution import (
     ContainerTaskSpec,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -236,19 +235,16 @@ def test_unknown_path_and_method(fake_apiserver: FakeApiServer) -> None:
     wrong.value.close()
 
 
-KUBECTL = shutil.which("kubectl")
-
-
 @pytest.mark.kubectl
-@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
-def test_real_kubectl_accepts_the_fake(kubeconfig: Path, tmp_path: Path) -> None:
+def test_real_kubectl_accepts_the_fake(
+    kubeconfig: Path, tmp_path: Path, kubectl_binary: str
+) -> None:
     manifest = tmp_path / "job.yaml"
     manifest.write_text(json.dumps(job("kubectl-job", app="x")))
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
-        assert KUBECTL is not None
         return subprocess.run(
-            [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+            [kubectl_binary, "--kubeconfig", str(kubeconfig), *args],
             capture_output=True,
             text=True,
             timeout=60,

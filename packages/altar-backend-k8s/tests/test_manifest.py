@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from altar.backends.kubernetes import (
     manifest_digest,
     render_manifest,
 )
-from altar.backends.kubernetes.manifest import add_input_verification, build_job_manifest
+from altar.backends.kubernetes.render import add_input_verification, build_job_manifest
 from altar.execution import (
     ContainerTaskSpec,
     ResourceRequest,
@@ -319,3 +321,68 @@ def test_digest_rule_matches_altar_0_3_0() -> None:
     annotated["metadata"]["annotations"] = {MANIFEST_DIGEST_ANNOTATION: expected}
     annotated["spec"]["ttlSecondsAfterFinished"] = 5
     assert manifest_digest(annotated) == expected
+
+
+# --- saved reference files (pytest --update-references rewrites them) -----------------------
+
+REFERENCES = Path(__file__).parent / "references"
+IDENTITY = {
+    "altar.run": "20261201-nightly",
+    "altar.task": "score/fold 0",  # not label-safe: travels as an annotation
+    "altar.attempt": "2",
+    "altar.submission": "0123456789abcdef0123456789abcdef",
+}
+
+
+def _text(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+def test_job_manifest_matches_its_reference(reference_files: Any) -> None:
+    reference_files.check(
+        REFERENCES / "job_manifest.json", _text(render_manifest(full_spec(), OPTIONS))
+    )
+
+
+def test_job_manifest_with_runner_identity_matches_its_reference(reference_files: Any) -> None:
+    spec = full_spec(labels={"job_id": "J", **IDENTITY}, inputs=[])
+    reference_files.check(
+        REFERENCES / "job_manifest_identity.json", _text(render_manifest(spec, OPTIONS))
+    )
+
+
+def test_identity_goes_to_labels_where_label_safe_and_annotations_otherwise() -> None:
+    spec = full_spec(labels={"job_id": "J", **IDENTITY})
+    manifest = render_manifest(spec, OPTIONS)
+    labels = manifest["metadata"]["labels"]
+    annotations = manifest["metadata"]["annotations"]
+    for key in ("altar.run", "altar.attempt", "altar.submission"):
+        assert labels[key] == IDENTITY[key]
+        assert manifest["spec"]["template"]["metadata"]["labels"][key] == IDENTITY[key]
+        assert key not in annotations
+    assert "altar.task" not in labels
+    assert annotations["altar.task"] == "score/fold 0"
+
+
+@pytest.mark.parametrize(
+    "hostile", ["$(rm -rf /)", "a\nb", "../../etc", "x" * 64, "'quoted' \"twice\"", ""]
+)
+def test_hostile_identity_values_are_kept_verbatim_as_annotations(hostile: str) -> None:
+    manifest = render_manifest(full_spec(labels={"altar.run": hostile}), OPTIONS)
+    labels, annotations = manifest["metadata"]["labels"], manifest["metadata"]["annotations"]
+    if hostile == "":  # the empty value is label-safe
+        assert labels["altar.run"] == ""
+    else:
+        assert "altar.run" not in labels
+        assert annotations["altar.run"] == hostile
+
+
+def test_plan_labels_are_still_validated_next_to_identity() -> None:
+    with pytest.raises(UnsupportedCapabilityError, match="is not valid for Kubernetes"):
+        render_manifest(full_spec(labels={"altar.run": "ok", "owner": "a b"}), OPTIONS)
+
+
+def test_each_attempt_renders_its_own_job_name() -> None:
+    one = full_spec(labels={**IDENTITY, "altar.attempt": "1"})
+    two = full_spec(labels={**IDENTITY, "altar.attempt": "2"})
+    assert job_name(one) != job_name(two)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from altar.backends.kubernetes import KubernetesExecutionBackend
-from altar.backends.kubernetes.client import ClientRuntime
+from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 
 
 def test_entry_point_and_class_attributes() -> None:

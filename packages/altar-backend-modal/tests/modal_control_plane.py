@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 from grpclib import GRPCError, Status
+from grpclib.events import RecvRequest, listen
 from grpclib.server import Server
 from modal_proto import api_grpc, api_pb2
 
@@ -55,6 +56,7 @@ class FakeSandbox:
     definition: api_pb2.Sandbox
     tags: dict[str, str]
     started: float
+    created_at: float = 0.0  # wall-clock creation time, what listings order and page by
     process: asyncio.subprocess.Process | None = None
     result: api_pb2.GenericResult | None = None
     task_id: str = field(default_factory=lambda: _id("ta"))
@@ -83,10 +85,14 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
     def __init__(self) -> None:
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.requests: list[tuple[str, Any]] = []
+        self.rpcs: list[str] = []  # every RPC received, in order (method names)
         self.apps: dict[str, str] = {}
         self.unavailable = False  # answer sandbox RPCs with UNAVAILABLE, as a failing gateway
         self.schedule_delay_s = 0.0  # how long a new sandbox waits for a worker (no task id)
         self.refuse_create: str | None = None  # answer SandboxCreate with INVALID_ARGUMENT
+        self.list_page_size = 100  # SandboxList entries per page (Modal does not document it)
+        self.create_answer_delay_s = 0.0  # create the sandbox, then wait before answering
+        self._last_created = 0.0
         self.volume_ids: dict[str, str] = {}
         self.volumes: dict[str, dict[str, VolumeFile]] = {}
         self.blocks: dict[str, bytes] = {}  # sha256 hex -> bytes, served over HTTP
@@ -248,12 +254,22 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self._record("SandboxCreate", request)
         if self.refuse_create is not None:
             raise GRPCError(Status.INVALID_ARGUMENT, self.refuse_create)
+        name = request.definition.name
+        if name and any(
+            other.app_id == request.app_id
+            and other.definition.name == name
+            and other.result is None
+            for other in self.sandboxes.values()
+        ):
+            raise GRPCError(Status.ALREADY_EXISTS, f"Sandbox with name '{name}' already exists")
+        self._last_created = max(time.time(), self._last_created + 1e-6)
         sandbox = FakeSandbox(
             sandbox_id=_id("sb"),
             app_id=request.app_id,
             definition=request.definition,
             tags={tag.tag_name: tag.tag_value for tag in request.tags},
             started=time.monotonic(),
+            created_at=self._last_created,
         )
         args = list(request.definition.entrypoint_args)
         sandbox.process = await asyncio.create_subprocess_exec(
@@ -267,9 +283,70 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         ]
         sandbox.tasks.append(asyncio.ensure_future(self._reap(sandbox, sandbox.tasks[:])))
         metadata = api_pb2.SandboxHandleMetadata(app_id=request.app_id)
+        if self.create_answer_delay_s:
+            await asyncio.sleep(self.create_answer_delay_s)  # the sandbox already runs
         await stream.send_message(
             api_pb2.SandboxCreateResponse(sandbox_id=sandbox.sandbox_id, metadata=metadata)
         )
+
+    async def SandboxList(self, stream: Any) -> None:
+        """Newest first, ``list_page_size`` a page, created before ``before_timestamp``."""
+        request = await stream.recv_message()
+        self._record("SandboxList", request)
+        if self.unavailable:
+            raise GRPCError(Status.UNAVAILABLE, "upstream connect error or disconnect")
+        wanted = {tag.tag_name: tag.tag_value for tag in request.tags}
+        matching = sorted(
+            (
+                sandbox
+                for sandbox in self.sandboxes.values()
+                if (not request.app_id or sandbox.app_id == request.app_id)
+                and (request.include_finished or sandbox.result is None)
+                and all(sandbox.tags.get(k) == v for k, v in wanted.items())
+                and (not request.before_timestamp or sandbox.created_at < request.before_timestamp)
+            ),
+            key=lambda sandbox: sandbox.created_at,
+            reverse=True,
+        )[: self.list_page_size]
+        infos = []
+        for sandbox in matching:
+            task_info = api_pb2.TaskInfo(id=sandbox.task_id)
+            if sandbox.result is not None:
+                task_info.result.CopyFrom(sandbox.result)
+            infos.append(
+                api_pb2.SandboxInfo(
+                    id=sandbox.sandbox_id,
+                    created_at=sandbox.created_at,
+                    app_id=sandbox.app_id,
+                    name=sandbox.definition.name,
+                    task_info=task_info,
+                    tags=[
+                        api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in sandbox.tags.items()
+                    ],
+                    metadata=api_pb2.SandboxHandleMetadata(app_id=sandbox.app_id),
+                )
+            )
+        await stream.send_message(api_pb2.SandboxListResponse(sandboxes=infos))
+
+    async def SandboxGetFromName(self, stream: Any) -> None:
+        """A running sandbox of a named app by its name (finished ones are not found)."""
+        request = await stream.recv_message()
+        self._record("SandboxGetFromName", request)
+        app_id = self.apps.get(request.app_name)
+        for sandbox in self.sandboxes.values():
+            if (
+                sandbox.app_id == app_id
+                and sandbox.definition.name == request.sandbox_name
+                and sandbox.result is None
+            ):
+                metadata = api_pb2.SandboxHandleMetadata(app_id=sandbox.app_id)
+                await stream.send_message(
+                    api_pb2.SandboxGetFromNameResponse(
+                        sandbox_id=sandbox.sandbox_id, metadata=metadata
+                    )
+                )
+                return
+        raise GRPCError(Status.NOT_FOUND, f"Sandbox with name '{request.sandbox_name}' not found")
 
     async def _collect(self, sandbox: FakeSandbox, pipe: Any, fd: int) -> None:
         async for raw in pipe:
@@ -399,6 +476,7 @@ class ControlPlane:
 
     async def _start(self) -> None:
         self._server = Server([self.servicer])
+        listen(self._server, RecvRequest, self._count)
         await self._server.start("127.0.0.1", 0)
         sockets = self._server._server.sockets  # the bound ephemeral port
         self.port = sockets[0].getsockname()[1]
@@ -411,6 +489,10 @@ class ControlPlane:
         await site.start()
         http_port = self._http.addresses[0][1]
         self.servicer.blob_url = f"http://127.0.0.1:{http_port}"
+
+    async def _count(self, event: RecvRequest) -> None:
+        # Every RPC the client makes, by method name (e.g. "SandboxList").
+        self.servicer.rpcs.append(event.method_name.rpartition("/")[2])
 
     async def _put_block(self, request: web.Request) -> web.Response:
         digest = request.match_info["digest"]

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import hashlib
 import importlib.metadata
+import os
 import re
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from altar.execution import (
     TransferIntegrityError,
     UnsupportedCapabilityError,
 )
+from altar.execution.atomic import temp_owner
 
 SANDBOX_ID = re.compile(r"sb-[A-Za-z0-9]{22}")
 
@@ -248,6 +250,8 @@ async def test_polls_run_concurrently_within_the_bound() -> None:
     fake = CountingRuntime()
     backend = ModalExecutionBackend(runtime=fake, max_concurrency=4)
     handles = [await backend.submit(_spec()) for _ in range(12)]
+    for handle in handles:  # finished sandboxes are not listed: each is asked about by id
+        fake.finish(handle.external_id, 0)
     assert len(await backend.poll(handles)) == 12
     assert fake.most == 4
 
@@ -441,6 +445,26 @@ async def test_submit_removes_stale_outputs_and_collect_outputs_renames_into_pla
 
 
 @pytest.mark.asyncio
+async def test_collect_outputs_verifies_a_declared_output_digest(
+    backend: ModalExecutionBackend, fake: FakeModalRuntime, tmp_path: Path
+) -> None:
+    destination = tmp_path / "results" / "scores.tsv"
+    destination.parent.mkdir()
+    destination.write_bytes(b"previous run's scores\n")
+    output = Transfer(str(destination), "jobs/J/scores.tsv", digest=_digest(b"expected scores\n"))
+    fake.put("vol", "jobs/J/scores.tsv", b"truncated sco")
+    with pytest.raises(TransferIntegrityError, match=r"scores\.tsv"):
+        await backend.collect_outputs([output])
+    # nothing half-written and the previous file untouched
+    assert _names(destination.parent) == ["scores.tsv"]
+    assert destination.read_bytes() == b"previous run's scores\n"
+    fake.put("vol", "jobs/J/scores.tsv", b"expected scores\n")
+    await backend.collect_outputs([output])
+    assert destination.read_bytes() == b"expected scores\n"
+    assert _names(destination.parent) == ["scores.tsv"]
+
+
+@pytest.mark.asyncio
 async def test_a_missing_output_leaves_no_partial_file(
     backend: ModalExecutionBackend, tmp_path: Path
 ) -> None:
@@ -483,3 +507,45 @@ async def test_the_fake_refuses_what_modal_would(fake: FakeModalRuntime, change:
     with pytest.raises(ValueError, match=r"timeout|limit|GPU"):
         await fake.create_sandbox(dataclasses.replace(request, **change))
     assert len(fake.sandboxes) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_tilde_in_a_transfer_uri_is_a_directory_name_as_on_every_backend(
+    backend: ModalExecutionBackend,
+    fake: FakeModalRuntime,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / "x").parent.mkdir()
+    (home / "x").write_bytes(b"from $HOME")
+    (work / "~").mkdir(parents=True)
+    (work / "~" / "x").write_bytes(b"from the working directory")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    await backend.stage_inputs([Transfer("~/x", "in/x")])
+    assert fake.volumes["vol"]["in/x"].data == b"from the working directory"
+
+
+@pytest.mark.asyncio
+async def test_downloads_use_altars_one_temporary_name_and_leave_none_behind(
+    tmp_path: Path,
+) -> None:
+    seen: list[Path] = []
+
+    class Recording(FakeModalRuntime):
+        async def download(self, volume_name: str, remote_path: str, destination: Path) -> None:
+            seen.append(destination)
+            await asyncio.to_thread(destination.write_bytes, b"partial")
+            if remote_path == "jobs/J/broken":
+                raise BackendUnavailableError("connection lost mid-download")
+            await super().download(volume_name, remote_path, destination)
+
+    fake = Recording()
+    backend = ModalExecutionBackend(runtime=fake, volume_name="vol")
+    fake.put("vol", "jobs/J/out", b"scores")
+    await backend.collect_outputs([Transfer(str(tmp_path / "out"), "jobs/J/out")])
+    with pytest.raises(BackendUnavailableError):
+        await backend.collect_outputs([Transfer(str(tmp_path / "broken"), "jobs/J/broken")])
+    assert [temp_owner(path.name) for path in seen] == [os.getpid(), os.getpid()]
+    assert _names(tmp_path) == ["out"]

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import modal
 import pytest
 from altar.backends.modal import ModalExecutionBackend
-from altar.backends.modal.sdk import ModalSdkRuntime
+from altar.backends.modal.fake import FakeModalRuntime
+from altar.backends.modal.runtime import SandboxExistsError, SandboxRequest
+from altar.backends.modal.sdk_runtime import ModalSdkRuntime
 from altar.execution import (
     BackendUnavailableError,
     ContainerTaskSpec,
@@ -28,6 +31,7 @@ from altar.execution import (
     TransferIntegrityError,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import submission_labels
 from modal_proto import api_pb2
 
 from .modal_control_plane import ControlPlane
@@ -305,5 +309,166 @@ async def test_a_sandbox_modal_refuses_is_a_refused_spec_not_a_retryable_error(
         with pytest.raises(UnsupportedCapabilityError, match="A10X") as refused:
             await backend.submit(_spec(["true"]))
         assert isinstance(refused.value.__cause__, modal.exception.InvalidError)
+    finally:
+        await client.close.aio()
+
+
+class _ListingBackend(ModalExecutionBackend):
+    LIST_FROM = 2
+
+
+_SANDBOX_RPCS = ("SandboxList", "SandboxWait", "SandboxCreate", "SandboxGetTaskId")
+
+
+def _sandbox_rpcs(names: list[str]) -> Counter[str]:
+    return Counter(name for name in names if name in _SANDBOX_RPCS)
+
+
+@pytest.mark.asyncio
+async def test_a_poll_lists_running_sandboxes_with_the_requests_the_fake_counts(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    servicer = control_plane.servicer
+    servicer.list_page_size = 3
+    fake = FakeModalRuntime(list_page_size=3)
+    try:
+        backends = [
+            _ListingBackend(runtime=ModalSdkRuntime(client=client), app_name="altar-wire-list"),
+            _ListingBackend(runtime=fake, app_name="altar-wire-list"),
+        ]
+        counted = []
+        for backend in backends:
+            done = await backend.submit(_spec(["true"], labels={"altar.run": "W"}))
+            if backend.runtime is fake:
+                fake.finish(done.external_id, 0)
+            assert (await _until_terminal(backend, done)).state is TaskState.SUCCEEDED
+            running = [
+                await backend.submit(_spec(["sleep", "30"], labels={"altar.run": "W"}))
+                for _ in range(7)
+            ]
+            servicer.rpcs.clear()
+            fake.rpcs.clear()
+            statuses = await backend.poll([done, *running])
+            assert [s.state for s in statuses] == [TaskState.SUCCEEDED] + [TaskState.RUNNING] * 7
+            counted.append(
+                _sandbox_rpcs(servicer.rpcs if backend.runtime is not fake else fake.rpcs)
+            )
+            # all seen: paging stops before the empty page
+            servicer.rpcs.clear()
+            fake.rpcs.clear()
+            await backend.poll(running)
+            counted.append(
+                _sandbox_rpcs(servicer.rpcs if backend.runtime is not fake else fake.rpcs)
+            )
+            await backend.cleanup(running)
+        wire_mixed, wire_running, fake_mixed, fake_running = counted
+        # 7 running at 3 a page: 3 pages and the empty one, then a wait for the finished one
+        assert wire_mixed == fake_mixed == Counter({"SandboxList": 4, "SandboxWait": 1})
+        assert wire_running == fake_running == Counter({"SandboxList": 3})
+        listed = [r for name, r in servicer.requests if name == "SandboxList"]
+        assert {r.include_finished for r in listed} == {False}
+        assert {tuple((t.tag_name, t.tag_value) for t in r.tags) for r in listed} == {
+            (("altar.run", "W"),)
+        }
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_the_fake_costs_a_create_what_the_sdk_sends(control_plane: ControlPlane) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    servicer = control_plane.servicer
+    fake = FakeModalRuntime()
+    try:
+        real = ModalSdkRuntime(client=client)
+        request = SandboxRequest(
+            app_name="altar-wire-cost",
+            image="busybox:1.36",
+            command=("sleep", "30"),
+            timeout_s=60,
+            env={"A": "1"},
+            tags={"k": "v"},
+            volume_name="altar-wire-cost",
+        )
+        costs: list[Counter[str]] = []
+
+        def cost(rpcs: list[str]) -> Counter[str]:
+            # The SDK resolves a create's dependencies concurrently (any order) and looks the
+            # environment up once per process, so compare counts without it.
+            counts = Counter(rpcs)
+            del counts["EnvironmentGetOrCreate"]
+            rpcs.clear()
+            return counts
+
+        for runtime, rpcs in ((real, servicer.rpcs), (fake, fake.rpcs)):
+            for _ in range(2):  # the first create also looks up the app and the volume
+                rpcs.clear()
+                sandbox_id = await runtime.create_sandbox(request)
+                costs.append(cost(rpcs))
+            await runtime.sandbox_result(sandbox_id)
+            costs.append(cost(rpcs))
+            await runtime.sandbox_tags(sandbox_id)
+            costs.append(cost(rpcs))
+            await runtime.terminate_sandbox(sandbox_id)
+            costs.append(cost(rpcs))
+        assert costs[:5] == costs[5:]
+        assert costs[1] == Counter(
+            ["ImageGetOrCreate", "SecretGetOrCreate", "SandboxCreate", "SandboxGetTaskId"]
+        )
+    finally:
+        await client.close.aio()
+
+
+@pytest.mark.asyncio
+async def test_a_submit_cut_off_after_modal_accepted_it_is_adopted_on_resubmit(
+    control_plane: ControlPlane,
+) -> None:
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    servicer = control_plane.servicer
+    run = "0123456789abcdef0123456789abcdef"
+    labels = submission_labels(run, "fold-0", 1)
+    spec = _spec(["sleep", "30"], labels=labels)
+    try:
+        # The runner dies while Modal's answer to SandboxCreate is on its way: the sandbox
+        # exists and runs, the SDK never learnt its id (so it could not terminate it).
+        servicer.create_answer_delay_s = 30
+        first = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client), app_name="altar-kill")
+        submit = asyncio.ensure_future(first.submit(spec))
+        await _eventually(lambda: bool(servicer.sandboxes))
+        submit.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await submit
+        (created,) = servicer.sandboxes
+        servicer.create_answer_delay_s = 0
+
+        # The resumed runner submits the same spec (the journaled key) from a new runtime.
+        resumed = ModalExecutionBackend(
+            runtime=ModalSdkRuntime(client=client), app_name="altar-kill"
+        )
+        handle = await resumed.submit(spec)
+        assert handle.external_id == created
+        assert [name for name, _ in servicer.requests].count("SandboxCreate") == 1
+        assert servicer.sandboxes[created].definition.name == "altar-" + labels["altar.submission"]
+        assert servicer.sandboxes[created].tags == labels
+
+        listed = await resumed.list_submissions(run)
+        assert listed is not None
+        assert [(h.external_id, h.labels) for h in listed] == [(created, labels)]
+        assert await resumed.list_submissions("f" * 32) == []
+
+        # a second create under the same name is refused by Modal while the first runs
+        runtime = ModalSdkRuntime(client=client)
+        request = SandboxRequest(
+            app_name="altar-kill",
+            image="busybox:1.36",
+            command=("true",),
+            timeout_s=60,
+            name="altar-" + labels["altar.submission"],
+        )
+        with pytest.raises(SandboxExistsError, match="already named"):
+            await runtime.create_sandbox(request)
+        await resumed.cleanup([handle])
+        assert await resumed.list_submissions(run) == []
     finally:
         await client.close.aio()

@@ -8,7 +8,14 @@ import textwrap
 
 import pytest
 from altar.execution import ContainerTaskSpec, PlanError, ResourceRequest, Transfer
-from altar.execution.plan import load_plan, plan_from_specs, with_outputs_under
+from altar.execution.plan import (
+    Plan,
+    PlanTask,
+    load_plan,
+    parse_plan,
+    plan_from_specs,
+    with_outputs_under,
+)
 
 DIGEST = "sha256:" + "cd" * 32
 
@@ -283,3 +290,18 @@ def test_an_input_a_task_updates_in_place_is_still_staged():
 def test_a_hostile_nesting_depth_is_a_plan_error(tmp_path, name, text):
     with pytest.raises(PlanError, match=f"{name}: nested too deeply"):
         load_plan(write(tmp_path, text, name))
+
+
+def test_plans_may_not_declare_reserved_labels(tmp_path):
+    data = {
+        "tasks": [
+            {"kind": "k", "image": "i", "command": [], "labels": {"altar.run": "x", "fold": "1"}}
+        ]
+    }
+    with pytest.raises(PlanError, match=r"tasks\[0\]\.labels: 'altar\.run': labels starting"):
+        parse_plan(data, source="p.toml")
+    data["tasks"][0]["labels"] = {"altarx": "1", "altar": "2"}
+    assert parse_plan(data).tasks[0].spec.labels == {"altarx": "1", "altar": "2"}
+    reserved = ContainerTaskSpec(kind="k", image="i", command=[], labels={"altar.task": "t"})
+    with pytest.raises(PlanError, match="reserved for the runner"):
+        Plan(None, {}, [PlanTask("t", reserved)])

@@ -43,6 +43,11 @@ class ExecutionBackend(ABC):
     #: How soon a driver polls again after a change (it backs off from there while nothing
     #: changes). A backend whose poll is one cheap request for all tasks may lower it.
     poll_interval_s: ClassVar[float] = 0.2
+    #: True promises that :meth:`submit` of a spec whose ``altar.submission`` label matches a
+    #: provider object this backend created earlier returns a handle to that object, in
+    #: whatever state (created: start it; running; finished: adopt it, never replace it),
+    #: instead of launching another. See :mod:`altar.execution.labels`.
+    adopts_submissions: ClassVar[bool] = False
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -56,6 +61,16 @@ class ExecutionBackend(ABC):
     @abstractmethod
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         """Return one current status per handle, in the same order, without waiting."""
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """Every provider object labelled ``altar.run == run``, one handle each, or None.
+
+        None (the default) means "cannot list". A backend that can list returns handles that
+        carry the objects' labels (``altar.task``, ``altar.attempt``, ``altar.submission``), so
+        the runner can adopt what its journal expected and cancel and clean up what it does not
+        own. Objects already removed are not listed and not counted by :meth:`capacity`.
+        """
+        return None
 
     async def capacity(self) -> Capacity:
         """Free slots per pool; an empty report means autoscaling or unknown.

@@ -27,13 +27,13 @@ import queue
 import stat as stat_module
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from altar.execution.atomic import temp_path
 from altar.execution.errors import DigestMismatchError, TransferIntegrityError
 from altar.execution.types import is_sha256_digest
 
@@ -47,6 +47,8 @@ __all__ = [
     "CopyResult",
     "copy_and_verify",
     "has_verification_record",
+    "input_label",
+    "output_label",
     "parse_sha256_digest",
     "record_path",
     "require_digest_file",
@@ -226,7 +228,7 @@ def has_verification_record(path: StrPath, digest: str) -> bool:
 
 
 def _temp_beside(target: str) -> tuple[int, str]:
-    tmp = f"{target}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    tmp = os.fspath(temp_path(target))
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     return os.open(tmp, flags, 0o644), tmp
 
@@ -416,8 +418,17 @@ def verify_files(
     return results
 
 
-def _transfer_label(transfer: Transfer) -> str:
+def input_label(transfer: Transfer) -> str:
+    """How messages name a staged input: ``staged input '<uri>' ('<logical path>')``."""
     return f"staged input {transfer.uri!r} ({transfer.logical_path!r})"
+
+
+def output_label(transfer: Transfer) -> str:
+    """How messages name a collected output: ``output '<logical path>'``."""
+    return f"output {transfer.logical_path!r}"
+
+
+_transfer_label = input_label
 
 
 def verify_transfer_digest(transfer: Transfer, path: StrPath, *, record: bool = False) -> None:
@@ -651,7 +662,7 @@ def _copy_to_temp(
     label: str,
     progress: Callable[[int], None] | None,
 ) -> CopyResult:
-    tmp = f"{destination}.{os.getpid()}.{uuid.uuid4().hex}.partial"
+    tmp = os.fspath(temp_path(destination))
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
         dst_fd = os.open(tmp, flags, src_stat.st_mode & 0o777)

@@ -36,12 +36,12 @@ import hashlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from altar.execution.atomic import atomic_write
 from altar.execution.errors import JournalError
 from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
 
@@ -190,36 +190,6 @@ class TaskRecord:
             cleaned=bool(data.get("cleaned")),
             in_doubt=int(data.get("in_doubt", 0)),
         )
-
-
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data``: temp file beside it, fsync, rename, fsync the directory.
-
-    On any error the temporary file is removed and ``path`` keeps its previous content.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def append_durably(path: Path, data: bytes) -> None:

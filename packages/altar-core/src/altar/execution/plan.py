@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from altar.execution.errors import PlanError
+from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
 from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 
 __all__ = [
@@ -101,6 +102,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
+        for task in self.tasks:
+            _check_reserved_labels(task.spec.labels, f"{self.source}: task {task.id!r}: labels")
         if not self.dependencies:
             object.__setattr__(self, "dependencies", _dependencies(self.tasks, self.source))
 
@@ -123,6 +126,17 @@ class Plan:
                 if writer.get(transfer.logical_path, task.id) == task.id:
                     seen.setdefault(transfer.logical_path, transfer)
         return list(seen.values())
+
+
+def _check_reserved_labels(labels: Mapping[str, str], where: str) -> None:
+    """Refuse ``altar.`` labels: the runner sets those on every spec it submits."""
+    reserved = reserved_labels(labels)
+    if reserved:
+        raise PlanError(
+            f"{where}: {', '.join(map(repr, reserved))}: labels starting with "
+            f"{RESERVED_LABEL_PREFIX!r} are reserved for the runner (run, task, attempt and "
+            "submission key); rename them"
+        )
 
 
 def plan_from_specs(
@@ -317,6 +331,13 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
             ) from None
         values["plugin_identity"] = raw["plugin_identity"]
     spec = _construct(where, fail, ContainerTaskSpec, **values)
+    reserved = reserved_labels(spec.labels)
+    if reserved:
+        raise fail(
+            f"{where}.labels",
+            f"{', '.join(map(repr, reserved))}: labels starting with {RESERVED_LABEL_PREFIX!r} "
+            "are reserved for the runner (run, task, attempt and submission key); rename them",
+        )
     task_id = raw.get("id", default_task_id(spec.kind, index))
     if not isinstance(task_id, str) or not _TASK_ID.fullmatch(task_id):
         raise fail(

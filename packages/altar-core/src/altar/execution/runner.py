@@ -33,6 +33,7 @@ from typing import Any
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import AltarError, BackendUnavailableError, JournalError
+from altar.execution.gather import gather_bounded
 from altar.execution.journal import (
     CANCELLED,
     FAILED,
@@ -741,29 +742,23 @@ class _Run:
         cancelling again retries it; each failure is reported as a ``cancel_failed`` event.
         """
         unfinished = [record for record in self.records.values() if not record.final]
-        limit = asyncio.Semaphore(_CANCELS_AT_ONCE)
-
-        async def cancel(record: TaskRecord) -> bool:
-            async with limit:
-                return await self._cancel_one(record, reason)
-
-        outcomes = await self._all_journaled([cancel(record) for record in unfinished])
+        outcomes = await self._all_journaled(
+            [self._cancel_one(record, reason) for record in unfinished], limit=_CANCELS_AT_ONCE
+        )
         return [record.id for record, ok in zip(unfinished, outcomes, strict=True) if not ok]
 
-    async def _all_journaled(self, calls: list[Coroutine[Any, Any, bool]]) -> list[bool]:
+    async def _all_journaled(
+        self, calls: list[Coroutine[Any, Any, bool]], *, limit: int | None = None
+    ) -> list[bool]:
         """Run ``calls`` to their ends, journal what they changed, then raise the first error.
 
         One call raising must neither stop the others midway (they act on the provider) nor
         keep what they did out of the journal.
         """
-        outcomes = await asyncio.gather(*calls, return_exceptions=True)
-        self.flush()
-        results: list[bool] = []
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            results.append(outcome)
-        return results
+        try:
+            return await gather_bounded(calls, limit)
+        finally:
+            self.flush()
 
     async def _cancel_one(self, record: TaskRecord, reason: str) -> bool:
         last = record.last

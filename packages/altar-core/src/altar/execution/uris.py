@@ -4,16 +4,22 @@ A ``file://`` uri (on no host, or on ``localhost``) and a bare path name a local
 path may be relative and may hold colons (``chr1:100-200.bed`` is a file name, not a uri with
 scheme ``chr1``). Anything of the form ``scheme://...`` (``gs://``, ``s3://``, ``https://``)
 names bytes elsewhere, which backends that stage from this machine refuse.
+
+A ``file://`` uri's path is percent-decoded (``file://localhost/tmp/a%20b`` is ``/tmp/a b``);
+a bare path is taken as written. There is no tilde expansion anywhere: ``~/x`` is the relative
+path ``~/x`` (below the working directory), on every backend, because a plan must mean the same
+files whoever runs it. Write ``$HOME`` out, or use an absolute path.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import unquote, urlsplit
 
 from altar.execution.errors import UnsupportedCapabilityError
 
-__all__ = ["local_file", "local_path_or_none"]
+__all__ = ["local_file", "local_path", "local_path_or_none"]
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -58,3 +64,11 @@ def local_file(uri: str, *, backend: str) -> str:
         "local paths and file:// URIs (download it to this machine first)",
         capability="transfer_uri",
     )
+
+
+def local_path(uri: str, *, backend: str) -> str:
+    """The absolute local path ``uri`` names (:func:`local_file`, made absolute, no ``~``).
+
+    The one uri -> path rule every backend that reads or writes this machine's files uses.
+    """
+    return os.path.abspath(local_file(uri, backend=backend))

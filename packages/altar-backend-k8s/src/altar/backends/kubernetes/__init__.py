@@ -2,38 +2,34 @@
 
 from altar.backends.kubernetes.__about__ import __version__
 from altar.backends.kubernetes.backend import NAMESPACE_ENV, PVC_ENV, KubernetesExecutionBackend
-from altar.backends.kubernetes.jobs import (
-    ContainerExit,
-    JobCondition,
-    K8sJobInfo,
-    K8sPodInfo,
-    classify_failure,
-    job_info_from_object,
-    pod_info_from_object,
-)
-from altar.backends.kubernetes.manifest import (
-    DEFAULT_DIGEST_VERIFIER_IMAGE,
-    GPU_RESOURCE_KEY,
-    MANIFEST_DIGEST_ANNOTATION,
-    VERIFY_INPUTS_CONTAINER,
-    ManifestOptions,
-    PoolConfig,
-    manifest_digest,
-    render_manifest,
-)
+from altar.backends.kubernetes.classify import classify_failure
 from altar.backends.kubernetes.naming import (
     MANAGED_BY_LABEL,
     format_external_id,
     job_name,
     parse_external_id,
 )
-from altar.backends.kubernetes.runtime import (
-    AsyncKubernetesRuntime,
+from altar.backends.kubernetes.render import (
+    DEFAULT_DIGEST_VERIFIER_IMAGE,
+    GPU_RESOURCE_KEY,
+    MANIFEST_DIGEST_ANNOTATION,
+    ManifestOptions,
+    PoolConfig,
+    manifest_digest,
+    render_manifest,
+)
+from altar.backends.kubernetes.runtime import AsyncKubernetesRuntime, KubernetesRuntime
+from altar.backends.kubernetes.values import (
+    VERIFY_INPUTS_CONTAINER,
+    ContainerExit,
+    JobCondition,
     K8sApiError,
     K8sConfigError,
     K8sJobExistsError,
-    KubernetesRuntime,
+    K8sJobInfo,
+    K8sPodInfo,
 )
+from altar.backends.kubernetes.wire import job_info_from_object, pod_info_from_object
 
 __all__ = [
     "DEFAULT_DIGEST_VERIFIER_IMAGE",

@@ -10,16 +10,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from altar.backends.kubernetes.adoption import decide, listed_labels, refusal
 from altar.backends.kubernetes.calls import RuntimeCalls
-from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo, classify_failure
-from altar.backends.kubernetes.manifest import (
+from altar.backends.kubernetes.classify import classify_failure, failure_without_pods
+from altar.backends.kubernetes.naming import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    format_external_id,
+    identity_of,
+    is_valid_label,
+    job_name,
+    parse_external_id,
+    shared_selector,
+)
+from altar.backends.kubernetes.render import (
     CPU_POOL,
     DEFAULT_DIGEST_VERIFIER_IMAGE,
     GPU_RESOURCE_KEY,
-    MAIN_CONTAINER,
-    MANIFEST_DIGEST_ANNOTATION,
     POOL_ANNOTATION,
-    VERIFY_INPUTS_CONTAINER,
     ManifestOptions,
     PoolConfig,
     add_input_verification,
@@ -27,22 +35,19 @@ from altar.backends.kubernetes.manifest import (
     build_job_manifest,
     plain_json,
 )
-from altar.backends.kubernetes.naming import (
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    format_external_id,
-    is_valid_label,
-    job_name,
-    parse_external_id,
-)
-from altar.backends.kubernetes.runtime import (
-    AsyncKubernetesRuntime,
+from altar.backends.kubernetes.runtime import AsyncKubernetesRuntime, KubernetesRuntime
+from altar.backends.kubernetes.values import (
+    MAIN_CONTAINER,
+    VERIFY_INPUTS_CONTAINER,
     K8sJobExistsError,
-    KubernetesRuntime,
+    K8sJobInfo,
+    K8sPodInfo,
     PropagationPolicy,
 )
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -52,6 +57,7 @@ from altar.execution import (
     TaskState,
     TaskStatus,
     Transfer,
+    mint_handle,
 )
 
 __all__ = ["NAMESPACE_ENV", "PVC_ENV", "KubernetesExecutionBackend"]
@@ -65,14 +71,17 @@ class KubernetesExecutionBackend(ExecutionBackend):
     """Runs each ContainerTaskSpec as a Kubernetes Job.
 
     The Job is named from a hash of the spec (:func:`~altar.backends.kubernetes.naming.job_name`),
-    so submitting a spec again adopts its active Job or replaces its finished one; see the
-    package docs for the exact rules. Handles name one attempt (``<job name>/<job uid>``).
+    so submitting a spec again adopts its active Job or replaces its finished one; a spec that
+    carries the runner's submission key (``altar.submission``) adopts the Job created under
+    that key in whatever state, finished included (``adopts_submissions``). See the package
+    docs for the exact rules. Handles name one attempt (``<job name>/<job uid>``).
     Inputs with a digest are verified in the task by a ``verify-inputs`` init container.
     All options are keyword-only; see ``docs/backends/kubernetes.md``.
     """
 
     name: ClassVar[str] = "kubernetes"
     input_digest_verification = "task"
+    adopts_submissions: ClassVar[bool] = True
     #: Pauses between create attempts while an old Job is being replaced (about a minute).
     recreate_waits_s: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0)
     log_tail_lines: ClassVar[int] = 20
@@ -110,7 +119,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
             )
         self.namespace = namespace or os.environ.get(NAMESPACE_ENV) or "default"
         if runtime is None:
-            from altar.backends.kubernetes.client import ClientRuntime
+            from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 
             runtime = ClientRuntime(kubeconfig=kubeconfig, context=context)
         self._runtime = runtime
@@ -178,17 +187,15 @@ class KubernetesExecutionBackend(ExecutionBackend):
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         manifest, digest = self.render(spec)
-        job = await self._create_or_adopt(manifest, digest)
+        job = await self._create_or_adopt(manifest, digest, spec.labels.get(LABEL_SUBMISSION))
         if job.uid:
             self._submitted[(job.name, job.uid)] = (tuple(spec.outputs), time.time())
-        return TaskHandle(
-            backend=self.name,
-            external_id=format_external_id(job.name, job.uid),
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        return mint_handle(self.name, spec, format_external_id(job.name, job.uid))
 
-    async def _create_or_adopt(self, manifest: dict[str, Any], digest: str) -> K8sJobInfo:
+    async def _create_or_adopt(
+        self, manifest: dict[str, Any], digest: str, key: str | None
+    ) -> K8sJobInfo:
+        """Create the Job, or adopt or replace the one holding its name (see .adoption)."""
         name = manifest["metadata"]["name"]
         last: K8sJobExistsError | None = None
         for pause in (None, *self._recreate_waits_s):
@@ -201,24 +208,13 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 if conflict.being_deleted:
                     continue
             existing = await self._calls.read_job(name)
-            if existing is None or existing.deleting:
-                continue  # gone since the conflict, or on its way out: create again
-            if not existing.state.is_terminal:
-                found = existing.annotations.get(MANIFEST_DIGEST_ANNOTATION)
-                if found == digest:
-                    return existing  # the same work is already running: adopt it
-                raise K8sJobExistsError(
-                    name,
-                    namespace=self.namespace,
-                    detail=(
-                        f"it is still {existing.state.value} and was rendered from a different "
-                        f"manifest ({MANIFEST_DIGEST_ANNOTATION} {found or 'missing'}, expected "
-                        f"{digest}); let it finish or delete it (kubectl delete job {name} -n "
-                        f"{self.namespace}) before resubmitting"
-                    ),
-                )
-            if not existing.replaceable:
-                continue  # failed or succeeded, but its pods are still terminating
+            decision = decide(existing, key=key, digest=digest)
+            if decision == "adopt" and existing is not None:
+                return existing
+            if decision == "refuse" and existing is not None:
+                raise refusal(existing, namespace=self.namespace, digest=digest)
+            if decision != "replace" or existing is None:
+                continue  # create again, or wait for its pods to terminate
             # Finished: delete exactly this attempt (a newer one by another driver survives).
             if existing.state is TaskState.SUCCEEDED and existing.uid:
                 self._remember_outcome((name, existing.uid), None)
@@ -235,17 +231,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
     # -- poll --
 
     def _selector(self, handles: Sequence[TaskHandle], legacy: bool) -> str | None:
-        shared: dict[str, str] | None = None
-        for handle in handles:
-            labels = {k: v for k, v in handle.labels.items() if is_valid_label(k, v)}
-            shared = (
-                labels
-                if shared is None
-                else {k: v for k, v in shared.items() if labels.get(k) == v}
-            )
-        parts = [] if legacy else [f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"]
-        parts += [f"{k}={v}" for k, v in sorted((shared or {}).items())]
-        return ",".join(parts) or None
+        return shared_selector([h.labels for h in handles], managed_only=not legacy)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         if not handles:
@@ -273,7 +259,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
             key = (job.name, job.uid or "")
             if job.uid and key in self._outcomes:
                 continue
-            quick = self._failure_without_pods(job)
+            quick = failure_without_pods(job)
             if quick is not None:
                 failures[key] = quick
                 if job.uid:
@@ -311,17 +297,6 @@ class KubernetesExecutionBackend(ExecutionBackend):
             self._status(handle, ident, by_name, failures)
             for handle, ident in zip(handles, ids, strict=True)
         ]
-
-    @staticmethod
-    def _failure_without_pods(job: K8sJobInfo) -> TaskFailure | None:
-        for condition in job.conditions:
-            if (
-                condition.type in ("Failed", "FailureTarget")
-                and condition.status == "True"
-                and condition.reason == "DeadlineExceeded"
-            ):
-                return classify_failure(job, [])
-        return None
 
     def _remember_outcome(self, key: tuple[str, str], failure: TaskFailure | None) -> None:
         if len(self._outcomes) >= _OUTCOME_CACHE_LIMIT:
@@ -422,6 +397,30 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 for pool, ceiling in self.max_slots.items()
             }
         )
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """One handle per Job of run ``run`` (one list call), with the labels it carries.
+
+        A Job being deleted is already on its way out and is not listed. Where ``run`` is not
+        label-safe it was stored as an annotation, so every Job of this backend is listed and
+        filtered here.
+        """
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        if is_valid_label(LABEL_RUN, run):
+            selector += f",{LABEL_RUN}={run}"
+        handles = []
+        for job in await self._calls.list_jobs(selector):
+            identity = identity_of(job.labels, job.annotations)
+            if job.deleting or identity.get(LABEL_RUN) != run:
+                continue
+            handles.append(
+                TaskHandle(
+                    backend=self.name,
+                    external_id=format_external_id(job.name, job.uid),
+                    labels=listed_labels(job),
+                )
+            )
+        return handles
 
     async def cancel(self, handle: TaskHandle) -> None:
         """Delete the handle's Job attempt with its pods; a newer attempt is never touched.

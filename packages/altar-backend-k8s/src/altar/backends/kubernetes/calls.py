@@ -26,8 +26,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo
-from altar.backends.kubernetes.runtime import KubernetesRuntime, PropagationPolicy
+from altar.backends.kubernetes.runtime import KubernetesRuntime
+from altar.backends.kubernetes.values import K8sJobInfo, K8sPodInfo, PropagationPolicy
 from altar.execution import BackendUnavailableError, TaskFailure, TaskState
 
 __all__ = ["RuntimeCalls"]

@@ -5,16 +5,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from altar.execution import ContainerTaskSpec, UnsupportedCapabilityError, spec_to_dict
+from altar.execution import (
+    RESERVED_LABEL_PREFIX,
+    ContainerTaskSpec,
+    UnsupportedCapabilityError,
+    spec_to_dict,
+)
 
 __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_VALUE",
     "format_external_id",
+    "identity_of",
+    "is_identity_key",
     "job_name",
     "parse_external_id",
+    "shared_selector",
+    "split_identity",
     "validate_labels",
 ]
 
@@ -74,6 +83,25 @@ def parse_external_id(external_id: str) -> tuple[str, str | None]:
     return name, uid
 
 
+def is_identity_key(key: str) -> bool:
+    """Whether ``key`` is one of the runner's reserved identity labels (``altar.<name>``)."""
+    # Our own keys share the prefix but carry a DNS part (altar.kundajelab.org/...).
+    return key.startswith(RESERVED_LABEL_PREFIX) and "/" not in key
+
+
+def split_identity(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(identity, user)``: the runner's reserved labels apart from the plan's own."""
+    identity = {k: v for k, v in labels.items() if is_identity_key(k)}
+    return identity, {k: v for k, v in labels.items() if k not in identity}
+
+
+def identity_of(labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str]:
+    """The identity a Job carries: as labels where label-safe, else as annotations."""
+    found = {k: v for k, v in annotations.items() if is_identity_key(k)}
+    found.update((k, v) for k, v in labels.items() if is_identity_key(k))
+    return found
+
+
 def _label_error(message: str) -> UnsupportedCapabilityError:
     return UnsupportedCapabilityError(message, capability="labels")
 
@@ -129,3 +157,17 @@ def is_valid_label(key: str, value: str) -> bool:
     except UnsupportedCapabilityError:
         return False
     return True
+
+
+def shared_selector(label_sets: Sequence[Mapping[str, str]], *, managed_only: bool) -> str | None:
+    """A label selector matching every set: the label-safe labels all of them share.
+
+    ``managed_only`` adds this backend's managed-by label (Jobs of 0.3.0 carry none).
+    """
+    shared: dict[str, str] | None = None
+    for labels in label_sets:
+        safe = {k: v for k, v in labels.items() if is_valid_label(k, v)}
+        shared = safe if shared is None else {k: v for k, v in shared.items() if safe.get(k) == v}
+    parts = [f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"] if managed_only else []
+    parts += [f"{k}={v}" for k, v in sorted((shared or {}).items())]
+    return ",".join(parts) or None

@@ -1,9 +1,12 @@
 """The runtime seam: the few Kubernetes API operations the backend needs.
 
-:class:`KubernetesRuntime` is a synchronous protocol over plain values; the backend calls it
-from worker threads. :class:`~altar.backends.kubernetes.client.ClientRuntime` implements it
-with the official ``kubernetes`` client; tests use it against the fake API server, and a
-custom runtime only has to honour the rules below.
+:class:`KubernetesRuntime` is a synchronous protocol over the plain values of
+:mod:`.values`; the backend calls it from worker threads.
+:class:`~.sdk_runtime.ClientRuntime` implements it with the official ``kubernetes`` client
+(tested against the fake API server of :mod:`.testing.apiserver`);
+:class:`~.fake.FakeKubernetesRuntime` is the in-memory seam fake. A custom runtime only has
+to honour the rules below. This module holds only the protocols: values and errors live in
+:mod:`.values`.
 
 A runtime written for altar 0.3.0 (``async def`` methods, 0.3.0's method set) works too:
 :class:`AsyncKubernetesRuntime` is that base class, and the backend awaits each coroutine
@@ -20,10 +23,18 @@ method directly (see :mod:`altar.backends.kubernetes.calls`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from altar.backends.kubernetes.jobs import K8sJobInfo, K8sPodInfo
-from altar.execution import AltarError, TaskFailure
+# The errors and PropagationPolicy were defined here; re-exported so old imports work.
+from altar.backends.kubernetes.values import (
+    K8sApiError,
+    K8sConfigError,
+    K8sJobExistsError,
+    K8sJobInfo,
+    K8sPodInfo,
+    PropagationPolicy,
+)
+from altar.execution import TaskFailure
 
 __all__ = [
     "AsyncKubernetesRuntime",
@@ -33,47 +44,6 @@ __all__ = [
     "KubernetesRuntime",
     "PropagationPolicy",
 ]
-
-PropagationPolicy = Literal["Background", "Foreground"]
-
-
-class K8sJobExistsError(Exception):
-    """A Job of this name exists and could not be adopted or replaced."""
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        namespace: str,
-        detail: str | None = None,
-        being_deleted: bool = False,
-    ) -> None:
-        message = f"job {name} already exists in namespace {namespace}"
-        if detail:
-            message += f": {detail}"
-        super().__init__(message)
-        self.name = name
-        self.namespace = namespace
-        self.detail = detail
-        self.being_deleted = being_deleted
-
-
-class K8sApiError(RuntimeError):
-    """The API server refused a request for a reason retrying will not fix (4xx)."""
-
-    def __init__(self, message: str, *, status: int, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
-class K8sConfigError(AltarError, ValueError):
-    """No usable Kubernetes configuration (kubeconfig missing or invalid, not in a cluster).
-
-    Not transient, unlike BackendUnavailableError: waiting does not make a kubeconfig appear.
-    A ValueError, so a submit that meets it is refused rather than retried, and an AltarError,
-    so ``altar`` reports it in one line.
-    """
 
 
 class KubernetesRuntime(Protocol):

@@ -11,11 +11,13 @@ from altar.backends.modal.backend import (
     DEFAULT_VOLUME_NAME,
     ModalExecutionBackend,
 )
-from altar.backends.modal.mapping import DEFAULT_POOL_ACCELERATORS, MODAL_MAX_SANDBOX_TIMEOUT_S
+from altar.backends.modal.render import DEFAULT_POOL_ACCELERATORS, MODAL_MAX_SANDBOX_TIMEOUT_S
 from altar.backends.modal.runtime import (
+    ListedSandbox,
     ModalCredentialsError,
     ModalRuntime,
     ResultStatus,
+    SandboxExistsError,
     SandboxNotFoundError,
     SandboxRequest,
     SandboxResult,
@@ -29,10 +31,12 @@ __all__ = [
     "MODAL_MAX_SANDBOX_TIMEOUT_S",
     "STAGING_RECORD_FORMAT",
     "STAGING_RECORD_SUFFIX",
+    "ListedSandbox",
     "ModalCredentialsError",
     "ModalExecutionBackend",
     "ModalRuntime",
     "ResultStatus",
+    "SandboxExistsError",
     "SandboxNotFoundError",
     "SandboxRequest",
     "SandboxResult",

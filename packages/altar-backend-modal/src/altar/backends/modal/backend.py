@@ -6,18 +6,23 @@ import asyncio
 import contextlib
 import logging
 import os
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import ClassVar, TypeVar
 
-from altar.backends.modal.mapping import (
+from altar.backends.modal.classify import status_from_result
+from altar.backends.modal.render import (
     DEFAULT_POOL_ACCELERATORS,
     check_accelerators,
     sandbox_request,
-    status_from_result,
     volume_path,
 )
-from altar.backends.modal.runtime import ModalRuntime, SandboxNotFoundError
+from altar.backends.modal.runtime import (
+    ModalRuntime,
+    SandboxExistsError,
+    SandboxNotFoundError,
+    SandboxResult,
+)
 from altar.backends.modal.staging import (
     local_path,
     record_matches,
@@ -26,6 +31,7 @@ from altar.backends.modal.staging import (
 )
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    BackendImportError,
     BackendUnavailableError,
     ContainerTaskSpec,
     PathResolver,
@@ -37,8 +43,13 @@ from altar.execution import (
     TransferIntegrityError,
     verify_transfer_digest,
 )
+from altar.execution.atomic import fsync_directory, temp_path
 from altar.execution.backend import DigestVerification, ExecutionBackend
-from altar.execution.digest import require_digest_file
+from altar.execution.digest import input_label, require_digest_file
+from altar.execution.gather import gather_bounded
+from altar.execution.handles import mint_handle
+from altar.execution.labels import LABEL_RUN
+from altar.execution.stager import verify_output_digest
 
 __all__ = ["DEFAULT_APP_NAME", "DEFAULT_VOLUME_NAME", "ModalExecutionBackend"]
 
@@ -73,6 +84,11 @@ class ModalExecutionBackend(ExecutionBackend):
 
     name: ClassVar[str] = "modal"
     input_digest_verification: ClassVar[DigestVerification | None] = "staging"
+    # Not True: a sandbox that already finished cannot be found by its key (Modal lists and
+    # names running sandboxes only), so a resubmit after it would run the task again.
+    adopts_submissions: ClassVar[bool] = False
+    LIST_FROM: ClassVar[int] = 8
+    """A poll of at least this many sandboxes starts with one listing of the running ones."""
 
     def __init__(
         self,
@@ -96,66 +112,112 @@ class ModalExecutionBackend(ExecutionBackend):
         self.trust_verification_records = trust_verification_records
         self.max_concurrency = max_concurrency
         if runtime is None:
-            from altar.backends.modal.sdk import ModalSdkRuntime
-
-            runtime = ModalSdkRuntime()
+            runtime = _sdk_runtime()
         self.runtime = runtime
 
     def path_resolver(self) -> PathResolver:
         return PathResolver(CONTAINER_MOUNT_ROOT)
 
     async def _bounded(self, items: Iterable[T], call: Callable[[T], Awaitable[R]]) -> list[R]:
-        """``call`` on every item with at most ``max_concurrency`` in flight; results in order.
-
-        Every call runs to completion; the first error (in item order) is then raised.
-        """
-        semaphore = asyncio.Semaphore(self.max_concurrency)
-
-        async def one(item: T) -> R:
-            async with semaphore:
-                return await call(item)
-
-        outcomes = await asyncio.gather(*(one(item) for item in items), return_exceptions=True)
-        results: list[R] = []
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            results.append(outcome)
-        return results
+        """``call`` on every item, ``max_concurrency`` at once (altar-core's one error rule)."""
+        return await gather_bounded((call(item) for item in items), self.max_concurrency)
 
     # -- tasks -----------------------------------------------------------------------------
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        """Create one sandbox, or adopt the running one created earlier for the same key.
+
+        A spec carrying an ``altar.submission`` key names its sandbox after it. If a sandbox of
+        the app with that name is running (a resubmit after an in-doubt submit), its handle is
+        returned and nothing is created or removed. Modal keeps names unique among running
+        sandboxes, so a create racing another one for the same key fails and is answered with
+        the sandbox that won. A finished sandbox cannot be found by name (see the docs).
+        """
         request = sandbox_request(
             spec,
             app_name=self.app_name,
             volume_name=self.volume_name,
             accelerators=self.pool_accelerators,
         )
+        if request.name is not None:
+            running = await self.runtime.sandbox_by_name(self.app_name, request.name)
+            if running is not None:
+                log.info("adopting modal sandbox %s (%s)", running, request.name)
+                return mint_handle(self.name, spec, running)
         outputs = [volume_path(t.logical_path) for t in spec.outputs]
         # A stale output from an earlier run must not be collected as this run's.
         await self._bounded(outputs, lambda path: self.runtime.remove(self.volume_name, path))
-        # Tags go in with the create call, so no later step can fail and orphan the sandbox.
-        sandbox_id = await self.runtime.create_sandbox(request)
-        return TaskHandle(
-            backend=self.name,
-            external_id=sandbox_id,
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        # Tags and name go in with the create call, so no later step can fail and orphan it.
+        try:
+            sandbox_id = await self.runtime.create_sandbox(request)
+        except SandboxExistsError as exists:  # only a named create collides
+            running = await self.runtime.sandbox_by_name(self.app_name, str(request.name))
+            if running is None:
+                raise BackendUnavailableError(
+                    f"modal sandbox {request.name} was running a moment ago and has finished; "
+                    "its id cannot be read back, retry the submit"
+                ) from exists
+            sandbox_id = running
+        return mint_handle(self.name, spec, sandbox_id)
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """A handle (with the sandbox's tags as labels) per running sandbox of ``run``.
+
+        Finished sandboxes are not listed: ``Sandbox.list`` reports running ones only.
+        """
+        ids: list[str] = []
+        listing = self.runtime.list_running(self.app_name, {LABEL_RUN: run})
+        async with contextlib.aclosing(listing):
+            async for entry in listing:
+                ids.append(entry.sandbox_id)
+        tags = await self._bounded(ids, self._tags_or_none)
+        return [
+            TaskHandle(self.name, sandbox_id, labels)
+            for sandbox_id, labels in zip(ids, tags, strict=True)
+            if labels is not None and labels.get(LABEL_RUN) == run
+        ]
+
+    async def _tags_or_none(self, sandbox_id: str) -> dict[str, str] | None:
+        try:
+            return await self.runtime.sandbox_tags(sandbox_id)
+        except SandboxNotFoundError:
+            return None
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
-        return await self._bounded(handles, self._poll_one)
+        """One listing of the app's running sandboxes, then one wait per sandbox it missed.
 
-    async def _poll_one(self, handle: TaskHandle) -> TaskStatus:
+        ``Sandbox.list`` reports running sandboxes only, a page per request, so a poll of many
+        running tasks costs a request or two; a sandbox the listing does not show (finished,
+        or of another app) is asked about by id, ``max_concurrency`` at a time. Below
+        ``LIST_FROM`` distinct sandboxes the listing is skipped: asking by id is as cheap.
+        """
+        ids = list(dict.fromkeys(handle.external_id for handle in handles))
+        results: dict[str, SandboxResult | None] = {}
+        if len(ids) >= self.LIST_FROM:
+            results.update(await self._listed(set(ids), _shared_run_tag(handles)))
+        rest = [sandbox_id for sandbox_id in ids if sandbox_id not in results]
+        results.update(zip(rest, await self._bounded(rest, self._result_by_id), strict=True))
+        return [_status(handle, results[handle.external_id]) for handle in handles]
+
+    async def _listed(
+        self, wanted: set[str], tags: Mapping[str, str]
+    ) -> dict[str, SandboxResult | None]:
+        """Results of the ``wanted`` sandboxes the listing shows; stops paging once all are seen."""
+        seen: dict[str, SandboxResult | None] = {}
+        async with contextlib.aclosing(self.runtime.list_running(self.app_name, tags)) as listing:
+            async for entry in listing:
+                if entry.sandbox_id in wanted:
+                    seen[entry.sandbox_id] = entry.result
+                    if len(seen) == len(wanted):
+                        break
+        return seen
+
+    async def _result_by_id(self, sandbox_id: str) -> SandboxResult | None:
+        """The sandbox's result, or None when Modal does not know the id."""
         try:
-            result = await self.runtime.sandbox_result(handle.external_id)
-        except SandboxNotFoundError as error:
-            failure = TaskFailure(
-                "container_missing", f"modal sandbox {handle.external_id} not found: {error}"
-            )
-            return TaskStatus(handle, TaskState.FAILED, failure)
-        return status_from_result(handle, result)
+            return await self.runtime.sandbox_result(sandbox_id)
+        except SandboxNotFoundError:
+            return None
 
     async def cancel(self, handle: TaskHandle) -> None:
         await self._terminate_quietly(handle.external_id)
@@ -204,9 +266,7 @@ class ModalExecutionBackend(ExecutionBackend):
             before = await asyncio.to_thread(os.stat, source)
             await asyncio.to_thread(verify_transfer_digest, transfer, source)
         elif not source.exists():
-            raise FileNotFoundError(
-                f"input {transfer.uri!r} ({transfer.logical_path!r}) does not exist on this machine"
-            )
+            raise FileNotFoundError(f"{input_label(transfer)} does not exist on this machine")
         await self.runtime.upload(self.volume_name, remote, source)
         if digest is None:
             return
@@ -218,8 +278,8 @@ class ModalExecutionBackend(ExecutionBackend):
         ):
             await self.runtime.remove(self.volume_name, remote)
             raise TransferIntegrityError(
-                f"staged input {transfer.uri!r} ({transfer.logical_path!r}) changed while it was "
-                "uploaded; the uploaded copy was removed, stage it again once it is stable"
+                f"{input_label(transfer)} changed while it was uploaded; the uploaded copy was "
+                "removed, stage it again once it is stable"
             )
         version = await self.runtime.file_version(self.volume_name, remote)
         if version is not None:
@@ -236,15 +296,58 @@ class ModalExecutionBackend(ExecutionBackend):
         return record_matches(raw, digest, version)
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
-        """Download each output beside its destination, then rename it into place."""
+        """Download each output beside its destination, then rename it into place.
+
+        An output that declares a digest is hashed before the rename: a mismatch raises
+        TransferIntegrityError and leaves the destination as it was.
+        """
         for transfer in transfers:
             destination = local_path(transfer.uri)
             destination.parent.mkdir(parents=True, exist_ok=True)
-            tmp = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.partial")
+            tmp = temp_path(destination)  # the one name a resumed run knows to clean up
             try:
                 await self.runtime.download(
                     self.volume_name, volume_path(transfer.logical_path), tmp
                 )
-                os.replace(tmp, destination)
+                await asyncio.to_thread(verify_output_digest, transfer, tmp)
+                await asyncio.to_thread(_settle, tmp, destination)
             finally:
                 tmp.unlink(missing_ok=True)
+
+
+def _shared_run_tag(handles: list[TaskHandle]) -> dict[str, str]:
+    """``{"altar.run": run}`` when every handle belongs to one run (a narrower listing)."""
+    runs = {handle.labels.get(LABEL_RUN) for handle in handles}
+    if len(runs) == 1 and (run := runs.pop()) is not None:
+        return {LABEL_RUN: run}
+    return {}
+
+
+def _status(handle: TaskHandle, result: SandboxResult | None) -> TaskStatus:
+    if result is None:
+        failure = TaskFailure("container_missing", f"modal sandbox {handle.external_id} not found")
+        return TaskStatus(handle, TaskState.FAILED, failure)
+    return status_from_result(handle, result)
+
+
+def _settle(tmp: Path, destination: Path) -> None:
+    """Make a downloaded file durable under its final name (fsync, rename, fsync the folder)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, destination)
+    fsync_directory(destination.parent)
+
+
+def _sdk_runtime() -> ModalRuntime:
+    """The real runtime; the modal SDK is imported here, not when this package is."""
+    try:
+        from altar.backends.modal.sdk_runtime import ModalSdkRuntime
+    except ImportError as error:
+        raise BackendImportError(
+            f"backend 'modal' needs the modal SDK, which cannot be imported ({error}); "
+            "pip install altar-backend-modal"
+        ) from error
+    return ModalSdkRuntime()

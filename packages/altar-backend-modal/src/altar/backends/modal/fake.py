@@ -5,12 +5,28 @@ sandbox ids are ``sb-`` + 22 alphanumerics; an unknown id is ``NOT_FOUND``; a sa
 it exits, overruns its timeout (status TIMEOUT), is OOM-killed or evicted, or is terminated
 (status TERMINATED; terminating a finished sandbox changes nothing); a request is refused where
 ``Sandbox.create`` or Modal's server would refuse it (a limit below its request, a timeout over
-24 hours, a malformed ``TYPE:COUNT``). Volume files carry a version built from size and whole-second
-mtime, as the SDK runtime reports it.
+24 hours, a malformed ``TYPE:COUNT``, a name a running sandbox of the app already holds). Volume
+files carry a version built from size and whole-second mtime, as the SDK runtime reports it.
+
+**Requests.** Every seam call costs the gRPC requests the SDK runtime makes for it (checked
+against the unmodified client in ``tests/test_wire.py``), each recorded in :attr:`rpcs` by its
+method name and each taking ``latency_s``, one after another as the SDK awaits them:
+``sandbox_result`` is one ``SandboxWait``; ``list_running`` one ``SandboxList`` per page of
+``list_page_size`` (the SDK pages with ``before_timestamp`` until a page comes back empty, and
+lists running sandboxes only); ``terminate_sandbox`` a ``SandboxWait`` and a
+``SandboxTerminate``; ``create_sandbox`` image, secret and create requests plus a
+``SandboxGetTaskId``, and the app, environment and volume look-ups the first time.
+``sandbox_by_name`` is one ``SandboxGetFromName``. The names are those of V1 sandboxes
+(``MODAL_SANDBOX_V2=0``, the wire tests' setting); with the SDK's default ``sandbox_v2`` the list
+request is ``SandboxListV2`` (same count) and a name look-up tries the V2 lookup first, so it
+costs 2 requests when the V2 lookup misses. Modal does not document its page size; 100 is this
+fake's assumption.
 
 Tests script outcomes with :meth:`FakeModalRuntime.finish`, :meth:`expire`, :meth:`oom_kill`,
 :meth:`evict` and :meth:`write_output`; ``unreachable = True`` makes every call fail as a dead
-network would, and ``latency_s`` delays every call.
+network would; ``drop_create_answers = n`` makes the next ``n`` creates reach Modal (the
+sandbox is created and runs) while the answer is lost, as when the connection drops. A create
+cancelled while it waits for scheduling terminates its sandbox, as the SDK's does.
 """
 
 from __future__ import annotations
@@ -19,12 +35,14 @@ import asyncio
 import secrets
 import string
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from altar.backends.modal.runtime import (
+    ListedSandbox,
     ResultStatus,
+    SandboxExistsError,
     SandboxNotFoundError,
     SandboxRequest,
     SandboxResult,
@@ -35,6 +53,7 @@ __all__ = ["FakeModalRuntime", "FakeSandbox", "new_sandbox_id"]
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
 _MAX_TIMEOUT_S = 86400
+_UNREACHABLE = "cannot reach Modal at api.modal.com:443 (connection refused); retry later"
 
 
 def new_sandbox_id() -> str:
@@ -63,57 +82,162 @@ class _VolumeFile:
 class FakeModalRuntime:
     """Sandboxes and volumes held in memory, scripted by tests."""
 
-    def __init__(self, *, latency_s: float = 0.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+        list_page_size: int = 100,
+    ) -> None:
         self.latency_s = latency_s
         self.clock = clock
+        self.list_page_size = list_page_size
         self.unreachable = False
+        self.drop_create_answers = 0
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.volumes: dict[str, dict[str, _VolumeFile]] = {}
         self.uploads: list[str] = []
-        self.calls: list[str] = []
+        self.calls: list[str] = []  # seam methods, in call order
+        self.rpcs: list[str] = []  # the gRPC requests the SDK would have sent, in order
+        self._apps: set[str] = set()
+        self._volume_ids: set[str] = set()
+        self._environment = False
+        self._last_created = 0.0
 
-    async def _call(self, name: str) -> None:
+    async def _call(self, name: str, *rpcs: str) -> None:
+        """One seam call, costing ``rpcs`` (each ``latency_s``, one after another)."""
         self.calls.append(name)
+        for rpc in rpcs:
+            await self._rpc(rpc)
+
+    async def _rpc(self, rpc: str) -> None:
+        if self.unreachable:
+            raise BackendUnavailableError(_UNREACHABLE)
+        self.rpcs.append(rpc)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        if self.unreachable:
-            raise BackendUnavailableError(
-                "cannot reach Modal at api.modal.com:443 (connection refused); retry later"
-            )
+
+    async def _app(self, app_name: str) -> None:
+        if app_name not in self._apps:
+            await self._rpc("AppGetOrCreate")
+            self._apps.add(app_name)
 
     def _sandbox(self, sandbox_id: str) -> FakeSandbox:
         try:
-            return self.sandboxes[sandbox_id]
+            sandbox = self.sandboxes[sandbox_id]
         except KeyError:
             raise SandboxNotFoundError(f"Sandbox {sandbox_id} not found") from None
-
-    # -- sandboxes -------------------------------------------------------------------------
-
-    async def create_sandbox(self, request: SandboxRequest) -> str:
-        await self._call("create_sandbox")
-        _validate(request)
-        sandbox_id = new_sandbox_id()
-        self.sandboxes[sandbox_id] = FakeSandbox(request=request, created_at=self.clock())
-        return sandbox_id
-
-    async def sandbox_result(self, sandbox_id: str) -> SandboxResult:
-        await self._call("sandbox_result")
-        sandbox = self._sandbox(sandbox_id)
         if not sandbox.result.finished and self.clock() - sandbox.created_at >= (
             sandbox.request.timeout_s
         ):
             sandbox.result = SandboxResult(ResultStatus.TIMEOUT, exit_code=0)
-        return sandbox.result
+        return sandbox
+
+    def _running(self, app_name: str) -> list[tuple[str, FakeSandbox]]:
+        return [
+            (sandbox_id, sandbox)
+            for sandbox_id in list(self.sandboxes)
+            if (sandbox := self._sandbox(sandbox_id)).request.app_name == app_name
+            and not sandbox.result.finished
+        ]
+
+    # -- sandboxes -------------------------------------------------------------------------
+
+    async def create_sandbox(self, request: SandboxRequest) -> str:
+        self.calls.append("create_sandbox")
+        await self._app(request.app_name)
+        if request.env:
+            await self._rpc("SecretGetOrCreate")
+        if request.volume_name is not None and request.volume_name not in self._volume_ids:
+            await self._rpc("VolumeGetOrCreate")
+            self._volume_ids.add(request.volume_name)
+        if not self._environment:
+            await self._rpc("EnvironmentGetOrCreate")
+            self._environment = True
+        await self._rpc("ImageGetOrCreate")
+        _validate(request)
+        await self._rpc("SandboxCreate")
+        if request.name is not None and any(
+            sandbox.request.name == request.name for _, sandbox in self._running(request.app_name)
+        ):
+            raise SandboxExistsError(
+                f"a running sandbox of app {request.app_name!r} is already named {request.name!r}"
+            )
+        sandbox_id = new_sandbox_id()
+        # Modal orders listings by creation time; keep the fake's times distinct as a real
+        # clock's are, even under a frozen test clock.
+        created_at = max(self.clock(), self._last_created + 1e-6)
+        self._last_created = created_at
+        self.sandboxes[sandbox_id] = FakeSandbox(request=request, created_at=created_at)
+        if self.drop_create_answers > 0:
+            self.drop_create_answers -= 1
+            raise BackendUnavailableError(
+                "cannot reach Modal: connection lost while waiting for the answer"
+            )
+        try:
+            await self._rpc("SandboxGetTaskId")
+        except BaseException:
+            # As the SDK does: a create that fails or is cancelled while waiting for scheduling
+            # terminates its sandbox, since no caller will ever hold its id.
+            if not self.unreachable:
+                self.sandboxes[sandbox_id].result = SandboxResult(ResultStatus.TERMINATED, 0)
+            raise
+        return sandbox_id
+
+    async def sandbox_result(self, sandbox_id: str) -> SandboxResult:
+        await self._call("sandbox_result", "SandboxWait")
+        return self._sandbox(sandbox_id).result
+
+    async def list_running(
+        self, app_name: str, tags: Mapping[str, str]
+    ) -> AsyncGenerator[ListedSandbox, None]:
+        self.calls.append("list_running")
+        await self._app(app_name)
+        before: float | None = None
+        while True:
+            await self._rpc("SandboxList")
+            page = sorted(
+                (
+                    (sandbox.created_at, sandbox_id)
+                    for sandbox_id, sandbox in self._running(app_name)
+                    if all(sandbox.request.tags.get(k) == v for k, v in tags.items())
+                    and (before is None or sandbox.created_at < before)
+                ),
+                reverse=True,
+            )[: self.list_page_size]
+            if not page:
+                return
+            for _created_at, sandbox_id in page:
+                yield ListedSandbox(sandbox_id, self.sandboxes[sandbox_id].result)
+            before = page[-1][0]
+
+    async def sandbox_by_name(self, app_name: str, name: str) -> str | None:
+        self.calls.append("sandbox_by_name")
+        await self._rpc("SandboxGetFromName")
+        for sandbox_id, sandbox in self._running(app_name):
+            if sandbox.request.name == name:
+                return sandbox_id
+        return None
+
+    async def sandbox_tags(self, sandbox_id: str) -> dict[str, str]:
+        await self._call("sandbox_tags", "SandboxWait")
+        sandbox = self._sandbox(sandbox_id)
+        await self._rpc("SandboxTagsGet")
+        return dict(sandbox.request.tags)
 
     async def terminate_sandbox(self, sandbox_id: str) -> None:
-        await self._call("terminate_sandbox")
+        await self._call("terminate_sandbox", "SandboxWait")
         sandbox = self._sandbox(sandbox_id)
+        await self._rpc("SandboxTerminate")
         if not sandbox.result.finished:
             sandbox.result = SandboxResult(ResultStatus.TERMINATED, exit_code=0)
 
     async def output_tail(self, sandbox_id: str, lines: int) -> list[str]:
-        await self._call("output_tail")
-        return list(self._sandbox(sandbox_id).output[-lines:]) if lines > 0 else []
+        await self._call("output_tail", "SandboxWait")
+        sandbox = self._sandbox(sandbox_id)
+        await self._rpc("SandboxGetTaskId")
+        await self._rpc("AppFetchLogs")
+        return list(sandbox.output[-lines:]) if lines > 0 else []
 
     # -- scripting -------------------------------------------------------------------------
 
@@ -151,11 +275,18 @@ class FakeModalRuntime:
 
     # -- volumes ---------------------------------------------------------------------------
 
+    def _volume_rpcs(self, volume_name: str) -> tuple[str, ...]:
+        """A volume is looked up once per runtime, on first use."""
+        if volume_name in self._volume_ids:
+            return ()
+        self._volume_ids.add(volume_name)
+        return ("VolumeGetOrCreate",)
+
     def _volume(self, name: str) -> dict[str, _VolumeFile]:
         return self.volumes.setdefault(name, {})
 
     async def upload(self, volume_name: str, remote_path: str, source: Path | bytes) -> None:
-        await self._call("upload")
+        await self._call("upload", *self._volume_rpcs(volume_name), "VolumePutFiles2")
         volume = self._volume(volume_name)
         if isinstance(source, bytes):
             files = {remote_path: source}
@@ -166,24 +297,24 @@ class FakeModalRuntime:
             self.uploads.append(path)
 
     async def download(self, volume_name: str, remote_path: str, destination: Path) -> None:
-        await self._call("download")
+        await self._call("download", *self._volume_rpcs(volume_name), "VolumeGetFile2")
         entry = self._volume(volume_name).get(remote_path)
         if entry is None:
             raise FileNotFoundError(f"{remote_path!r} is not on volume {volume_name!r}")
         await asyncio.to_thread(destination.write_bytes, entry.data)
 
     async def file_version(self, volume_name: str, remote_path: str) -> str | None:
-        await self._call("file_version")
+        await self._call("file_version", *self._volume_rpcs(volume_name), "VolumeListFiles2")
         entry = self._volume(volume_name).get(remote_path)
         return None if entry is None else f"size={len(entry.data)} mtime={entry.mtime}"
 
     async def read_file(self, volume_name: str, remote_path: str) -> bytes | None:
-        await self._call("read_file")
+        await self._call("read_file", *self._volume_rpcs(volume_name), "VolumeGetFile2")
         entry = self._volume(volume_name).get(remote_path)
         return None if entry is None else entry.data
 
     async def remove(self, volume_name: str, remote_path: str) -> None:
-        await self._call("remove")
+        await self._call("remove", *self._volume_rpcs(volume_name), "VolumeRemoveFile2")
         self._volume(volume_name).pop(remote_path, None)
 
     def put(self, volume_name: str, remote_path: str, data: bytes) -> None:

@@ -1,20 +1,21 @@
-"""Pure translations between Altar's task contract and Modal's primitives."""
+"""Deprecated module name: the renderer is :mod:`.render`, the classifier :mod:`.classify`.
+
+Kept so code importing ``altar.backends.modal.mapping`` keeps working; removed in 0.3.
+"""
 
 from __future__ import annotations
 
-import math
-import posixpath
-from collections.abc import Mapping
+import warnings
 
-from altar.backends.modal.runtime import ResultStatus, SandboxRequest, SandboxResult
-from altar.execution import (
-    CONTAINER_MOUNT_ROOT,
-    ContainerTaskSpec,
-    TaskFailure,
-    TaskHandle,
-    TaskState,
-    TaskStatus,
-    UnsupportedCapabilityError,
+from altar.backends.modal.classify import status_from_result
+from altar.backends.modal.render import (
+    DEFAULT_POOL_ACCELERATORS,
+    MODAL_MAX_SANDBOX_TIMEOUT_S,
+    check_accelerators,
+    modal_gpu,
+    modal_timeout,
+    sandbox_request,
+    volume_path,
 )
 
 __all__ = [
@@ -28,156 +29,9 @@ __all__ = [
     "volume_path",
 ]
 
-MODAL_MAX_SANDBOX_TIMEOUT_S = 86400
-"""Modal's maximum sandbox lifetime (24 hours). A spec without a limit gets exactly this."""
-
-DEFAULT_POOL_ACCELERATORS: Mapping[str, str] = {"gpu": "A10G"}
-"""Altar GPU pool name → Modal GPU type; pools not listed are refused."""
-
-
-def modal_timeout(timeout_s: int | None) -> int:
-    """The sandbox lifetime for a spec's ``timeout_s``: None → the 24 h maximum; never clamped."""
-    if timeout_s is None:
-        return MODAL_MAX_SANDBOX_TIMEOUT_S
-    if timeout_s > MODAL_MAX_SANDBOX_TIMEOUT_S:
-        raise UnsupportedCapabilityError(
-            f"timeout_s={timeout_s} exceeds Modal's maximum sandbox lifetime of "
-            f"{MODAL_MAX_SANDBOX_TIMEOUT_S}s (24 hours); lower the timeout or split the task",
-            capability="timeout_s",
-        )
-    return timeout_s
-
-
-def modal_gpu(pool: str | None, count: int, accelerators: Mapping[str, str]) -> str | None:
-    """``"TYPE:COUNT"`` for a GPU pool, always with the exact count; None for CPU-only work."""
-    if pool is None:
-        return None
-    accelerator = accelerators.get(pool)
-    if accelerator is None:
-        known = ", ".join(sorted(accelerators)) or "none"
-        raise UnsupportedCapabilityError(
-            f"GPU pool {pool!r} has no Modal GPU type; pass pool_accelerators={{{pool!r}: "
-            f"'<Modal GPU type, e.g. A100-80GB>'}} to the Modal backend (mapped pools: {known})",
-            capability="gpu",
-        )
-    return f"{accelerator}:{count}"
-
-
-def check_accelerators(accelerators: Mapping[str, str]) -> None:
-    for pool, accelerator in accelerators.items():
-        if not isinstance(accelerator, str) or not accelerator.strip() or ":" in accelerator:
-            raise ValueError(
-                f"pool_accelerators[{pool!r}] must be a Modal GPU type such as 'A100' or 'H100!' "
-                f"without a count (the spec's resources.count supplies it), got {accelerator!r}"
-            )
-
-
-def volume_path(logical_path: str) -> str:
-    """Where a logical path lives on the volume (relative to its root); refuses ``..`` escapes."""
-    normalized = posixpath.normpath(logical_path.lstrip("/") or ".")
-    if normalized == "." or normalized == ".." or normalized.startswith("../"):
-        raise ValueError(f"logical path {logical_path!r} does not name a file on the volume")
-    return normalized
-
-
-def sandbox_request(
-    spec: ContainerTaskSpec,
-    *,
-    app_name: str,
-    volume_name: str | None,
-    accelerators: Mapping[str, str],
-    mount_root: str = CONTAINER_MOUNT_ROOT,
-) -> SandboxRequest:
-    """Map a spec onto one ``Sandbox.create`` call, or raise for what Modal cannot represent.
-
-    CPU and memory become ``(request, limit)`` pairs with request == limit, so the memory
-    limit is enforced (a bare memory value would only be a request). Memory is rounded up to
-    whole MiB. Labels become sandbox tags; the command is passed unchanged.
-    """
-    resources = spec.resources
-    cpu = (float(resources.cpu), float(resources.cpu)) if resources.cpu is not None else None
-    memory: tuple[int, int] | None = None
-    if resources.memory_gb is not None:
-        mib = math.ceil(resources.memory_gb * 1024)
-        memory = (mib, mib)
-    return SandboxRequest(
-        app_name=app_name,
-        image=spec.image,
-        command=tuple(spec.command),
-        timeout_s=modal_timeout(spec.timeout_s),
-        env=dict(spec.env),
-        tags=dict(spec.labels),
-        cpu=cpu,
-        memory_mib=memory,
-        gpu=modal_gpu(resources.gpu, resources.count, accelerators),
-        volume_name=volume_name,
-        mount_root=mount_root,
-    )
-
-
-_OOM_STATUSES = {
-    ResultStatus.KERNEL_OOM_KILL: "was killed by the kernel for exceeding its memory limit",
-    ResultStatus.MEMORY_MANAGER_EVICTION: "was evicted by Modal's memory manager",
-    ResultStatus.MEMORY_THRASHING_EVICTION: "was evicted by Modal for memory thrashing",
-}
-
-_JOB_FAILED_STATUSES = {
-    ResultStatus.INIT_FAILURE: "failed to start (image pull or container setup)",
-    ResultStatus.INTERNAL_FAILURE: "failed inside Modal (internal failure)",
-    ResultStatus.IDLE_TIMEOUT: "was stopped by Modal's idle timeout",
-    ResultStatus.UNKNOWN: "ended with a status this backend does not know",
-}
-
-
-def _with_message(text: str, message: str) -> str:
-    return f"{text}: {message}" if message else text
-
-
-def status_from_result(handle: TaskHandle, result: SandboxResult) -> TaskStatus:
-    """Normalize a sandbox's result into a :class:`TaskStatus`.
-
-    Classified on the result status, not the return code: the SDK's ``returncode`` turns a
-    timeout into 124 and a termination into 137, which a command can also exit with.
-    """
-    what = f"modal sandbox {handle.external_id}"
-    status, code = result.status, result.exit_code
-    if status is ResultStatus.PENDING:
-        return TaskStatus(handle, TaskState.PENDING)
-    if status is ResultStatus.RUNNING:
-        return TaskStatus(handle, TaskState.RUNNING)
-    if status in (ResultStatus.SUCCESS, ResultStatus.FAILURE) and code is not None:
-        if code == 0 and status is ResultStatus.SUCCESS:
-            return TaskStatus(handle, TaskState.SUCCEEDED)
-        if code != 0:
-            failure = TaskFailure(
-                f"exit_{code}",
-                f"{what} exited with code {code}",
-                deterministic=True,
-                exit_code=code,
-            )
-            return TaskStatus(handle, TaskState.FAILED, failure)
-    if status is ResultStatus.TIMEOUT:
-        failure = TaskFailure("timeout", f"{what} ran past its timeout and was stopped by Modal")
-    elif status is ResultStatus.TERMINATED:
-        failure = TaskFailure(
-            "cancelled",
-            f"{what} was terminated (by cancel/cleanup, `modal container stop` or the dashboard)",
-        )
-    elif status in _OOM_STATUSES:
-        failure = TaskFailure(
-            "oom_killed",
-            _with_message(f"{what} {_OOM_STATUSES[status]}", result.message),
-            exit_code=code or None,
-        )
-    elif status in _JOB_FAILED_STATUSES:
-        failure = TaskFailure(
-            "job_failed", _with_message(f"{what} {_JOB_FAILED_STATUSES[status]}", result.message)
-        )
-    else:  # SUCCESS/FAILURE without a usable exit code
-        failure = TaskFailure(
-            "job_failed",
-            _with_message(
-                f"{what} ended with status {status.value} and no exit code", result.message
-            ),
-        )
-    return TaskStatus(handle, TaskState.FAILED, failure)
+warnings.warn(
+    "altar.backends.modal.mapping is deprecated; import from altar.backends.modal.render "
+    "(spec → sandbox request) and altar.backends.modal.classify (result → status)",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,7 +1,7 @@
 """The runtime seam between the backend and Modal: plain values in, plain values out.
 
 :class:`ModalRuntime` is what :class:`~altar.backends.modal.ModalExecutionBackend` needs from
-Modal. :class:`~altar.backends.modal.sdk.ModalSdkRuntime` implements it with the modal SDK;
+Modal. :class:`~altar.backends.modal.sdk_runtime.ModalSdkRuntime` implements it with the modal SDK;
 :class:`~altar.backends.modal.fake.FakeModalRuntime` implements it in memory for tests. No
 Modal type crosses this seam, so the backend never imports the SDK.
 
@@ -12,11 +12,13 @@ Errors a runtime raises:
   server errors, no capacity). It is transient and never means "missing".
 - :class:`ModalCredentialsError` when Modal refuses the credentials (missing, invalid or
   revoked token): not transient, the user has to act.
+- :class:`SandboxExistsError` when a sandbox name is already held by a running sandbox of the app.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -24,9 +26,11 @@ from typing import Protocol, runtime_checkable
 from altar.execution import AltarError
 
 __all__ = [
+    "ListedSandbox",
     "ModalCredentialsError",
     "ModalRuntime",
     "ResultStatus",
+    "SandboxExistsError",
     "SandboxNotFoundError",
     "SandboxRequest",
     "SandboxResult",
@@ -43,6 +47,10 @@ class ModalCredentialsError(AltarError, ValueError):
 
 class SandboxNotFoundError(LookupError):
     """Modal does not know this sandbox id (gRPC ``NOT_FOUND``)."""
+
+
+class SandboxExistsError(Exception):
+    """A running sandbox of the app already holds the requested name (``AlreadyExistsError``)."""
 
 
 class ResultStatus(enum.Enum):
@@ -87,7 +95,8 @@ class SandboxRequest:
     ``cpu`` is a ``(request, limit)`` pair of cores and ``memory_mib`` a ``(request, limit)``
     pair of MiB; ``gpu`` is ``"TYPE:COUNT"``; ``timeout_s`` is always set (Modal has no
     unlimited lifetime). ``tags`` are set atomically with the sandbox. ``volume_name`` is
-    mounted at ``mount_root`` when set.
+    mounted at ``mount_root`` when set. ``name``, when set, is unique among the app's running
+    sandboxes: Modal refuses a second one (:class:`SandboxExistsError`).
     """
 
     app_name: str
@@ -101,6 +110,15 @@ class SandboxRequest:
     gpu: str | None = None
     volume_name: str | None = None
     mount_root: str = "/mnt/volume"
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ListedSandbox:
+    """One entry of a listing: the sandbox id and its result as the listing reported it."""
+
+    sandbox_id: str
+    result: SandboxResult
 
 
 @runtime_checkable
@@ -116,6 +134,24 @@ class ModalRuntime(Protocol):
 
     async def sandbox_result(self, sandbox_id: str) -> SandboxResult:
         """The sandbox's current state, without waiting for it to finish."""
+        ...
+
+    def list_running(
+        self, app_name: str, tags: Mapping[str, str]
+    ) -> AsyncGenerator[ListedSandbox, None]:
+        """The app's running sandboxes that carry at least ``tags``, newest first.
+
+        Fetched one page (one request) at a time as the caller iterates; the caller stops
+        paging by closing the generator. Finished sandboxes are never listed.
+        """
+        ...
+
+    async def sandbox_by_name(self, app_name: str, name: str) -> str | None:
+        """The id of the app's running sandbox with this name, or None if none runs."""
+        ...
+
+    async def sandbox_tags(self, sandbox_id: str) -> dict[str, str]:
+        """The sandbox's tags. Raises SandboxNotFoundError if unknown."""
         ...
 
     async def terminate_sandbox(self, sandbox_id: str) -> None:

@@ -12,10 +12,9 @@ version still renders the same line; rewriting the file changes its version and 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from altar.execution.uris import local_file
+from altar.execution import uris
 
 __all__ = [
     "STAGING_RECORD_FORMAT",
@@ -48,9 +47,10 @@ def record_matches(raw: bytes | None, digest: str, version: str | None) -> bool:
 
 
 def local_path(uri: str) -> Path:
-    """The local file a transfer URI names: a bare path or a ``file://`` URI.
+    """The local file a transfer URI names: altar-core's one rule (:func:`uris.local_path`).
 
-    Other schemes (``gs://``, ``s3://``, ``http://``) are refused: this backend moves bytes
-    between this machine and the volume only.
+    A bare path or a ``file://`` URI, made absolute; ``~`` is an ordinary directory name, as on
+    every backend. Other schemes (``gs://``, ``s3://``, ``http://``) are refused: this backend
+    moves bytes between this machine and the volume only.
     """
-    return Path(os.path.expanduser(local_file(uri, backend="Modal")))
+    return Path(uris.local_path(uri, backend="Modal"))

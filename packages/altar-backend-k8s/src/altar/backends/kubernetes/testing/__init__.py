@@ -1,6 +1,6 @@
 """Test support for the Kubernetes backend: a fake API server the real clients accept."""
 
-from altar.backends.kubernetes.testing.fake_apiserver import (
+from altar.backends.kubernetes.testing.apiserver import (
     FakeApiServer,
     RecordedRequest,
     matches_selector,

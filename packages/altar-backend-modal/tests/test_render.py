@@ -1,26 +1,28 @@
-"""The pure spec → Sandbox.create mapping and the result → TaskStatus normalization."""
+"""The pure renderer: spec → sandbox request."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
-from altar.backends.modal.mapping import (
+from altar.backends.modal.render import (
     DEFAULT_POOL_ACCELERATORS,
     MODAL_MAX_SANDBOX_TIMEOUT_S,
     check_accelerators,
     modal_gpu,
     modal_timeout,
+    request_document,
+    sandbox_name,
     sandbox_request,
-    status_from_result,
     volume_path,
 )
-from altar.backends.modal.runtime import ResultStatus, SandboxResult
 from altar.execution import (
     ContainerTaskSpec,
     ResourceRequest,
-    TaskHandle,
-    TaskState,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import submission_labels
 
 HOSTILE = ["sh", "-c", 'echo "$(id)" $HOME; exit 3', "a b", "it's", "line\nbreak", "../../x"]
 
@@ -131,87 +133,30 @@ def test_volume_paths_cannot_escape_or_be_empty(logical: str) -> None:
         volume_path(logical)
 
 
-# -- normalization ---------------------------------------------------------------------------
-
-HANDLE = TaskHandle("modal", "sb-" + "A" * 22, {"job_id": "J"})
+REFERENCES = Path(__file__).parent / "references"
 
 
-def _status(status: ResultStatus, code: int | None = None, message: str = ""):
-    return status_from_result(HANDLE, SandboxResult(status, code, message))
+def test_the_sandbox_request_matches_the_saved_reference(reference_files: Any) -> None:
+    spec = _spec(
+        resources=ResourceRequest(gpu="a100", count=2, memory_gb=7.5, cpu=1.5),
+        env={"SEED": "1", "QUOTE": "'\"$(x)", "SPACES": "  padded  "},
+        labels={"job_id": "J", "fold": "0", **submission_labels("0" * 32, "fold-0", 2)},
+        timeout_s=3600,
+    )
+    request = _request(spec, {"a100": "A100-80GB"})
+    assert request.name == "altar-" + spec.labels["altar.submission"]
+    reference_files.check(REFERENCES / "sandbox_request.json", request_document(request))
 
 
-def test_live_states() -> None:
-    assert _status(ResultStatus.RUNNING).state is TaskState.RUNNING
-    assert _status(ResultStatus.PENDING).state is TaskState.PENDING
-    assert _status(ResultStatus.RUNNING).failure is None
+@pytest.mark.parametrize("key", [None, "not-a-key", "A" * 32, "0" * 31])
+def test_only_a_well_formed_submission_key_names_the_sandbox(key: str | None) -> None:
+    labels = {"job_id": "J"} if key is None else {"altar.submission": key}
+    assert _request(_spec(labels=labels)).name is None
 
 
-def test_success() -> None:
-    status = _status(ResultStatus.SUCCESS, 0)
-    assert (status.state, status.failure) == (TaskState.SUCCEEDED, None)
-
-
-@pytest.mark.parametrize("code", [1, 3, 124, 137, 255])
-def test_exit_codes_are_deterministic_exit_reasons_even_124_and_137(code: int) -> None:
-    status = _status(ResultStatus.FAILURE, code)
-    assert status.state is TaskState.FAILED
-    assert status.failure is not None
-    assert (status.failure.reason, status.failure.exit_code) == (f"exit_{code}", code)
-    assert status.failure.deterministic
-    assert HANDLE.external_id in (status.failure.detail or "")
-
-
-def test_timeout_comes_from_the_status_not_the_return_code() -> None:
-    status = _status(ResultStatus.TIMEOUT, 0)
-    assert status.failure is not None
-    assert (status.failure.reason, status.failure.deterministic) == ("timeout", False)
-
-
-@pytest.mark.parametrize(
-    ("result_status", "detail"),
-    [
-        (ResultStatus.KERNEL_OOM_KILL, "kernel"),
-        (ResultStatus.MEMORY_MANAGER_EVICTION, "memory manager"),
-        (ResultStatus.MEMORY_THRASHING_EVICTION, "thrashing"),
-    ],
-)
-def test_oom_kills_and_memory_evictions_are_oom_killed(
-    result_status: ResultStatus, detail: str
-) -> None:
-    status = _status(result_status, 137, "Out of memory")
-    assert status.failure is not None
-    assert status.failure.reason == "oom_killed"
-    assert not status.failure.deterministic
-    assert status.failure.exit_code == 137
-    assert detail in (status.failure.detail or "")
-    assert "Out of memory" in (status.failure.detail or "")
-
-
-def test_termination_is_cancelled() -> None:
-    status = _status(ResultStatus.TERMINATED, 0)
-    assert status.failure is not None
-    assert status.failure.reason == "cancelled"
-    assert "terminated" in (status.failure.detail or "")
-
-
-@pytest.mark.parametrize(
-    "result_status",
-    [
-        ResultStatus.INIT_FAILURE,
-        ResultStatus.INTERNAL_FAILURE,
-        ResultStatus.IDLE_TIMEOUT,
-        ResultStatus.UNKNOWN,
-    ],
-)
-def test_platform_failures_are_job_failed_with_modals_message(result_status: ResultStatus) -> None:
-    status = _status(result_status, 0, "image pull failed: manifest unknown")
-    assert status.failure is not None
-    assert (status.failure.reason, status.failure.deterministic) == ("job_failed", False)
-    assert "manifest unknown" in (status.failure.detail or "")
-
-
-def test_failure_status_with_exit_zero_is_not_a_success() -> None:
-    status = _status(ResultStatus.FAILURE, 0)
-    assert status.state is TaskState.FAILED
-    assert status.failure is not None
-    assert status.failure.reason == "job_failed"
+def test_sandbox_names_are_within_modals_name_rules() -> None:
+    name = sandbox_name("0123456789abcdef" * 2)
+    assert name == "altar-0123456789abcdef0123456789abcdef"
+    assert len(name) < 64
+    with pytest.raises(ValueError, match="submission key"):
+        sandbox_name("../x")

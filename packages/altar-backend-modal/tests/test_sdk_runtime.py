@@ -6,7 +6,7 @@ import grpclib
 import modal.exception as modal_errors
 import pytest
 from altar.backends.modal.runtime import ModalCredentialsError, ResultStatus, SandboxNotFoundError
-from altar.backends.modal.sdk import _modal_errors, result_from_proto
+from altar.backends.modal.sdk_runtime import _modal_errors, result_from_proto
 from altar.execution import AltarError, BackendUnavailableError
 from grpclib.exceptions import StreamTerminatedError
 from modal_proto import api_pb2

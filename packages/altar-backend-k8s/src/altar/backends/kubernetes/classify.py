@@ -1,0 +1,134 @@
+"""From what the API reports to Altar's states and failure reasons (pure functions).
+
+Input is the plain values of :mod:`.values` (never API JSON: :mod:`.wire` reads that), so
+the state mapping and failure classification are tested directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from altar.backends.kubernetes.values import (
+    MAIN_CONTAINER,
+    VERIFY_INPUTS_CONTAINER,
+    JobCondition,
+    K8sJobInfo,
+    K8sPodInfo,
+)
+from altar.execution import TaskFailure, TaskState
+
+__all__ = ["classify_failure", "failure_without_pods", "job_state", "true_condition"]
+
+
+def true_condition(conditions: Sequence[JobCondition], *types: str) -> JobCondition | None:
+    """The first condition of one of ``types`` whose status is ``True``, or None."""
+    for condition in conditions:
+        if condition.type in types and condition.status == "True":
+            return condition
+    return None
+
+
+def job_state(conditions: Sequence[JobCondition], active: int) -> TaskState:
+    if true_condition(conditions, "Complete", "SuccessCriteriaMet"):
+        return TaskState.SUCCEEDED
+    if true_condition(conditions, "Failed", "FailureTarget"):
+        return TaskState.FAILED
+    return TaskState.RUNNING if active else TaskState.PENDING
+
+
+def failure_without_pods(job: K8sJobInfo) -> TaskFailure | None:
+    """The failure when the Job's conditions alone explain it (a deadline), else None."""
+    for condition in job.conditions:
+        if (
+            condition.type in ("Failed", "FailureTarget")
+            and condition.status == "True"
+            and condition.reason == "DeadlineExceeded"
+        ):
+            return classify_failure(job, [])
+    return None
+
+
+def _detail(message: str | None, fallback: str) -> str:
+    text = (message or "").strip()
+    return text[-2000:] if text else fallback
+
+
+def classify_failure(job: K8sJobInfo, pods: Sequence[K8sPodInfo]) -> TaskFailure:
+    """Why a failed Job failed, from its conditions and its pods' terminated containers.
+
+    First match wins: deadline → ``timeout``; the newest pod was evicted or preempted (and
+    not OOM-killed) → ``job_failed``; the verifier exited non-zero →
+    ``input_digest_mismatch``; the main container was OOM-killed → ``oom_killed``; it exited
+    non-zero → ``exit_<n>``; otherwise ``job_failed``. Pods are read newest first.
+    """
+    failed = true_condition(job.conditions, "Failed", "FailureTarget")
+    if failed is not None and failed.reason == "DeadlineExceeded":
+        return TaskFailure(
+            "timeout",
+            detail=_detail(failed.message, f"job {job.name} exceeded its activeDeadlineSeconds"),
+        )
+    ordered = sorted(pods, key=lambda p: p.created, reverse=True)
+    newest = ordered[0] if ordered else None
+    if (
+        newest is not None
+        and newest.disruption is not None
+        and not any(e.reason == "OOMKilled" for e in newest.container_exits)
+    ):
+        # Evicted or preempted: the kill code (137/143) of its containers says nothing about
+        # the command or its inputs, and another node may well run it.
+        return TaskFailure(
+            "job_failed",
+            detail=_detail(
+                None, f"job {job.name}: pod {newest.name} was stopped ({newest.disruption})"
+            ),
+        )
+    for pod in ordered:
+        for exit_ in pod.init_exits:
+            if exit_.name == VERIFY_INPUTS_CONTAINER and exit_.exit_code != 0:
+                return TaskFailure(
+                    "input_digest_mismatch",
+                    detail=_detail(
+                        exit_.message, "an input did not match its declared sha256 digest"
+                    ),
+                    deterministic=True,
+                    exit_code=exit_.exit_code,
+                )
+    for pod in ordered:
+        mains = [e for e in pod.container_exits if e.name == MAIN_CONTAINER] or list(
+            pod.container_exits[:1]
+        )
+        for exit_ in mains:
+            if exit_.reason == "OOMKilled":
+                return TaskFailure(
+                    "oom_killed",
+                    detail=_detail(
+                        exit_.message,
+                        f"container {exit_.name} of pod {pod.name} was killed for exceeding "
+                        "its memory limit",
+                    ),
+                    exit_code=exit_.exit_code,
+                )
+            if exit_.reason == "ContainerStatusUnknown":
+                # the kubelet lost the container (its node went away): 137 is its placeholder
+                return TaskFailure(
+                    "job_failed",
+                    detail=_detail(
+                        exit_.message,
+                        f"container {exit_.name} of pod {pod.name} was lost with its node",
+                    ),
+                )
+            if exit_.exit_code != 0:
+                return TaskFailure(
+                    f"exit_{exit_.exit_code}",
+                    detail=_detail(
+                        exit_.message,
+                        f"container {exit_.name} of pod {pod.name} exited with code "
+                        f"{exit_.exit_code}",
+                    ),
+                    deterministic=True,
+                    exit_code=exit_.exit_code,
+                )
+    fallback = "job failed without a container exit status (evicted, or its pods are gone)"
+    if failed is not None:
+        fallback = failed.message or failed.reason or fallback
+    return TaskFailure("job_failed", detail=f"job {job.name}: {fallback}")
