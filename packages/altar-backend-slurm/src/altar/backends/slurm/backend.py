@@ -22,7 +22,6 @@ from altar.backends.slurm.classify import (
 )
 from altar.backends.slurm.render import (
     CONTAINER_RUNTIMES,
-    RUN_LABEL,
     ContainerRuntime,
     JobLayout,
     SlurmPlacement,
@@ -37,6 +36,8 @@ from altar.backends.slurm.runtime import LoginNode
 from altar.backends.slurm.sdk_runtime import LocalLoginNode, SshLoginNode
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
@@ -48,7 +49,8 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
-from altar.execution.uris import local_file
+from altar.execution.handles import mint_handle
+from altar.execution.uris import local_path
 
 __all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "SCRATCH_DIR", "SlurmExecutionBackend"]
 
@@ -215,12 +217,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         return token
 
     def _handle(self, job_id: str, token: str, spec: ContainerTaskSpec) -> TaskHandle:
-        return TaskHandle(
-            backend=self.name,
-            external_id=f"{job_id}:{token}",
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        return mint_handle(self.name, spec, f"{job_id}:{token}")
 
     def _find_existing(self, spec: ContainerTaskSpec, digest: str) -> tuple[str, str] | None:
         """An earlier job of this submission to adopt: (job id, token), or None.
@@ -298,7 +295,7 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         digest = spec_hash(spec)
-        token = f"{_run_tag(spec.labels.get(RUN_LABEL))}-{digest[:16]}-{secrets.token_hex(4)}"
+        token = f"{_run_tag(spec.labels.get(LABEL_RUN))}-{digest[:16]}-{secrets.token_hex(4)}"
         script = self.render(spec, token)  # refuses what cannot be represented, first
         self._check_timeout(spec)
         existing = self._find_existing(spec, digest)
@@ -384,16 +381,16 @@ class SlurmExecutionBackend(ExecutionBackend):
             for row in commands.queue(self.node, timeout_s=self.query_timeout_s):
                 token = self._ours(row.work_dir)
                 parsed = parse_comment(row.comment)
-                if token is None or parsed is None or parsed[1].get(RUN_LABEL) != run:
+                if token is None or parsed is None or parsed[1].get(LABEL_RUN) != run:
                     continue
                 found[row.job_id] = TaskHandle(self.name, f"{row.job_id}:{token}", parsed[1])
             for acct in commands.accounting(self.node, steps=False, timeout_s=self.query_timeout_s):
                 token = self._ours(acct.work_dir)
                 if token is None or not token.startswith(tag) or acct.job_id in found:
                     continue
-                labels = {RUN_LABEL: run}
+                labels = {LABEL_RUN: run}
                 if acct.name.startswith("altar-") and not acct.name.startswith("altar-spec-"):
-                    labels["altar.submission"] = acct.name.removeprefix("altar-")
+                    labels[LABEL_SUBMISSION] = acct.name.removeprefix("altar-")
                 found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
             return [found[k] for k in sorted(found, key=int)]
 
@@ -444,7 +441,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         Digests are not checked here: each job checks its own inputs on the cluster.
         """
         moves = _unique(
-            (local_file(t.uri, backend=self.name), self._host_path(t.logical_path))
+            (local_path(t.uri, backend=self.name), self._host_path(t.logical_path))
             for t in transfers
         )
         for source, destination in moves:
@@ -453,7 +450,7 @@ class SlurmExecutionBackend(ExecutionBackend):
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
         for transfer in transfers:
             source = self._host_path(transfer.logical_path)
-            destination = local_file(transfer.uri, backend=self.name)
+            destination = local_path(transfer.uri, backend=self.name)
             await asyncio.to_thread(lambda s=source, d=destination: self.node.pull(s, d))  # type: ignore[misc]
 
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,11 +20,13 @@ from urllib.parse import quote
 
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
+    LABEL_SUBMISSION,
     ContainerTaskSpec,
     UnsupportedCapabilityError,
     spec_to_dict,
     verify_files_script,
 )
+from altar.execution.labels import is_submission_key
 from httk.workflow.adapter_runtime.batch import directive_value
 from httk.workflow.adapter_runtime.quoting import shell_command
 
@@ -37,7 +38,6 @@ __all__ = [
     "INPUT_MISMATCH_STEP",
     "JOB_NAME_PREFIX",
     "OOM_STEP",
-    "SUBMISSION_LABEL",
     "ContainerRuntime",
     "JobLayout",
     "RuntimeCommand",
@@ -54,8 +54,6 @@ __all__ = [
 ContainerRuntime = Literal["apptainer", "podman", "docker"]
 CONTAINER_RUNTIMES: tuple[ContainerRuntime, ...] = ("apptainer", "podman", "docker")
 
-SUBMISSION_LABEL = "altar.submission"
-RUN_LABEL = "altar.run"
 JOB_NAME_PREFIX = "altar-"
 COMMENT_PREFIX = "altar/1"
 #: Names of the one-line marker steps a job records before it exits, so that a single
@@ -91,7 +89,6 @@ EXPANSIONS = {
     "job_gpus": '"device=${CUDA_VISIBLE_DEVICES:?no GPUs were allocated to this job}"',
 }
 
-_KEY = re.compile(r"[0-9a-f]{32}")
 _MIB = 2**20
 _GIB = 2**30
 
@@ -107,8 +104,8 @@ def spec_hash(spec: ContainerTaskSpec) -> str:
 
 def submission_key(spec: ContainerTaskSpec) -> str | None:
     """The runner's idempotency key, when the spec carries a well-formed one."""
-    key = spec.labels.get(SUBMISSION_LABEL)
-    return key if key is not None and _KEY.fullmatch(key) else None
+    key = spec.labels.get(LABEL_SUBMISSION)
+    return key if key is not None and is_submission_key(key) else None
 
 
 def job_name(spec: ContainerTaskSpec, digest: str) -> str:
