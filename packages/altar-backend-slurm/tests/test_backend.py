@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from altar.execution import (
     TaskState,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import submission_labels
 
 from .conftest import MAX_TIME_S
 
@@ -26,9 +26,7 @@ SPEC = ContainerTaskSpec(kind="t", image="busybox:latest", command=["true"], lab
 
 
 def _keyed(run: str, task: str, attempt: int = 1) -> ContainerTaskSpec:
-    key = hashlib.sha256(f"{run}\0{task}\0{attempt}".encode()).hexdigest()[:32]
-    labels = {"altar.run": run, "altar.task": task, "altar.attempt": str(attempt)}
-    return replace(SPEC, labels={**labels, "altar.submission": key})
+    return replace(SPEC, labels=submission_labels(run, task, attempt))
 
 
 def _fresh(backend: SlurmExecutionBackend) -> SlurmExecutionBackend:
