@@ -97,6 +97,21 @@ async def test_finished_jobs_cost_at_most_one_sacct_more(
     assert reasons == ["succeeded", "exit_3", "timeout", "oom_killed", "exit_2", "running"]
 
 
+async def test_endings_squeue_can_tell_cost_no_sacct(
+    backend: SlurmExecutionBackend, node: FakeLoginNode
+) -> None:
+    handles = [await backend.submit(replace(SPEC, labels={"i": str(i)})) for i in range(4)]
+    node.finish(handles[0].external_id, 0)
+    node.expire(handles[1].external_id)
+    node.oom_kill(handles[2].external_id)
+    await backend.cancel(handles[3])
+    node.calls.clear()
+    statuses = await backend.poll(handles)
+    assert _commands(node) == ["squeue"]
+    reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
+    assert reasons == ["succeeded", "timeout", "oom_killed", "cancelled"]
+
+
 async def test_a_job_neither_squeue_nor_sacct_knows_is_missing_not_succeeded(
     backend: SlurmExecutionBackend, node: FakeLoginNode
 ) -> None:

@@ -50,10 +50,27 @@ def test_queue_states(state: str, expected: TaskState) -> None:
     assert observed.state is expected
 
 
-@pytest.mark.parametrize("state", ["FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "PREEMPTED"])
-def test_queue_leaves_unfinished_business_to_sacct(state: str) -> None:
-    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|/w|\n")
+def test_queue_leaves_a_failed_job_to_sacct_for_its_steps() -> None:
+    (row,) = parse_squeue("1|FAILED|NonZeroExitCode|256|n|(null)|/w|\n")
     assert from_queue(row) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("TIMEOUT", "timeout"),
+        ("CANCELLED", "cancelled"),
+        ("OUT_OF_MEMORY", "oom_killed"),
+        ("PREEMPTED", "job_failed"),
+        ("NODE_FAIL", "job_failed"),
+    ],
+)
+def test_queue_settles_endings_that_need_no_steps(state: str, reason: str) -> None:
+    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|/w|\n")
+    observed = from_queue(row)
+    assert observed is not None
+    assert observed.failure is not None
+    assert observed.failure.reason == reason
 
 
 def test_queue_alone_reads_the_raw_exit_status() -> None:

@@ -149,15 +149,18 @@ def _active(job_id: str, state: str) -> Observation | None:
 
 
 def from_queue(row: QueueRow) -> Observation | None:
-    """What squeue alone can say: active, or COMPLETED; None when sacct must decide."""
+    """What squeue alone can say; None for a FAILED job, whose steps (the marker steps of an
+    in-job digest failure or a container OOM kill) only sacct lists."""
     state = _base_state(row.state)
     if state == "COMPLETED":
         return Observation(TaskState.SUCCEEDED)
     active = _active(row.job_id, state)
     if active is not None:
         return active
-    if state in _TERMINAL:
+    if state == "FAILED":
         return None
+    if state in _TERMINAL:
+        return from_queue_alone(row)  # the state says it all: cancelled, timeout, OOM, ...
     # A state this backend does not know, on a job the controller still holds: not finished.
     return Observation(TaskState.PENDING)
 
