@@ -45,7 +45,7 @@ def test_wire_names_keep_the_historical_spelling() -> None:
         "workspace",
     }
     assert upstream < api.PERSISTABLE_QUEUE_SETTINGS
-    assert api.PERSISTABLE_QUEUE_SETTINGS - upstream == {"ssh_multiplex"}
+    assert api.PERSISTABLE_QUEUE_SETTINGS - upstream == {"ssh_multiplex", "ssh_agent"}
 
 
 def test_protocol_module_names_the_runtime_objects() -> None:
@@ -127,7 +127,8 @@ def test_templates_and_add_remote(env) -> None:
     for template in ("local", "ssh-slurm"):
         bundle = api.add_remote(f"r-{template}", template=template)
         assert bundle == env.project / ".httk-project" / "remotes" / f"r-{template}"
-        assert sorted(p.name for p in bundle.iterdir()) == ["adapter", "remote.json"]
+        # .gitignore keeps credentials.json out of the project's repository.
+        assert sorted(p.name for p in bundle.iterdir()) == [".gitignore", "adapter", "remote.json"]
         assert stat.S_IMODE((bundle / "adapter").stat().st_mode) == 0o755
         assert api.read_metadata(bundle)["kind"] == template
     assert (

@@ -24,9 +24,18 @@ def test_add_list_show_remove(env, capsys) -> None:
     assert (bundle / "remote.json").is_file()
     assert not (bundle / "computer.json").exists()
     code, out, _ = run(capsys, "remote", "list", "--json")
-    assert json.loads(out) == [{"name": "cluster", "scope": "project", "path": str(bundle)}]
+    assert json.loads(out) == [
+        {
+            "name": "cluster",
+            "scope": "project",
+            "path": str(bundle),
+            "kind": "local",
+            "valid": True,
+            "problem": None,
+        }
+    ]
     code, out, _ = run(capsys, "remote", "list")
-    assert out.split() == ["cluster", "project", str(bundle)]
+    assert out.split() == ["cluster", "project", "local", "valid", str(bundle)]
     code, out, _ = run(capsys, "remote", "show", "cluster", "--json")
     shown = json.loads(out)
     assert (shown["name"], shown["scope"], shown["valid"], shown["kind"]) == (

@@ -183,7 +183,9 @@ def test_credentials_file_is_private_and_atomic(tmp_path: Path, make_bundle) -> 
         "default": {"password": "hunter2", "token": "abc"},
         "other": {"token": "zzz"},
     }
-    assert [p.name for p in bundle.iterdir() if p.name.startswith(".")] == []
+    # No temp file left behind; the one dot file is the .gitignore naming the secrets.
+    assert [p.name for p in bundle.iterdir() if p.name.startswith(".")] == [".gitignore"]
+    assert "credentials.json" in (bundle / ".gitignore").read_text().splitlines()
 
 
 _STORE_MANY = """

@@ -40,23 +40,22 @@ def test_large_interleaved_output_on_both_pipes_does_not_block() -> None:
     assert completed.stderr == ("e" * 49 + "\n") * 3000
 
 
-def test_exit_status_signal_and_text_match_subprocess(tmp_path: Path) -> None:
+def test_exit_status_signal_and_bytes_match_subprocess(tmp_path: Path) -> None:
     cases = [
-        _python("import sys; sys.stdout.write('a\\r\\nb\\rc'); sys.exit(3)"),
+        _python("import sys; sys.stdout.buffer.write(b'a\\r\\nb\\rc\\x89'); sys.exit(3)"),
         _python("import os, signal; os.kill(os.getpid(), signal.SIGTERM)"),
         ["cat"],  # stdin is /dev/null: returns at once
     ]
     for argv in cases:
         ours = process.run(argv)
-        theirs = subprocess.run(
-            argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
-        )
-        assert (ours.returncode, ours.stdout, ours.stderr) == (
-            theirs.returncode,
-            theirs.stdout,
-            theirs.stderr,
-        )
-    assert process.run(cases[0]).stdout == "a\nb\nc"
+        theirs = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, check=False)
+        assert (
+            ours.returncode,
+            process.encoded(ours.stdout),
+            process.encoded(ours.stderr),
+        ) == (theirs.returncode, theirs.stdout, theirs.stderr)
+    # CR and CRLF are kept and a byte that is not UTF-8 does not fail the command.
+    assert process.run(cases[0]).stdout == "a\r\nb\rc\udc89"
     assert process.run(cases[1]).returncode == -signal.SIGTERM
     # What the command inherits as ignored: the interpreter ignores SIGPIPE and SIGXFSZ.
     # (glibc's posix_spawn also marks its two internal signals, 32 and 33, ignored; every

@@ -42,9 +42,14 @@ def test_cwd_is_quoted_and_status_ignores_it(fake_cluster, cluster: Path) -> Non
         cluster, "invoke", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)}
     )
     assert result["stdout"].strip() == str(spaced)
-    assert fake_cluster.ssh_commands()[-1]["command"] == f"cd '{spaced}' && pwd"
+    # The command runs under the guard that kills it when the caller goes away.
+    command = fake_cluster.ssh_commands()[-1]["command"]
+    assert command.startswith(f"cd '{spaced}' && sh -c ")
+    assert command.endswith(" sh pwd")
     run_adapter(cluster, "status", {"queue": "default", "argv": ["pwd"], "cwd": str(spaced)})
-    assert fake_cluster.ssh_commands()[-1]["command"] == "pwd"
+    command = fake_cluster.ssh_commands()[-1]["command"]
+    assert command.startswith("sh -c ")
+    assert command.endswith(" sh pwd")
     failed = run_adapter(cluster, "invoke", {"queue": "default", "argv": ["false"]})
     assert failed["returncode"] == 1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,52 @@ def test_a_job_that_exists_is_an_api_refusal_and_still_its_own_type() -> None:
     assert not isinstance(error, AltarError)
     with pytest.raises(K8sJobExistsError):
         raise error
+
+
+_BACKENDS_PROBE = """
+import contextlib, importlib.abc, io, json, sys
+from altar.execution.cli import main
+
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in sys.argv[1:]:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Hide())
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["backends", "--json"])
+rows = {row["name"]: row for row in json.loads(out.getvalue())}
+print(json.dumps({"row": rows["kubernetes"], "imported": "kubernetes" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_altar_backends_reports_a_missing_sdk_without_importing_it(hidden: bool) -> None:
+    argv = [sys.executable, "-c", _BACKENDS_PROBE] + (["kubernetes"] if hidden else [])
+    probe = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    assert probe["imported"] is False
+    row = probe["row"]
+    if not hidden:
+        assert (row["healthy"], row["error"]) == (True, None)
+        return
+    assert row["healthy"] is False
+    assert row["error"].endswith(
+        "cannot be imported: module 'kubernetes' is missing; pip install altar-backend-k8s"
+    )
+
+
+def test_a_missing_kubernetes_client_is_one_line_with_the_install_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found out at construction, as the Modal backend does, not as a bare ModuleNotFoundError
+    # from a worker thread on the first submit or poll.
+    from altar.backends.kubernetes import KubernetesExecutionBackend
+    from altar.execution import BackendImportError
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes → ImportError
+    with pytest.raises(BackendImportError, match="pip install altar-backend-k8s") as raised:
+        KubernetesExecutionBackend()
+    assert "\n" not in str(raised.value)
+    assert "'kubernetes'" in str(raised.value)

@@ -97,11 +97,15 @@ async def test_one_list_request_per_poll_however_many_handles(
 
 @pytest.mark.asyncio
 async def test_finished_containers_cost_one_events_request_and_are_cached(
-    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+    tmp_path: object, engine: FakeDockerRuntime
 ) -> None:
-    handles = [await backend.submit(spec()) for _ in range(20)]
+    """A fresh instance (not following when they ran) reads the engine's event window once."""
+    first = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    handles = [await first.submit(spec()) for _ in range(20)]
+    first.close()
     for i, handle in enumerate(handles):
         engine.finish(handle.external_id, i % 3)
+    backend = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
     engine.requests.clear()
     statuses = await backend.poll(handles)
     assert [s.failure.reason if s.failure else "ok" for s in statuses][:3] == [
@@ -110,7 +114,7 @@ async def test_finished_containers_cost_one_events_request_and_are_cached(
         "exit_2",
     ]
     assert engine.requests["inspect"] == 0
-    assert engine.requests["events"] == 1
+    assert engine.requests["events"] == 2  # the follower's stream opens, then the window
     assert engine.requests["list"] == 1
     engine.requests.clear()
     assert await backend.poll(handles) == statuses
@@ -118,12 +122,102 @@ async def test_finished_containers_cost_one_events_request_and_are_cached(
 
 
 @pytest.mark.asyncio
+async def test_issue_16_followed_exits_cost_only_the_list_request(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    """The stream followed since the first submit recorded every outcome: a window of 4
+    events would hold almost none of them, and nothing is inspected."""
+    engine.events = type(engine.events)(maxlen=4)
+    handles = [await backend.submit(spec()) for _ in range(300)]
+    for i, handle in enumerate(handles):
+        engine.finish(handle.external_id, i % 3, oom=i == 7)
+    await _until(
+        lambda: (
+            backend._follower is not None
+            and all(backend._follower.exit(h.external_id) for h in handles)
+        ),
+        "every exit followed",
+    )
+    engine.requests.clear()
+    statuses = await backend.poll(handles)
+    assert dict(engine.requests) == {"list": 1}
+    reasons = [s.failure.reason if s.failure else "ok" for s in statuses]
+    assert reasons[:3] == ["ok", "exit_1", "exit_2"]
+    assert reasons[7] == "oom_killed"
+
+
+@pytest.mark.asyncio
+async def test_issue_16_a_broken_stream_is_reopened_and_replays_the_gap(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    follower = backend._follower
+    assert follower is not None
+    assert follower.following
+    engine.break_event_streams()
+    engine.finish(handle.external_id, 4)  # while the stream is down
+    await _until(lambda: follower.exit(handle.external_id) is not None, "replayed")
+    engine.requests.clear()
+    (status,) = await backend.poll([handle])
+    assert status.failure is not None
+    assert status.failure.reason == "exit_4"
+    assert dict(engine.requests) == {"list": 1}
+
+
+@pytest.mark.asyncio
+async def test_issue_16_exits_lost_with_the_window_are_found_not_assumed(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    """The engine was down longer than its window lasts: the gap cannot be replayed."""
+    engine.events = type(engine.events)(maxlen=4)
+    handles = [await backend.submit(spec()) for _ in range(4)]
+    follower = backend._follower
+    assert follower is not None
+    engine.available = False
+    engine.break_event_streams()
+    await _until(lambda: not follower.following, "stream down")
+    for i, handle in enumerate(handles):
+        engine.finish(handle.external_id, 10 + i)  # 4 die events: the first ones fall out
+    engine.events.extend(engine.events)  # ...and other traffic pushes the rest out too
+    engine.available = True
+    await _until(lambda: follower.following, "stream reopened")
+    statuses = await backend.poll(handles)
+    assert [s.failure.reason if s.failure else None for s in statuses] == [
+        f"exit_{10 + i}" for i in range(4)
+    ]
+    after = await backend.submit(spec())
+    engine.finish(after.external_id, 0)
+    assert await backend.wait_for_exit([after], 5)
+    engine.requests.clear()
+    assert (await backend.poll([after]))[0].state is TaskState.SUCCEEDED
+    assert dict(engine.requests) == {"list": 1}
+
+
+@pytest.mark.asyncio
+async def test_issue_16_await_completion_is_woken_by_the_exit(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    waiting = asyncio.ensure_future(
+        backend.await_completion([handle], interval_s=3600, max_interval_s=3600)
+    )
+    await _until(lambda: engine.requests["list"] >= 1, "first poll")
+    assert not waiting.done()
+    engine.finish(handle.external_id, 0)
+    # Woken by the pushed die event: with hour-long intervals, a sleep would never return.
+    (status,) = await asyncio.wait_for(waiting, 30)
+    assert status.state is TaskState.SUCCEEDED
+
+
+@pytest.mark.asyncio
 async def test_containers_outside_the_event_window_are_inspected(
     tmp_path: object, engine: FakeDockerRuntime
 ) -> None:
     engine.events = type(engine.events)(maxlen=4)
+    first = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    handles = [await first.submit(spec()) for _ in range(6)]
+    first.close()  # a fresh instance polls: it did not follow these containers
     backend = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
-    handles = [await backend.submit(spec()) for _ in range(6)]
     engine.finish(handles[0].external_id, 0, oom=True)  # events pushed out of the window below
     for handle in handles[1:]:
         engine.finish(handle.external_id, 5)
@@ -166,11 +260,14 @@ async def test_child_oom_with_exit_zero_is_oom_killed(
 
 @pytest.mark.asyncio
 async def test_a_fresh_unflagged_sigkill_waits_for_a_late_oom_event(
-    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+    tmp_path: object, engine: FakeDockerRuntime
 ) -> None:
     from altar.backends.local.runtime import ContainerEvent
 
-    handle = await backend.submit(spec())
+    first = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
+    handle = await first.submit(spec())
+    first.close()
+    backend = LocalDockerExecutionBackend(data_root=str(tmp_path), runtime=engine, watchdog=False)
     cid = handle.external_id
     engine.containers[cid].created -= 10
     engine.finish(cid, 137)
@@ -593,7 +690,7 @@ def test_an_explicit_tcp_engine_keeps_the_environments_tls_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Like ``docker -H tcp://...``: the URL is ours, TLS still comes from DOCKER_TLS_VERIFY."""
-    from altar.backends.local.docker_runtime import _client_kwargs
+    from altar.backends.local.sdk_runtime import _client_kwargs
 
     for name in ("ca.pem", "cert.pem", "key.pem"):
         (tmp_path / name).write_text("not read until a connection is made\n")
@@ -610,3 +707,84 @@ def test_an_explicit_tcp_engine_keeps_the_environments_tls_settings(
     monkeypatch.delenv("DOCKER_TLS_VERIFY")
     monkeypatch.delenv("DOCKER_CERT_PATH")
     assert _client_kwargs("tcp://engine.example:2375") == {"base_url": "tcp://engine.example:2375"}
+
+
+@pytest.mark.asyncio
+async def test_issue_15_failure_detail_ends_with_stderr_tail(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    handle = await backend.submit(spec())
+    engine.write_log(handle.external_id, ["Traceback (most recent call last):"], stream="stderr")
+    engine.write_log(handle.external_id, [f"progress {i}" for i in range(60)])
+    engine.write_log(handle.external_id, ["ValueError: bad fold"], stream="stderr")
+    engine.finish(handle.external_id, 1)
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    assert detail.splitlines() == [f"progress {i}" for i in range(42, 60)] + [
+        "Traceback (most recent call last):",
+        "ValueError: bad fold",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("n_out", "n_err", "kept"),
+    [(0, 0, (0, 0)), (100, 0, (20, 0)), (0, 100, (0, 20)), (100, 100, (10, 10)), (3, 40, (3, 17))],
+)
+def test_tail_lines_shares_the_budget_and_puts_stderr_last(
+    n_out: int, n_err: int, kept: tuple[int, int]
+) -> None:
+    from altar.backends.local.backend import tail_lines
+
+    out = [f"o{i}" for i in range(n_out)]
+    err = [f"e{i}" for i in range(n_err)]
+    lines = tail_lines(out, err, 20)
+    assert lines == out[n_out - kept[0] :] + err[n_err - kept[1] :]
+
+
+@pytest.mark.asyncio
+async def test_issue_15_a_deadline_counts_from_the_start_not_the_creation(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    """Created long ago (a loaded engine, a held start), started just now: not overrun."""
+    engine.hold_starts = True
+    submitting = asyncio.ensure_future(backend.submit(spec(timeout_s=3)))
+    await _until(lambda: bool(engine.held_starts()), "created")
+    (cid,) = engine.held_starts()
+    engine.containers[cid].created -= 3600  # waited an hour between create and start
+    engine.release_start(cid)
+    handle = await submitting
+    (status,) = await backend.poll([handle])
+    assert status.state is TaskState.RUNNING, status.failure
+    assert engine.requests["inspect"] == 0  # the followed start event said when
+    other = LocalDockerExecutionBackend(data_root=backend.data_root, runtime=engine, watchdog=False)
+    for _ in range(2):
+        (status,) = await other.poll([handle])
+        assert status.state is TaskState.RUNNING, status.failure
+    assert engine.requests["inspect"] == 1  # not followed: the start time, asked once
+    engine.expire(cid)  # now it really ran past its limit (a start time never changes, so a
+    # fresh instance looks: this one remembers the start it read)
+    fresh = LocalDockerExecutionBackend(data_root=backend.data_root, runtime=engine, watchdog=False)
+    (status,) = await fresh.poll([handle])
+    assert status.failure is not None
+    assert status.failure.reason == "timeout"
+    (status,) = await backend.poll([handle])  # the follower heard of the earlier start too
+    assert status.failure is not None
+    assert status.failure.reason == "timeout"
+
+
+def test_demultiplex_splits_the_engines_log_frames_by_stream() -> None:
+    from altar.backends.local.sdk_runtime import demultiplex
+
+    def frame(kind: int, payload: bytes) -> bytes:
+        return bytes([kind, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+    body = (
+        frame(2, b"Error: first\n")
+        + frame(1, b"out 1\nout")
+        + frame(0, b"stdin is ignored")
+        + frame(1, b" 2\n")
+        + frame(2, b"Error: last\n")
+        + frame(1, b"cut sh")[:-2]  # a frame cut short keeps what arrived
+    )
+    assert demultiplex(body) == (b"out 1\nout 2\ncut ", b"Error: first\nError: last\n")
+    assert demultiplex(b"") == (b"", b"")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.backends.local.fake import FakeDockerRuntime
-from altar.backends.local.mapping import timeout_from_labels
+from altar.backends.local.render import timeout_from_labels
 from altar.conformance import ExecutionBackendContract, LaunchedTask
 from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
 

@@ -44,6 +44,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.integration]
 SESSION = uuid.uuid4().hex[:12]
 IMAGE = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
 ENTRYPOINT_IMAGE = "altar-test-entrypoint:local"
+# Plans may not carry labels starting with "altar." (the runner's); plan-driven tests use this.
+PLAN_LABEL = "altar-test"
 OOM = ["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"]
 
 
@@ -51,8 +53,9 @@ OOM = ["dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"]
 def api(docker_host: str) -> Iterator[docker.APIClient]:
     client = docker.APIClient(base_url=docker_host, version="auto")
     yield client
-    for row in client.containers(all=True, filters={"label": [f"altar.test={SESSION}"]}):
-        client.remove_container(row["Id"], force=True)
+    for key in ("altar.test", PLAN_LABEL):
+        for row in client.containers(all=True, filters={"label": [f"{key}={SESSION}"]}):
+            client.remove_container(row["Id"], force=True)
     client.close()
 
 
@@ -216,9 +219,10 @@ async def test_oom_kill_is_oom_killed(
     assert status.failure is not None
     assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", exit_code)
     assert not status.failure.deterministic
-    # The path under test really was the one taken: the engine's events, or one inspect.
+    # The path under test really was the one taken: the followed events, or one inspect.
     assert runtime.calls["inspect"] == (0 if use_events else 1)
-    assert (runtime.calls["exit_events"] > 0) is use_events
+    assert runtime.calls["exit_events"] == 0
+    backend.close()
 
 
 @pytest.mark.asyncio
@@ -490,7 +494,7 @@ async def test_a_run_interrupted_while_a_container_starts_resumes_without_a_seco
     """Ctrl-C during a submit: the engine starts the container anyway, so the run keeps its id."""
     run_label = uuid.uuid4().hex[:12]
     plan = plan_from_specs(
-        [spec(["sleep", "1"], labels={"altar.test": SESSION, "run": run_label})],
+        [spec(["sleep", "1"], labels={PLAN_LABEL: SESSION, "run": run_label})],
         backend_type="local",
     )
     runs: list[asyncio.Task[object]] = []
@@ -517,3 +521,237 @@ async def test_a_run_interrupted_while_a_container_starts_resumes_without_a_seco
         decode=True,
     )
     assert len(list(events)) == 1
+
+
+def _engine_seconds(value: str) -> float:
+    """An engine timestamp (RFC 3339 with nanoseconds) as epoch seconds."""
+    from altar.backends.local.sdk_runtime import _parse_time
+
+    parsed = _parse_time(value)
+    assert parsed is not None, value
+    return parsed
+
+
+@pytest.mark.asyncio
+async def test_issue_15_the_deadline_counts_from_the_start_not_the_creation(
+    backend: LocalDockerExecutionBackend, api: docker.APIClient
+) -> None:
+    """On a loaded engine a container can wait seconds between create and start; its
+    ``timeout_s`` is the time it may *run*, so it must not be killed for the wait."""
+    timeout_s = 5
+    created = api.create_container(
+        IMAGE,
+        ["sleep", "300"],
+        labels={
+            "altar.test": SESSION,
+            "altar.backend": "local",
+            "altar.timeout_s": str(timeout_s),
+        },
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    cid = created["Id"]
+    handle = TaskHandle("local", cid)
+    await asyncio.sleep(timeout_s + 2.5)  # created, not started, for longer than the limit
+    api.start(cid)
+    (status,) = await backend.poll([handle])
+    assert status.state is TaskState.RUNNING, status.failure
+    final = await settle(backend, handle, limit_s=60)
+    assert final.failure is not None
+    assert final.failure.reason == "timeout"
+    state = api.inspect_container(cid)["State"]
+    ran = _engine_seconds(state["FinishedAt"]) - _engine_seconds(state["StartedAt"])
+    assert ran >= timeout_s  # killed, but never before its limit counted from the start
+
+
+@pytest.mark.asyncio
+async def test_issue_15_failure_detail_keeps_the_error_line_on_stderr(
+    backend: LocalDockerExecutionBackend,
+) -> None:
+    """The error goes to stderr first, then 60 lines of progress to stdout: the merged 20-line
+    tail held only stdout. The detail must keep stderr's tail, last."""
+    handle = await backend.submit(
+        spec(
+            [
+                "sh",
+                "-c",
+                "echo 'Error: weights file is truncated' >&2; "
+                'i=0; while [ $i -lt 60 ]; do echo "progress $i"; i=$((i+1)); done; exit 2',
+            ]
+        )
+    )
+    status = await settle(backend, handle)
+    assert status.failure is not None
+    assert status.failure.reason == "exit_2"
+    detail = await backend.failure_detail(handle)
+    assert detail is not None
+    lines = detail.splitlines()
+    assert lines[-1] == "Error: weights file is truncated"
+    assert "progress 59" in lines  # stdout's tail is kept too
+    assert len(lines) <= 20
+
+
+@pytest.mark.asyncio
+async def test_issue_16_outcomes_and_start_times_come_from_the_followed_stream(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    runtime = CountingRuntime()
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, watchdog=False, runtime=runtime)
+    try:
+        handles = [
+            await backend.submit(spec(["sh", "-c", f"exit {i}"], timeout_s=600)) for i in range(5)
+        ]
+        for handle in handles:
+            assert await backend.wait_for_exit([handle], 60), "no die event pushed"
+        statuses = await backend.poll(handles)
+        reasons = [s.failure.reason if s.failure else "ok" for s in statuses]
+        assert reasons == ["ok", "exit_1", "exit_2", "exit_3", "exit_4"]
+        assert runtime.calls == {}  # neither the event window nor an inspect was needed
+        follower = backend._follower
+        assert follower is not None
+        for handle in handles:
+            started = follower.started(handle.external_id)
+            state = api.inspect_container(handle.external_id)["State"]
+            assert started is not None
+            assert started >= _engine_seconds(state["StartedAt"])  # the event follows the start
+    finally:
+        backend.close()
+    assert follower._thread is not None
+    assert not follower._thread.is_alive()  # closing the SDK's stream ended the thread
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("state", ["created", "running", "exited"])
+async def test_issue_13_a_second_submit_with_the_same_key_adopts_without_another(
+    tmp_path: Path, api: docker.APIClient, state: str
+) -> None:
+    """The retry of an in-doubt submit (a resumed runner reusing its journaled key) finds the
+    container the first submit made, in whatever state, and never starts a second one."""
+    from altar.backends.local.render import render_request
+
+    since = int(time.time()) - 1
+    run = f"run-{SESSION}-{state}"
+    key = hashlib.sha256(f"{run}\0t1\x001".encode()).hexdigest()[:32]
+    labels = {
+        "altar.test": SESSION,
+        "altar.run": run,
+        "altar.task": "t1",
+        "altar.attempt": "1",
+        "altar.submission": key,
+    }
+    command = ["sleep", "300"] if state != "exited" else ["sh", "-c", "echo done > /mnt/volume/o"]
+    task = spec(command, labels=labels, outputs=[Transfer(str(tmp_path / "o"), "o")])
+    first = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    second = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    try:
+        if state == "created":  # the first runner was killed between create and start
+            (tmp_path / "data").mkdir()
+            request = render_request(
+                task,
+                data_root=first.data_root,
+                user=first.container_user,
+                network_mode="none",
+                gpu_devices=None,
+            )
+            container_id = first.runtime.create(request)
+        else:
+            container_id = (await first.submit(task)).external_id
+            if state == "exited":
+                assert (await settle(first, TaskHandle("local", container_id))).failure is None
+        handle = await second.submit(task)
+        assert handle.external_id == container_id
+        info = api.inspect_container(container_id)
+        assert info["Name"] == f"/altar-{key}"
+        assert {k: info["Config"]["Labels"][k] for k in labels} == labels
+        rows = api.containers(all=True, filters={"label": [f"altar.submission={key}"]})
+        assert [row["Id"] for row in rows] == [container_id]
+        starts = api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"type": "container", "event": "start", "container": container_id},
+            decode=True,
+        )
+        assert len(list(starts)) == 1  # started once: by the first submit, or by the adopter
+        status = (await second.poll([handle]))[0]
+        if state == "exited":
+            assert status.state is TaskState.SUCCEEDED
+            kept = await asyncio.to_thread(Path(second.data_root, "o").read_text)
+            assert kept == "done\n"  # the adopted task's output is not removed as stale
+        else:
+            assert status.state is TaskState.RUNNING
+        listed = await second.list_submissions(run)
+        assert listed is not None
+        assert [(h.external_id, h.labels) for h in listed] == [(container_id, labels)]
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.asyncio
+async def test_issue_13_a_keyed_start_cut_off_midway_is_adopted_by_the_resubmit(
+    tmp_path: Path, api: docker.APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start request times out after the engine started the container: with a submission
+    key the container stays, and the resubmit (same key) adopts it; one container, one start."""
+    runtime = DockerSdkRuntime()
+    client = runtime.client()
+    real_start = client.start
+
+    def start_then_time_out(container: str) -> None:
+        real_start(container)
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    run = f"cut-{SESSION}"
+    key = hashlib.sha256(f"{run}\0t\x001".encode()).hexdigest()[:32]
+    labels = {"altar.test": SESSION, "altar.run": run, "altar.submission": key}
+    task = spec(["sleep", "300"], labels=labels)
+    monkeypatch.setattr(client, "start", start_then_time_out)
+    backend = LocalDockerExecutionBackend(data_root=tmp_path, runtime=runtime, watchdog=False)
+    try:
+        with pytest.raises(BackendUnavailableError, match="read timed out"):
+            await backend.submit(task)
+        monkeypatch.setattr(client, "start", real_start)
+        handle = await backend.submit(task)
+        rows = api.containers(all=True, filters={"label": [f"altar.submission={key}"]})
+        assert [row["Id"] for row in rows] == [handle.external_id]
+        assert rows[0]["State"] == "running"
+        assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
+    finally:
+        backend.close()
+
+
+@pytest.mark.asyncio
+async def test_issue_13_the_runner_names_and_labels_every_container(
+    tmp_path: Path, api: docker.APIClient
+) -> None:
+    """Through the plan runner: each container is created once, named after its submission
+    key and carrying the run, task, attempt and key labels; the run removes them at its end."""
+    marker = uuid.uuid4().hex[:12]
+    plan = plan_from_specs(
+        [spec(["true"], labels={PLAN_LABEL: SESSION, "run": marker}) for _ in range(2)],
+        backend_type="local",
+    )
+    backend = LocalDockerExecutionBackend(data_root=tmp_path / "data", watchdog=False)
+    since = int(time.time()) - 1
+    try:
+        result = await run_plan(plan, backend, run_dir=tmp_path / "run")
+    finally:
+        backend.close()
+    assert result.ok
+    created = list(
+        api.events(
+            since=since,
+            until=int(time.time()) + 1,
+            filters={"type": "container", "event": "create", "label": [f"run={marker}"]},
+            decode=True,
+        )
+    )
+    assert len(created) == 2
+    tasks = set()
+    for event in created:
+        attributes = event["Actor"]["Attributes"]
+        assert attributes["altar.run"] == result.run_id
+        assert attributes["altar.attempt"] == "1"
+        assert attributes["name"] == f"altar-{attributes['altar.submission']}"
+        tasks.add(attributes["altar.task"])
+    assert tasks == {task.id for task in result.tasks}
+    assert api.containers(all=True, filters={"label": [f"run={marker}"]}) == []

@@ -1,4 +1,5 @@
-"""Staging inputs: verified one-pass copies, records, the staging index, concurrency."""
+"""Staging inputs (altar-core's LocalStager over the data root): verified one-pass copies,
+records, containment, concurrency."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-import altar.backends.local.staging as staging_module
 import altar.execution.digest as digest_module
+import altar.execution.stager as staging_module
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend, StageAction
 from altar.backends.local.fake import FakeDockerRuntime
@@ -79,27 +80,30 @@ def test_weakness_11_second_staging_copies_and_hashes_nothing_even_for_a_small_f
 ) -> None:
     small = make(tmp_path / "tiny.txt", b"x")  # copied in far less than a second
     transfer = Transfer(str(small), "tiny.txt", digest=sha(b"x"))
-    assert Stager(str(root)).stage(transfer) is StageAction.COPIED
+    assert Stager(str(root)).stage_all([transfer]) == [StageAction.COPIED]
     inode = (root / "tiny.txt").stat().st_ino
     forbid_reading(monkeypatch)
     assert Stager(str(root)).stage(transfer) is StageAction.SKIPPED  # a fresh stager, too
     assert (root / "tiny.txt").stat().st_ino == inode
 
 
-def test_the_index_is_promoted_to_a_verification_record_later(
+def test_records_of_fresh_copies_are_written_when_the_staging_ends(
     root: Path, weights: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No staging index any more: the core stager writes the verification record once the
+    copy's status-change second is over, at the end of the staging that made it."""
     transfer = Transfer(str(weights), "w.bin", digest=sha(weights.read_bytes()))
     stager = Stager(str(root))
     stager.stage(transfer)
     dest = root / "w.bin"
     assert not has_verification_record(dest, transfer.digest or "")  # same second: not yet
-    later(monkeypatch)
-    forbid_reading(monkeypatch)
-    assert stager.stage(transfer) is StageAction.SKIPPED
+    assert stager.settle_records() == 1
     assert has_verification_record(dest, transfer.digest or "")
     record = Path(str(dest) + ".sha256-verified").read_text()
     assert record == verification_record_line(transfer.digest or "", dest.stat()) + "\n"
+    assert not (root / ".altar-staging").exists()
+    forbid_reading(monkeypatch)
+    assert stager.stage(transfer) is StageAction.SKIPPED
 
 
 def test_a_record_written_by_another_verifier_is_trusted(
@@ -141,7 +145,8 @@ def test_weakness_1_no_record_is_written_beside_a_callers_file(
     later(monkeypatch)
     stager = Stager(str(root))
     assert stager.stage(transfer) is StageAction.VERIFIED
-    assert stager.stage(transfer) is StageAction.SKIPPED  # the index remembers it
+    stager.settle_records()
+    assert stager.stage(transfer) is StageAction.VERIFIED  # hashed again: no record beside it
     assert not Path(str(own) + ".sha256-verified").exists()
     assert own.read_bytes() == b"caller bytes"
 
@@ -181,14 +186,12 @@ def test_an_unindexed_destination_with_the_right_bytes_is_hashed_not_copied(
     assert dest.stat().st_ino == inode
 
 
-def test_weakness_12_records_and_index_can_be_distrusted(
+def test_weakness_12_records_can_be_distrusted(
     root: Path, weights: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = weights.read_bytes()
     transfer = Transfer(str(weights), "w.bin", digest=sha(data))
-    Stager(str(root)).stage(transfer)
-    later(monkeypatch)
-    Stager(str(root)).stage(transfer)  # promotes a record
+    Stager(str(root)).stage_all([transfer])  # writes the record at its end
     assert has_verification_record(root / "w.bin", transfer.digest or "")
     distrusting = Stager(str(root), trust_records=False)
     hashed: list[object] = []
@@ -411,7 +414,10 @@ async def test_two_concurrent_stage_inputs_calls(tmp_path: Path) -> None:
     transfer = Transfer(str(source), "ref/ref.fa", digest=sha(data))
     await asyncio.gather(one.stage_inputs([transfer]), two.stage_inputs([transfer]))
     actions = sorted(a for _, a in one.last_staging + two.last_staging)
-    assert actions == [StageAction.COPIED, StageAction.SKIPPED]
+    # One copies; the other waits for it and then hashes it in place (its record is written
+    # when the copying staging ends) or finds the record: never a second copy.
+    assert actions[0] is StageAction.COPIED
+    assert actions[1] in (StageAction.SKIPPED, StageAction.VERIFIED)
     assert (tmp_path / "d/ref/ref.fa").read_bytes() == data
 
 

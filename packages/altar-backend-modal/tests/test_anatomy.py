@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 
@@ -61,3 +62,37 @@ def test_a_missing_modal_sdk_is_one_line_with_the_install_hint(
     with pytest.raises(BackendImportError, match="pip install altar-backend-modal") as raised:
         ModalExecutionBackend()
     assert "\n" not in str(raised.value)
+
+
+_BACKENDS_PROBE = """
+import contextlib, importlib.abc, io, json, sys
+from altar.execution.cli import main
+
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in sys.argv[1:]:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Hide())
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["backends", "--json"])
+rows = {row["name"]: row for row in json.loads(out.getvalue())}
+print(json.dumps({"row": rows["modal"], "imported": "modal" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_altar_backends_reports_a_missing_sdk_without_importing_it(hidden: bool) -> None:
+    argv = [sys.executable, "-c", _BACKENDS_PROBE] + (["modal"] if hidden else [])
+    probe = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    assert probe["imported"] is False
+    row = probe["row"]
+    if not hidden:
+        assert (row["healthy"], row["error"]) == (True, None)
+        return
+    assert row["healthy"] is False
+    assert row["error"].endswith(
+        "cannot be imported: module 'modal' is missing; pip install altar-backend-modal"
+    )

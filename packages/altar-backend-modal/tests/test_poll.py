@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncGenerator, Mapping
 
 import pytest
 from altar.backends.modal import ModalExecutionBackend
 from altar.backends.modal.fake import FakeModalRuntime
+from altar.backends.modal.runtime import ListedSandbox
 from altar.execution import (
     BackendUnavailableError,
     ContainerTaskSpec,
@@ -127,3 +129,28 @@ async def test_a_sandbox_past_its_deadline_is_not_listed_and_reads_as_timeout() 
     reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
     assert reasons[:6] == ["timeout"] * 6
     assert {s.state for s in statuses[6:]} == {TaskState.RUNNING}
+
+
+@pytest.mark.asyncio
+async def test_an_outage_after_the_first_page_is_transient_never_missing() -> None:
+    fake = FakeModalRuntime(list_page_size=10)
+    backend = ModalExecutionBackend(runtime=fake)
+    handles = await _submit(backend, 25)
+    listing = fake.list_running
+
+    async def cut_after_one_page(
+        app_name: str, tags: Mapping[str, str]
+    ) -> AsyncGenerator[ListedSandbox, None]:
+        async for entry in listing(app_name, tags):
+            yield entry
+            if fake.rpcs.count("SandboxList") == 1:
+                fake.unreachable = True  # the next page's request fails
+
+    fake.list_running = cut_after_one_page  # type: ignore[method-assign]
+    fake.rpcs.clear()
+    with pytest.raises(BackendUnavailableError):
+        await backend.poll(handles)
+    assert fake.rpcs == ["SandboxList"]  # one page came back, the second failed
+    fake.unreachable = False
+    fake.list_running = listing  # type: ignore[method-assign]
+    assert {s.state for s in await backend.poll(handles)} == {TaskState.RUNNING}

@@ -5,6 +5,10 @@ backend on the same provider, as a real one would reconnect). Each poll advances
 one step: pending -> running -> the scripted outcome. It checks what a real provider cannot
 tell but our tests care about: a spec never has two live tasks at once, and every poll asks
 about every live task this run knows.
+
+:class:`AdoptingFakeBackend` behaves like a provider that keeps labels on what it creates (Docker,
+Kubernetes): a submit whose ``altar.submission`` key it already holds returns that task, in
+whatever state, and ``list_submissions`` returns every task still there carrying the run's label.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
+from altar.execution.labels import LABEL_RUN, LABEL_SUBMISSION
 from altar.execution.transfer_progress import report
 
 
@@ -88,6 +93,8 @@ class FakeProvider:
     stage_step_s: float = 0.0
     stage_reports_size: bool = True
     stage_error: str | None = None  # raised once every input was "copied"
+    adoptions: list[str] = field(default_factory=list)  # ids a keyed submit returned again
+    list_calls: list[str] = field(default_factory=list)
 
     def live(self) -> list[FakeTask]:
         return [
@@ -98,6 +105,26 @@ class FakeProvider:
 
     def key(self, spec: ContainerTaskSpec) -> str:
         return spec.labels.get("task", spec.kind)
+
+    def by_submission(self, key: str | None) -> FakeTask | None:
+        if not key:
+            return None
+        for task in self.tasks.values():
+            if not task.removed and task.spec.labels.get(LABEL_SUBMISSION) == key:
+                return task
+        return None
+
+    def plant(
+        self, external_id: str, spec: ContainerTaskSpec, *, steps: int = 0, outcome: str = "ok"
+    ) -> FakeTask:
+        """A task the provider holds that no submit returned (a lost duplicate, say)."""
+        task = FakeTask(external_id, self.key(spec), spec, outcome, steps=steps)
+        self.tasks[external_id] = task
+        return task
+
+    def executions(self, key: str) -> int:
+        """Provider tasks ever created for one task key (what a ledger on the data root counts)."""
+        return sum(1 for task in self.tasks.values() if task.key == key)
 
 
 class FakeBackend(ExecutionBackend):
@@ -113,6 +140,11 @@ class FakeBackend(ExecutionBackend):
         if key in p.hang_submits:
             p.hang_submits.discard(key)
             await asyncio.Event().wait()  # never returns; the provider never saw it
+        if self.adopts_submissions:
+            found = p.by_submission(spec.labels.get(LABEL_SUBMISSION))
+            if found is not None:  # already there: this task, whatever its state
+                p.adoptions.append(found.id)
+                return self._handle(found)
         attempt = p.submits.get(key, 0)
         script = p.script.get(key, ["ok"])
         outcome = script[min(attempt, len(script) - 1)]
@@ -136,7 +168,10 @@ class FakeBackend(ExecutionBackend):
                 await asyncio.sleep(p.slow_submits.pop(key))
             finally:
                 p.in_submit.discard(task.id)
-        return TaskHandle(self.name, task.id, dict(spec.labels), spec.plugin_identity)
+        return self._handle(task)
+
+    def _handle(self, task: FakeTask) -> TaskHandle:
+        return TaskHandle(self.name, task.id, dict(task.spec.labels), task.spec.plugin_identity)
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         p = self.provider
@@ -252,6 +287,24 @@ class FakeBackend(ExecutionBackend):
         return f"log tail of {task.key}: it went wrong" if task else None
 
 
+class AdoptingFakeBackend(FakeBackend):
+    """A fake provider that finds tasks by their submission key and lists a run's tasks."""
+
+    adopts_submissions = True
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        p = self.provider
+        p.list_calls.append(run)
+        if p.unavailable_polls:
+            p.unavailable_polls -= 1
+            raise BackendUnavailableError("fake provider timed out")
+        return [
+            self._handle(task)
+            for task in p.tasks.values()
+            if not task.removed and task.spec.labels.get(LABEL_RUN) == run
+        ]
+
+
 def _copy(source: Path, destination: Path) -> None:
     os.makedirs(destination.parent, exist_ok=True)
     destination.write_bytes(source.read_bytes())
@@ -265,3 +318,8 @@ def provider() -> FakeProvider:
 @pytest.fixture
 def fake_backend_class() -> type[FakeBackend]:
     return FakeBackend
+
+
+@pytest.fixture
+def adopting_backend_class() -> type[AdoptingFakeBackend]:
+    return AdoptingFakeBackend

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ import pytest
 from altar.execution import cli
 from altar.execution import registry as registry_module
 from altar.execution.digest import sha256_file, verify_files_script
-from altar.execution.journal import JOURNAL_NAME, run_lock
+from altar.execution.journal import JOURNAL_NAME, Journal, run_lock
 from altar.execution.progress import ProgressPrinter, format_duration, format_table
 from altar.execution.registry import BackendRegistry
 from altar.execution.runner import RunEvent, TaskResult
@@ -210,8 +212,13 @@ def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
             await task
 
     asyncio.run(partial())
-    code, out, _ = run_cli(["status", tmp_path / "r"], capsys)
+    code, out, err = run_cli(["status", tmp_path / "r"], capsys)
     assert code == 0
+    run_id = Journal.load(tmp_path / "r").run_id
+    assert (
+        f"altar: run {run_id} on fake; its provider objects carry the labels altar.run={run_id}"
+        in err
+    )
     assert [line.split()[2] for line in out.splitlines()[1:]] == [
         "running",
         "running",
@@ -413,7 +420,7 @@ def test_the_status_line_clock_ticks_between_events():
 
 
 SLOW_BACKEND = """
-import asyncio, sys
+import asyncio, os, sys
 from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
 from altar.execution import cli, registry
 
@@ -422,6 +429,9 @@ class Slow(ExecutionBackend):
     input_digest_verification = "staging"
 
     async def submit(self, spec):
+        if os.environ.get("SLOW_SUBMIT"):
+            print("submitting", flush=True)
+            await asyncio.sleep(float(os.environ["SLOW_SUBMIT"]))  # accepted, answering slowly
         return TaskHandle(self.name, spec.kind, dict(spec.labels))
 
     async def poll(self, handles):
@@ -435,31 +445,43 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def test_ctrl_c_stops_altar_run_with_a_resume_hint(tmp_path):
-    import signal
-
+@pytest.mark.parametrize(
+    ("signum", "code", "how"),
+    [
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGTERM, 143, "stopped by SIGTERM"),
+        (signal.SIGHUP, 129, "stopped by SIGHUP"),
+    ],
+)
+@pytest.mark.parametrize("during", ["poll", "submit"])
+def test_a_signal_stops_altar_run_with_a_resume_hint(tmp_path, signum, code, how, during):
     script = tmp_path / "slow_cli.py"
     script.write_text(SLOW_BACKEND)
-    plan = tmp_path / "plan.toml"
+    plan = tmp_path / "my plan.toml"  # a resume hint a shell can paste
     plan.write_text('[backend]\ntype = "slow"\n[[tasks]]\nkind = "k"\nimage = "i"\ncommand = []\n')
+    env = dict(os.environ, SLOW_SUBMIT="1.5" if during == "submit" else "")
     child = subprocess.Popen(
         [sys.executable, script, "run", plan, "--run-dir", tmp_path / "r"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert child.stdout is not None
-    assert child.stdout.readline() == "polled\n"
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=30)
-    assert child.returncode == 130
-    assert f"Resume with: altar run {plan} --run-dir {tmp_path / 'r'}" in err
+    assert child.stdout.readline() == ("polled\n" if during == "poll" else "submitting\n")
+    child.send_signal(signum)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == code, err
+    assert f"altar: {how}; submitted tasks keep running. Resume with: altar run " in err
+    assert err.rstrip().endswith(f"altar run '{plan}' --run-dir {tmp_path / 'r'}")
+    assert sum(1 for line in err.splitlines() if "Resume with" in line) == 1
     assert "Traceback" not in err
-    from altar.execution.journal import Journal
 
     record = Journal.load(tmp_path / "r").tasks["k-0"]
+    # a submit in flight got its grace: its handle is journaled, nothing is left in doubt
     assert record.state in ("pending", "running")
     assert record.attempts[0].handle.external_id == "k"
+    assert record.in_doubt == 0
 
 
 def staging_event(elapsed_s: float, done: int, total: int | None = 10 << 30) -> RunEvent:
@@ -528,7 +550,7 @@ def test_run_shows_staging_progress_and_json_output_is_unchanged(fake_registry, 
     code, out, err = run_cli(["run", plan, "--run-dir", tmp_path / "json", "--json"], capsys)
     assert code == 0, err
     data = json.loads(out)
-    assert list(data) == ["run_dir", "backend", "ok", "elapsed_s", "counts", "tasks"]
+    assert list(data) == ["run_dir", "backend", "run_id", "ok", "elapsed_s", "counts", "tasks"]
     assert " MiB" not in out
     assert " MiB" not in err
 
@@ -617,3 +639,20 @@ def test_text_from_tasks_cannot_drive_the_terminal():
     assert "\\x1b]0;pwned" in rendered
     assert "first" in format_failures([task])  # the detail's own lines are kept
     assert "\n" not in format_event(event, plain=True)
+
+
+def test_every_run_stopped_error_is_one_line_and_exit_1(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    from altar.execution.errors import RunStoppedError
+
+    class SomeNewStop(RunStoppedError):
+        pass
+
+    async def stopped(*args, **kwargs):
+        raise SomeNewStop("the run stopped for a reason\nnamed here; resume it")
+
+    monkeypatch.setattr(cli, "run_plan", stopped)
+    code, _, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "run"], capsys)
+    assert code == 1
+    assert err.splitlines()[-1] == "altar: the run stopped for a reason named here; resume it"

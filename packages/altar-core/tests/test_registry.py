@@ -251,3 +251,83 @@ def test_create_backend_turns_other_constructor_errors_into_one_line():
         "backend 'exploding' could not be created: RuntimeError: cannot reach the daemon "
         "at /var/run/docker.sock"
     )
+
+
+def requiring_source(name: str, requires: tuple[str, ...]) -> str:
+    return backend_source(name) + f"\nBackend.requires = {requires!r}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("kubernetes", "pip install altar-backend-k8s"),
+        ("modal", "pip install altar-backend-modal"),
+        ("exotic", "pip install --force-reinstall exotic-dist"),
+    ],
+)
+def test_a_required_module_that_is_missing_gives_the_install_hint(plugins, group, name, hint):
+    # A backend that imports its SDK lazily loads without it; ``requires`` names the SDK so
+    # the registry still reports it missing, as when the import was eager.
+    missing = f"not_installed_{uuid.uuid4().hex[:6]}"
+    module = plugins.add(
+        "exotic-dist",
+        {name: "MODULE:Backend"},
+        source=requiring_source(name, ("json", missing)),
+    )
+    registry = BackendRegistry(group)
+    with pytest.raises(BackendImportError) as caught:
+        registry.get(name)
+    message = str(caught.value)
+    assert message == (
+        f"backend {name!r} from exotic-dist 1.0 ({module}:Backend) cannot be imported: "
+        f"module {missing!r} is missing; {hint}"
+    )
+    assert isinstance(caught.value, ImportError)
+    assert list(registry.discover().failures) == [name]
+
+
+def test_required_modules_are_found_without_importing_them(plugins, group, tmp_path):
+    sdk = f"altar_test_sdk_{uuid.uuid4().hex[:6]}"
+    (tmp_path / "site" / f"{sdk}.py").write_text("raise RuntimeError('imported')\n")
+    plugins.add("sdk-dist", {"sdk": "MODULE:Backend"}, source=requiring_source("sdk", (sdk,)))
+    registry = BackendRegistry(group)
+    assert registry.get("sdk").requires == (sdk,)  # type: ignore[attr-defined]
+    assert sdk not in sys.modules
+
+
+def test_a_missing_required_module_is_not_cached(plugins, group, tmp_path):
+    sdk = f"altar_test_sdk_{uuid.uuid4().hex[:6]}"
+    plugins.add("sdk-dist", {"sdk": "MODULE:Backend"}, source=requiring_source("sdk", (sdk,)))
+    registry = BackendRegistry(group)
+    with pytest.raises(BackendImportError, match=f"module '{sdk}' is missing"):
+        registry.get("sdk")
+    (tmp_path / "site" / f"{sdk}.py").write_text("")  # pip install it, ask again
+    importlib.invalidate_caches()
+    assert registry.get("sdk").name == "sdk"
+
+
+def test_a_missing_submodule_of_a_required_package_is_reported(plugins, group):
+    plugins.add(
+        "sdk-dist",
+        {"sdk": "MODULE:Backend"},
+        source=requiring_source("sdk", ("json.not_a_submodule_xyz",)),
+    )
+    with pytest.raises(BackendImportError, match=r"module 'json\.not_a_submodule_xyz' is missing"):
+        BackendRegistry(group).get("sdk")
+
+
+def test_requires_must_name_modules(plugins, group):
+    plugins.add("sdk-dist", {"sdk": "MODULE:Backend"}, source=requiring_source("sdk", ("",)))
+    with pytest.raises(BackendValidationError, match="requires must be a tuple of module names"):
+        BackendRegistry(group).get("sdk")
+
+
+def test_a_class_registered_in_code_is_checked_too():
+    class NeedsSdk(InCode):
+        name = "needs-sdk"
+        requires = (f"not_installed_{uuid.uuid4().hex[:6]}",)
+
+    registry = BackendRegistry("altar.test_no_entry_points")
+    registry.register("needs-sdk", NeedsSdk)
+    with pytest.raises(BackendImportError, match="is missing"):
+        registry.get("needs-sdk")

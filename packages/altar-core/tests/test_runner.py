@@ -1,27 +1,26 @@
-"""The plan runner against the scripted fake provider (see conftest.py)."""
+"""The plan runner's tick loop against the scripted fake provider (see conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import itertools
-import json
-import os
 
 import pytest
-from altar.execution import ContainerTaskSpec, JournalError, ResourceRequest, Transfer, runner
-from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal
+from altar.execution import ContainerTaskSpec, ResourceRequest, Transfer, runner
+from altar.execution.clock import Clock
+from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal, open_journal
+from altar.execution.labels import submission_key
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import (
-    CANCEL_REQUEST,
     StagingError,
-    _Run,
-    cancel_run,
     run_plan,
     run_status,
 )
 
 DIGEST = "sha256:" + "ef" * 32
+
+
 FAST = {"poll_interval_s": 0.0, "max_poll_interval_s": 0.0}
 
 
@@ -73,6 +72,21 @@ def journal_bytes(run_dir) -> tuple[bytes, bytes]:
 
 def simple_plan(*keys: str) -> Plan:
     return Plan("fake", {}, [PlanTask(k, spec(k)) for k in keys])
+
+
+async def run_until(plan, backend, run_dir, stop_when, poll_interval_s=0.0):
+    """Start a run and cancel its task (a crash, as far as the runner can tell) on an event."""
+    task: asyncio.Task | None = None
+
+    def on_event(event):
+        if stop_when(event) and task is not None:
+            task.cancel()
+
+    task = asyncio.ensure_future(
+        run_plan(plan, backend, run_dir=run_dir, on_event=on_event, poll_interval_s=poll_interval_s)
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 @pytest.mark.asyncio
@@ -176,17 +190,6 @@ async def test_every_event_counts_the_task_states_of_that_moment(
         "gpu": ["reject"],
         "down": ["unavailable", "ok"],
     }
-    recounts = []
-    original_emit = runner._Run.emit
-
-    def emit(self, kind, message, record=None):
-        recount = {}
-        for rec in self.records.values():
-            recount[rec.state] = recount.get(rec.state, 0) + 1
-        recounts.append(recount)
-        original_emit(self, kind, message, record)
-
-    monkeypatch.setattr(runner._Run, "emit", emit)
     plan = demo_plan(tmp_path)
     plan = Plan(
         "fake",
@@ -198,14 +201,29 @@ async def test_every_event_counts_the_task_states_of_that_moment(
             PlanTask("down", spec("down")),
         ],
     )
-    events = []
-    result = await run_plan(
+    backend = fake_backend_class(provider=provider)
+    (tmp_path / "run").mkdir()
+    journal = open_journal(plan, backend.name, tmp_path / "run", {})
+    recounts, events = [], []
+
+    def on_event(event):
+        recount = {}
+        for rec in journal.tasks.values():
+            recount[rec.state] = recount.get(rec.state, 0) + 1
+        recounts.append(recount)
+        events.append(event)
+
+    run = runner._Run(
         plan,
-        fake_backend_class(provider=provider),
-        run_dir=tmp_path / "run",
-        on_event=events.append,
-        **FAST,
+        backend,
+        journal,
+        max_parallel=None,
+        max_retries=2,
+        poll_interval_s=0.0,
+        max_poll_interval_s=0.0,
+        on_event=on_event,
     )
+    result = await run.run()
     assert [e.counts for e in events] == recounts
     assert {"retry", "skipped", "failed", "succeeded"} <= {e.kind for e in events}
     assert events[-1].counts == result.counts() == {"succeeded": 4, "failed": 2, "skipped": 1}
@@ -256,29 +274,17 @@ async def test_capacity_and_max_parallel_limit_live_tasks(
 
 
 class Timeline:
-    """The runner's backend calls and waits, in order, on a fake clock.
+    """The runner's backend calls and waits, in order, on a fake clock (no test sleeps).
 
-    A wait is recorded with the backoff interval and the tasks whose submit is in flight. With a
-    submit in flight the wait lasts until it lands (no clock time passes); otherwise the clock
-    jumps ahead by the wait's length, so no test sleeps.
+    A wait is recorded with its length and whether a submit was in flight. With one in flight
+    the wait lasts until it lands (no clock time passes); otherwise the clock jumps ahead by
+    the wait's length.
     """
 
-    def __init__(self, monkeypatch, fake_backend_class):
+    def __init__(self, fake_backend_class):
         self.entries: list[tuple] = []
-        self.clock = 0.0
         entries = self.entries
-        real_wait = _Run.wait
-
-        async def wait(run, seconds):
-            submitting = tuple(r.id for r in run.records.values() if r.state == "submitting")
-            entries.append(("wait", run.interval, submitting))
-            if submitting:
-                return await real_wait(run, 3600.0)  # ended by the landing
-            self.clock += max(0.0, seconds)
-            return False
-
-        monkeypatch.setattr(_Run, "wait", wait)
-        monkeypatch.setattr(_Run, "now", lambda run: self.clock)
+        self.clock = FakeClock(entries)
 
         class Recording(fake_backend_class):
             async def submit(self, spec):
@@ -296,11 +302,27 @@ class Timeline:
         self.backend_class = Recording
 
 
+class FakeClock(Clock):
+    def __init__(self, entries):
+        self.time = 0.0
+        self.entries = entries
+
+    def now(self):
+        return self.time
+
+    async def wait(self, seconds, wake=None):
+        self.entries.append(("wait", seconds, wake is not None))
+        if wake is not None:
+            return await wake  # ended by the landing
+        self.time += max(0.0, seconds)
+        return False
+
+
 @pytest.mark.asyncio
 async def test_a_freed_slot_is_refilled_without_waiting(
     tmp_path, provider, fake_backend_class, monkeypatch
 ):
-    timeline = Timeline(monkeypatch, fake_backend_class)
+    timeline = Timeline(fake_backend_class)
     provider.duration = 4  # polls 1-3 see it running, poll 4 sees it finished
     result = await asyncio.wait_for(
         run_plan(
@@ -310,6 +332,7 @@ async def test_a_freed_slot_is_refilled_without_waiting(
             max_parallel=1,
             poll_interval_s=1.0,
             max_poll_interval_s=8.0,
+            clock=timeline.clock,
         ),
         timeout=30,  # a hang guard, not a measurement
     )
@@ -320,18 +343,18 @@ async def test_a_freed_slot_is_refilled_without_waiting(
             i for i, e in enumerate(entries) if e[0] == "poll" and e[1].get(done) == "succeeded"
         )
         # the next submit was already under way when the run first waited: no backoff first
-        assert entries[finished + 1] == ("wait", 1.0, (refill,))
+        assert entries[finished + 1] == ("wait", 1.0, True)
         assert entries[finished + 2] == ("submit", refill)
-    assert timeline.clock == 3 * 8.0  # 1 + 1 + 2 + 4 per task, and no clock time for a refill
+    assert timeline.clock.time == 3 * 8.0  # 1 + 1 + 2 + 4 per task, and no clock time for a refill
     # while a task runs unchanged the waits grow, and a change resets them
     before_b = entries[: entries.index(("submit", "b"))]
     assert [e[1:] for e in before_b if e[0] == "wait"] == [
-        (1.0, ("a",)),  # a's submit lands
-        (1.0, ()),  # until the first poll is due
-        (1.0, ()),  # after poll 1: a is running, a change
-        (2.0, ()),  # poll 2: nothing changed
-        (4.0, ()),  # poll 3: nothing changed
-        (1.0, ("b",)),  # poll 4: a finished; b was submitted at once
+        (1.0, True),  # a's submit lands
+        (1.0, False),  # until the first poll is due
+        (1.0, False),  # after poll 1: a is running, a change
+        (2.0, False),  # poll 2: nothing changed
+        (4.0, False),  # poll 3: nothing changed
+        (1.0, True),  # poll 4: a finished; b was submitted at once
     ]
     # no tick is wasted: after every poll the run waits or submits, never polls again at once
     for before, after in itertools.pairwise(entries):
@@ -409,24 +432,6 @@ async def test_staging_failure_is_one_error_and_is_retried_on_resume(
     assert result.ok
 
 
-# -- kill and resume --------------------------------------------------------------------
-
-
-async def run_until(plan, backend, run_dir, stop_when, poll_interval_s=0.0):
-    """Start a run and cancel its task (a crash, as far as the runner can tell) on an event."""
-    task: asyncio.Task | None = None
-
-    def on_event(event):
-        if stop_when(event) and task is not None:
-            task.cancel()
-
-    task = asyncio.ensure_future(
-        run_plan(plan, backend, run_dir=run_dir, on_event=on_event, poll_interval_s=poll_interval_s)
-    )
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
 @pytest.mark.asyncio
 @pytest.mark.parametrize("stop_after", range(1, 14))
 async def test_a_run_killed_at_any_event_resumes_without_running_a_task_twice(
@@ -489,8 +494,13 @@ async def test_a_run_killed_inside_submit_submits_again(
     assert result.ok
     assert [e.task_id for e in events if e.kind == "in_doubt"] == ["b"]
     assert provider.submits == {"a": 1, "b": 1}
-    assert [t.attempts for t in result.tasks] == [1, 1]
+    # this backend can neither list nor adopt: b's resubmit may have been a second execution
+    assert [t.attempts for t in result.tasks] == [1, 2]
+    assert [t.reexecuted for t in result.tasks] == [0, 1]
     assert [t.in_doubt for t in result.tasks] == [0, 1]
+    record = Journal.load(tmp_path / "run").tasks["b"]
+    assert len(record.attempts) == 1  # one attempt, submitted twice with one key
+    assert record.attempts[0].key == submission_key(journal.run_id, "b", 1)
 
 
 @pytest.mark.asyncio
@@ -502,108 +512,6 @@ async def test_a_finished_run_is_not_run_again(tmp_path, provider, fake_backend_
     )
     assert again.ok
     assert provider.submits == {"a": 1}
-
-
-# -- journal rules ----------------------------------------------------------------------
-
-
-@pytest.mark.asyncio
-async def test_a_changed_plan_or_backend_cannot_reuse_a_run_dir(
-    tmp_path, provider, fake_backend_class
-):
-    backend = fake_backend_class(provider=provider)
-    await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
-    with pytest.raises(JournalError, match="holds a run of other tasks"):
-        await run_plan(simple_plan("a", "b"), backend, run_dir=tmp_path / "r")
-    changed = Plan("fake", {}, [PlanTask("a", spec("a", command=["false"]))])
-    with pytest.raises(JournalError, match="task 'a' changed since this run started"):
-        await run_plan(changed, backend, run_dir=tmp_path / "r")
-
-    class Other(fake_backend_class):
-        name = "other"
-
-    with pytest.raises(JournalError, match="is a run on backend 'fake', not 'other'"):
-        await run_plan(simple_plan("a"), Other(provider=provider), run_dir=tmp_path / "r")
-
-
-@pytest.mark.asyncio
-async def test_incompatible_or_damaged_journals(tmp_path, provider, fake_backend_class):
-    backend = fake_backend_class(provider=provider)
-    await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
-    path = tmp_path / "r" / JOURNAL_NAME
-    data = json.loads(path.read_text())
-    data["version"] = 99
-    path.write_text(json.dumps(data))
-    with pytest.raises(JournalError, match="is journal version 99, but this altar reads version 1"):
-        await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r")
-    path.write_text('{"format": "something-else"}')
-    with pytest.raises(JournalError, match="is not an altar run journal"):
-        Journal.load(tmp_path / "r")
-    path.write_text("{not json")
-    with pytest.raises(JournalError, match="is not valid JSON"):
-        Journal.load(tmp_path / "r")
-    path.write_text('{"format": "altar-run-journal", "version": 1, "tasks": 3}')
-    with pytest.raises(JournalError, match="is damaged"):
-        Journal.load(tmp_path / "r")
-
-
-@pytest.mark.asyncio
-async def test_one_process_drives_a_run_dir(tmp_path, provider, fake_backend_class):
-    from altar.execution.journal import run_lock
-
-    with (
-        run_lock(tmp_path / "r"),
-        pytest.raises(
-            JournalError, match=f"in use by another altar process \\(pid {os.getpid()}\\)"
-        ),
-    ):
-        await run_plan(
-            simple_plan("a"), fake_backend_class(provider=provider), run_dir=tmp_path / "r"
-        )
-
-
-@pytest.mark.asyncio
-async def test_a_full_disk_leaves_the_previous_journal_intact(
-    tmp_path, provider, fake_backend_class, monkeypatch
-):
-    from altar.execution import journal as journal_module
-
-    plan = simple_plan("a", "b")
-    seen = []
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: seen.append(e) or len(seen) == 2,
-    )
-    before = journal_bytes(tmp_path / "r")
-    assert before[1]  # the run so far is in the log, not yet in a snapshot
-    real_write = os.write
-
-    def half_then_full(fd, data):
-        real_write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(journal_module.os, "write", half_then_full)
-    with pytest.raises(
-        JournalError, match="No space left on device; the previous journal is intact"
-    ):
-        await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
-    monkeypatch.undo()
-    assert journal_bytes(tmp_path / "r") == before
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
-        "journal.json",
-        "journal.log",
-        "lock",
-    ]
-    result = await run_plan(
-        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
-    )
-    assert result.ok
-    assert provider.submits == {"a": 1, "b": 1}
-
-
-# -- status and cancel ------------------------------------------------------------------
 
 
 @pytest.mark.asyncio
@@ -623,99 +531,6 @@ async def test_status_polls_open_tasks_without_writing(tmp_path, provider, fake_
     assert journal_bytes(tmp_path / "r") == before
     offline = await run_status(tmp_path / "r")
     assert [t.status for t in offline.tasks] == ["pending", "pending"]
-
-
-@pytest.mark.asyncio
-async def test_cancel_a_run_no_process_drives(tmp_path, provider, fake_backend_class):
-    provider.duration = 10
-    plan = simple_plan("a", "b")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "b",
-    )
-    outcome = await cancel_run(tmp_path / "r", fake_backend_class(provider=provider))
-    assert outcome == "cancelled"
-    assert sorted(provider.cancelled) == sorted(provider.tasks)
-    status = await run_status(tmp_path / "r")
-    assert [t.status for t in status.tasks] == ["cancelled", "cancelled"]
-    assert provider.cleanup_calls
-
-
-@pytest.mark.asyncio
-async def test_cancel_a_running_run_asks_its_process(tmp_path, provider, fake_backend_class):
-    provider.duration = 1000
-    plan = simple_plan("a", "b")
-    requested = []
-
-    def on_event(event):
-        if event.kind == "submitted" and event.task_id == "b" and not requested:
-            requested.append(asyncio.ensure_future(cancel_run(tmp_path / "r")))
-
-    result = await run_plan(
-        plan,
-        fake_backend_class(provider=provider),
-        run_dir=tmp_path / "r",
-        on_event=on_event,
-        poll_interval_s=0.01,
-        max_poll_interval_s=0.01,
-    )
-    assert await requested[0] == "requested"
-    assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
-    assert sorted(provider.cancelled) == sorted(provider.tasks)
-    assert not (tmp_path / "r" / CANCEL_REQUEST).exists()
-
-
-@pytest.mark.asyncio
-async def test_the_log_replays_over_the_snapshot_and_a_torn_line_is_ignored(
-    tmp_path, provider, fake_backend_class
-):
-    provider.duration = 10
-    plan = simple_plan("a", "b")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "b",
-        poll_interval_s=60.0,  # stopped before the first poll
-    )
-    snapshot = json.loads((tmp_path / "r" / JOURNAL_NAME).read_text())
-    assert snapshot["tasks"]["b"]["state"] == "queued"  # the snapshot predates the submits
-    journal = Journal.load(tmp_path / "r")
-    assert journal.tasks["b"].state == "pending"
-    with (tmp_path / "r" / LOG_NAME).open("ab") as log:
-        log.write(b'{"seq": 999, "task": "a", "record": {"kind"')  # a crash mid-append
-    again = Journal.load(tmp_path / "r")
-    assert again.tasks["a"].state == journal.tasks["a"].state
-    assert again.seq == journal.seq
-    result = await run_plan(
-        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
-    )
-    assert result.ok
-    assert provider.submits == {"a": 1, "b": 1}
-    assert (tmp_path / "r" / LOG_NAME).read_bytes() == b""  # folded into the final snapshot
-
-
-def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_path, monkeypatch):
-    from altar.execution import journal as journal_module
-    from altar.execution.journal import TaskRecord
-
-    journal = Journal(tmp_path, "fake", {}, "plan.toml", {"a": TaskRecord("a", "k", "sha256:x")})
-    journal.save()
-    before = (tmp_path / JOURNAL_NAME).read_bytes()
-    journal.tasks["a"].state = "running"
-
-    def no_space(fd):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(journal_module.os, "fsync", no_space)
-    with pytest.raises(JournalError, match="No space left on device"):
-        journal.save()
-    monkeypatch.undo()
-    assert (tmp_path / JOURNAL_NAME).read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME, LOG_NAME]  # no temp
-    assert Journal.load(tmp_path).tasks["a"].state == "queued"
 
 
 @pytest.mark.asyncio
@@ -758,42 +573,6 @@ async def test_a_collection_error_fails_the_task(tmp_path, provider, fake_backen
 
 
 @pytest.mark.asyncio
-async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
-    from altar.execution import ExecutionBackend, TaskFailure, TaskHandle, TaskState, TaskStatus
-
-    class SpecNamed(ExecutionBackend):
-        """Names each task by its spec, as the Kubernetes backend does: every attempt, one id."""
-
-        name = "spec-named"
-        input_digest_verification = "task"
-
-        def __init__(self):
-            self.submits = 0
-            self.cleaned = []
-
-        async def submit(self, spec):
-            self.submits += 1
-            return TaskHandle(self.name, spec.labels["task"], dict(spec.labels))
-
-        async def poll(self, handles):
-            if self.submits == 1:
-                failure = TaskFailure("job_failed", "evicted")
-                return [TaskStatus(h, TaskState.FAILED, failure) for h in handles]
-            return [TaskStatus(h, TaskState.SUCCEEDED) for h in handles]
-
-        async def cleanup(self, handles):
-            self.cleaned.append([h.external_id for h in handles])
-
-    backend = SpecNamed()
-    result = await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r", **FAST)
-    assert result.tasks[0].attempts == 2
-    assert result.ok
-    assert backend.cleaned == [["a"]]
-    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r").iterdir()}
-    assert modes == {"journal.json": 0o600, "journal.log": 0o600, "lock": 0o600}
-
-
-@pytest.mark.asyncio
 async def test_a_handle_returned_just_before_a_crash_is_kept(
     tmp_path, provider, fake_backend_class, monkeypatch
 ):
@@ -831,7 +610,7 @@ async def test_a_handle_returned_just_before_a_crash_is_kept(
 async def test_the_first_poll_interval_defaults_to_the_backends_own(
     tmp_path, provider, fake_backend_class, monkeypatch
 ):
-    timeline = Timeline(monkeypatch, fake_backend_class)
+    timeline = Timeline(fake_backend_class)
     timeline.backend_class.poll_interval_s = 0.25
     provider.duration = 3
     result = await asyncio.wait_for(
@@ -840,6 +619,7 @@ async def test_the_first_poll_interval_defaults_to_the_backends_own(
             timeline.backend_class(provider=provider),
             run_dir=tmp_path / "run",
             max_poll_interval_s=8.0,
+            clock=timeline.clock,
         ),
         timeout=30,  # a hang guard, not a measurement
     )
@@ -847,75 +627,6 @@ async def test_the_first_poll_interval_defaults_to_the_backends_own(
     waits = [e[1] for e in timeline.entries if e[0] == "wait"]
     assert waits[:3] == [0.25, 0.25, 0.25]  # submit lands, first poll due, a change
     assert waits[3] == 0.5  # then it backs off from there
-
-
-@pytest.mark.asyncio
-async def test_cancel_reaches_every_task_at_once(tmp_path, provider, fake_backend_class):
-    provider.duration = 1000
-    plan = simple_plan(*(f"t{i}" for i in range(40)))
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "t39",
-    )
-    assert await cancel_run(tmp_path / "r", fake_backend_class(provider=provider)) == "cancelled"
-    assert sorted(provider.cancelled) == sorted(provider.tasks)
-    assert provider.max_cancels_in_flight == 32  # bounded, not one by one
-    assert Journal.load(tmp_path / "r").finished
-
-
-@pytest.mark.asyncio
-async def test_a_failed_cancel_leaves_the_task_open_and_a_second_cancel_retries_it(
-    tmp_path, provider, fake_backend_class
-):
-    provider.duration = 1000
-    plan = simple_plan("a", "b", "c")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "c",
-    )
-    provider.unavailable_cancels = 1
-    with pytest.raises(runner.CancelIncompleteError, match="could not cancel 1 task") as caught:
-        await cancel_run(tmp_path / "r", fake_backend_class(provider=provider))
-    (still_open,) = caught.value.task_ids
-    status = await run_status(tmp_path / "r")
-    statuses = {t.id: t.status for t in status.tasks}
-    assert statuses.pop(still_open) in ("pending", "running")  # as last seen: it may still run
-    assert list(statuses.values()) == ["cancelled", "cancelled"]
-    journal = Journal.load(tmp_path / "r")
-    assert not journal.finished
-    assert not journal.tasks[still_open].cleaned
-    assert await cancel_run(tmp_path / "r", fake_backend_class(provider=provider)) == "cancelled"
-    assert sorted(provider.cancelled) == sorted(provider.tasks)
-    assert [t.status for t in (await run_status(tmp_path / "r")).tasks] == ["cancelled"] * 3
-
-
-@pytest.mark.asyncio
-async def test_a_driven_run_reports_a_cancel_that_failed(tmp_path, provider, fake_backend_class):
-    provider.duration = 1000
-    provider.unavailable_cancels = 1
-    plan = simple_plan("a", "b")
-    seen = []
-
-    def on_event(event):
-        seen.append(event)
-        if event.kind == "submitted" and event.task_id == "b":
-            (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
-
-    result = await run_plan(
-        plan,
-        fake_backend_class(provider=provider),
-        run_dir=tmp_path / "r",
-        on_event=on_event,
-        **FAST,
-    )
-    assert sorted(t.status for t in result.tasks) == ["cancelled", "running"]
-    (failed,) = [e for e in seen if e.kind == "cancel_failed"]
-    assert "BackendUnavailableError: fake provider refused the connection" in failed.message
-    assert not Journal.load(tmp_path / "r").finished
 
 
 @pytest.mark.asyncio
@@ -970,62 +681,6 @@ async def test_a_submit_that_outlasts_the_grace_is_left_in_doubt(
     journal = Journal.load(tmp_path / "r")
     assert journal.tasks["b"].state == "submitting"
     assert journal.tasks["b"].attempts[0].handle is None
-
-
-@pytest.mark.asyncio
-async def test_changes_appended_after_a_torn_line_survive_the_next_crash(
-    tmp_path, provider, fake_backend_class
-):
-    # A crash tore the log's last line; the resumed run appends to that log. Its own lines
-    # must replay after a second crash, not be glued to the torn bytes and dropped with them.
-    provider.duration = 1
-    plan = Plan("fake", {}, [PlanTask(k, spec(k)) for k in ("a", "b")], max_parallel=1)
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "a",
-        poll_interval_s=60.0,
-    )
-    assert Journal.load(tmp_path / "r").tasks["b"].state == "queued"
-    with (tmp_path / "r" / LOG_NAME).open("ab") as log:
-        log.write(b'{"seq": 999, "task": "a", "record": {"kind"')  # a crash mid-append
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "b",
-    )
-    journal = Journal.load(tmp_path / "r")
-    assert journal.tasks["a"].state == "succeeded"
-    assert journal.tasks["b"].state == "pending"
-    assert journal.tasks["b"].last.handle is not None
-    result = await run_plan(
-        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
-    )
-    assert result.ok
-    assert provider.submits == {"a": 1, "b": 1}
-
-
-def test_a_log_line_that_lost_only_its_newline_is_kept_and_mended(tmp_path):
-    from altar.execution.journal import TaskRecord
-
-    journal = Journal(
-        tmp_path, "fake", {}, "plan", {k: TaskRecord(k, "fold", DIGEST) for k in ("a", "b")}
-    )
-    journal.save()
-    journal.tasks["a"].state = "running"
-    journal.mark(journal.tasks["a"])
-    journal.flush()
-    log = tmp_path / LOG_NAME
-    log.write_bytes(log.read_bytes().rstrip(b"\n"))  # a crash just before the newline
-    resumed = Journal.load(tmp_path)
-    assert resumed.tasks["a"].state == "running"
-    resumed.tasks["b"].state = "running"
-    resumed.mark(resumed.tasks["b"])
-    resumed.flush()
-    again = Journal.load(tmp_path)
-    assert (again.tasks["a"].state, again.tasks["b"].state) == ("running", "running")
 
 
 @pytest.mark.asyncio
@@ -1135,211 +790,6 @@ async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
     assert len(calls) <= 6 * (waits + 1), f"{len(calls)} collect calls, {waits} pauses: {gaps}"
 
 
-@pytest.mark.asyncio
-async def test_a_run_dir_that_cannot_be_made_is_a_journal_error(
-    tmp_path, provider, fake_backend_class
-):
-    (tmp_path / "a file").write_text("")
-    with pytest.raises(JournalError, match=r"cannot use .*a file/run as a run directory: Not a"):
-        await run_plan(
-            simple_plan("a"),
-            fake_backend_class(provider=provider),
-            run_dir=tmp_path / "a file" / "run",
-            **FAST,
-        )
-
-
-def test_the_log_exists_before_the_first_snapshot_is_made_durable(tmp_path, monkeypatch):
-    # A new file's name is durable only once its directory is fsync'd. The snapshot's rename
-    # fsyncs the directory; the log must already be there by then, or a power cut after the
-    # first fsync'd appends (the first handles) could lose the log's name and every line in it.
-    from altar.execution import journal as journal_module
-    from altar.execution.journal import TaskRecord
-
-    seen = []
-    real_replace = journal_module.os.replace
-
-    def replace(src, dst):
-        seen.append((tmp_path / LOG_NAME).exists())
-        real_replace(src, dst)
-
-    monkeypatch.setattr(journal_module.os, "replace", replace)
-    Journal(tmp_path, "fake", {}, "plan", {"a": TaskRecord("a", "fold", DIGEST)}).save()
-    assert seen == [True]
-    assert (tmp_path / LOG_NAME).read_bytes() == b""
-    assert (tmp_path / LOG_NAME).stat().st_mode & 0o777 == 0o600
-
-
-@pytest.mark.asyncio
-async def test_a_cancel_stopped_midway_keeps_what_it_cancelled(
-    tmp_path, provider, fake_backend_class
-):
-    # Ctrl-C on `altar cancel` while one cancel hangs: the tasks already cancelled on the
-    # provider must be journaled as cancelled, not left "running"
-    provider.duration = 10
-    plan = simple_plan("a", "b")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted" and e.task_id == "b",
-        poll_interval_s=60.0,
-    )
-    a_id = Journal.load(tmp_path / "r").tasks["a"].last.handle.external_id
-    a_done = asyncio.Event()
-
-    class HangsOnB(fake_backend_class):
-        async def cancel(self, handle):
-            if handle.external_id != a_id:
-                await asyncio.Event().wait()
-            await super().cancel(handle)
-            a_done.set()
-
-    task = asyncio.ensure_future(cancel_run(tmp_path / "r", HangsOnB(provider=provider)))
-    await asyncio.wait_for(a_done.wait(), 5)
-    await asyncio.sleep(0.05)  # a's cancel returns and is marked; b's hangs
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
-    assert states == {"a": "cancelled", "b": "pending"}
-
-
-@pytest.mark.asyncio
-async def test_a_task_cancelled_while_waiting_for_its_retry_reads_cancelled(
-    tmp_path, provider, fake_backend_class
-):
-    # attempt 1 timed out; the run was cancelled before attempt 2 was submitted: the task's
-    # reason is "cancelled", not the earlier attempt's "timeout"
-    from altar.execution import BackendUnavailableError
-
-    provider.script = {"a": ["timeout"]}
-    provider.duration = 1
-
-    class NoRetrySubmit(fake_backend_class):
-        async def submit(self, spec):
-            if provider.submits.get("a"):
-                (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
-                raise BackendUnavailableError("down")  # stays queued until the cancel
-            return await super().submit(spec)
-
-    result = await asyncio.wait_for(
-        run_plan(
-            simple_plan("a"), NoRetrySubmit(provider=provider), run_dir=tmp_path / "r", **FAST
-        ),
-        5,
-    )
-    [task] = result.tasks
-    assert (task.status, task.reason, task.attempts) == ("cancelled", "cancelled", 1)
-    assert task.detail == "cancelled by `altar cancel`"
-
-
-@pytest.mark.asyncio
-async def test_a_cancel_request_is_not_held_up_by_a_stuck_submit(
-    tmp_path, provider, fake_backend_class, monkeypatch
-):
-    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.05)
-    provider.duration = 1000
-    provider.hang_submits = {"b"}  # the provider never answers this one
-    plan = simple_plan("a", "b")
-
-    def on_event(event):
-        if event.kind == "submitted" and event.task_id == "a":
-            (tmp_path / "r" / CANCEL_REQUEST).write_text("cancel\n")
-
-    result = await asyncio.wait_for(
-        run_plan(
-            plan,
-            fake_backend_class(provider=provider),
-            run_dir=tmp_path / "r",
-            on_event=on_event,
-            **FAST,
-        ),
-        timeout=10,
-    )
-    assert [t.status for t in result.tasks] == ["cancelled", "cancelled"]
-    assert len(provider.cancelled) == 1  # a's task; b's submit never returned a handle
-    # b may have been started by the provider: the run says so rather than claim it cancelled
-    assert [t.in_doubt for t in result.tasks] == [0, 1]
-    assert "could not be cancelled" in result.tasks[1].detail
-
-
-@pytest.mark.asyncio
-async def test_cancel_with_a_failed_cancel_never_cleans_up_the_task_still_running(
-    tmp_path, provider, fake_backend_class
-):
-    provider.duration = 1000
-    plan = simple_plan("a", "b")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "state" and e.task_id == "b",
-    )
-    provider.unavailable_cancels = 1
-    with pytest.raises(runner.CancelIncompleteError) as caught:
-        await cancel_run(tmp_path / "r", fake_backend_class(provider=provider))
-    (still_open,) = caught.value.task_ids
-    journal = Journal.load(tmp_path / "r")
-    open_id = journal.tasks[still_open].last.handle.external_id
-    assert all(open_id not in call for call in provider.cleanup_calls)
-    assert provider.cleanup_calls  # the cancelled one was cleaned up
-
-
-@pytest.mark.asyncio
-async def test_one_cancel_raising_still_lets_the_others_finish_and_journals_them(
-    tmp_path, provider, fake_backend_class
-):
-    provider.duration = 1000
-    plan = simple_plan("a", "b", "c")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "state" and e.task_id == "c",
-    )
-
-    class CancelExplodes(fake_backend_class):
-        async def cancel(self, handle):
-            if handle.labels["task"] == "a":
-                raise asyncio.CancelledError  # not an Exception: it is not a cancel failure
-            await super().cancel(handle)
-
-    with pytest.raises(asyncio.CancelledError):
-        await cancel_run(tmp_path / "r", CancelExplodes(provider=provider))
-    states = {k: r.state for k, r in Journal.load(tmp_path / "r").tasks.items()}
-    assert states == {"a": "running", "b": "cancelled", "c": "cancelled"}
-
-
-@pytest.mark.asyncio
-async def test_a_run_resumes_only_with_the_backend_options_it_started_with(
-    tmp_path, provider, fake_backend_class
-):
-    provider.duration = 1000
-    plan = simple_plan("a")
-    await run_until(
-        plan,
-        fake_backend_class(provider=provider),
-        tmp_path / "r",
-        lambda e: e.kind == "submitted",
-    )
-    with pytest.raises(JournalError) as caught:
-        await run_plan(
-            plan,
-            fake_backend_class(provider=provider),
-            run_dir=tmp_path / "r",
-            backend_options={"docker_host": "unix:///elsewhere.sock"},
-            **FAST,
-        )
-    assert str(caught.value) == (
-        f"{tmp_path / 'r'} was started with backend options (none), not "
-        'docker_host="unix:///elsewhere.sock"; resume it with the same options (altar run '
-        "--option KEY=VALUE) or use a new run directory"
-    )
-    assert provider.submits == {"a": 1}
-    assert Journal.load(tmp_path / "r").backend_options == {}
-
-
 def one_output_plan(tmp_path) -> Plan:
     out = Transfer(str(tmp_path / "out/a.txt"), "jobs/J/a.txt")
     return Plan("fake", {}, [PlanTask("a", spec("a", outputs=[out]))])
@@ -1402,17 +852,3 @@ async def test_a_malformed_input_uri_is_a_staging_error_also_when_progress_is_sh
             on_event=lambda event: None,
             **FAST,
         )
-
-
-def test_lock_is_held_tells_a_driven_run_from_an_idle_one(tmp_path):
-    from altar.execution.journal import LOCK_NAME, lock_is_held, run_lock
-
-    assert not lock_is_held(tmp_path / "r")  # no run directory yet
-    with run_lock(tmp_path / "r"):
-        assert lock_is_held(tmp_path / "r")
-        (tmp_path / "r" / LOCK_NAME).chmod(0o444)  # asking needs no write access
-        assert lock_is_held(tmp_path / "r")
-    assert not lock_is_held(tmp_path / "r")
-    (tmp_path / "file").write_text("not a directory")
-    with pytest.raises(JournalError, match="cannot read"):
-        lock_is_held(tmp_path / "file")

@@ -126,3 +126,15 @@ def test_collect_verifies_a_declared_output_digest(tmp_path: Path, root: Path) -
         )
     with pytest.raises(FileNotFoundError, match="was not written by its task"):
         collect_output(root / "never.bin", Transfer(str(dest), "never.bin"), backend="t")
+
+
+def test_an_earlier_copy_without_a_record_is_verified_once_then_recorded(
+    tmp_path: Path, root: Path
+) -> None:
+    source = tmp_path / "w.bin"
+    source.write_bytes(b"weights")
+    (root / "w.bin").write_bytes(b"weights")  # a copy whose record was never written
+    transfer = Transfer(str(source), "w.bin", digest=digest(b"weights"))
+    assert stager(root).stage_all([transfer]) == [StageAction.VERIFIED]
+    assert has_verification_record(root / "w.bin", digest(b"weights"))
+    assert stager(root).stage_all([transfer]) == [StageAction.SKIPPED]

@@ -10,10 +10,11 @@ later run can tell the litter of a killed process from a file that is not ours
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 StrPath = str | os.PathLike[str]
@@ -23,6 +24,8 @@ __all__ = [
     "atomic_write",
     "fsync_directory",
     "remove_stale_temporaries",
+    "stale_owners",
+    "sweeping_for",
     "temp_owner",
     "temp_path",
 ]
@@ -109,3 +112,27 @@ def remove_stale_temporaries(directory: StrPath, owners: Iterable[int]) -> list[
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
     return removed
+
+
+_STALE_OWNERS: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "altar_stale_owners", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def sweeping_for(owners: Iterable[int]) -> Iterator[None]:
+    """While inside, :func:`stale_owners` names ``owners`` (the runner's earlier processes).
+
+    A stager that writes into a directory first removes the temporary files these processes
+    left there (a copy a killed run never finished), and nothing else.
+    """
+    token = _STALE_OWNERS.set(frozenset(owners))
+    try:
+        yield
+    finally:
+        _STALE_OWNERS.reset(token)
+
+
+def stale_owners() -> frozenset[int]:
+    """The pids whose leftover temporary files may be removed here (empty: none)."""
+    return _STALE_OWNERS.get()

@@ -48,6 +48,10 @@ class ExecutionBackend(ABC):
     #: whatever state (created: start it; running; finished: adopt it, never replace it),
     #: instead of launching another. See :mod:`altar.execution.labels`.
     adopts_submissions: ClassVar[bool] = False
+    #: Modules the backend imports only on first use (its provider SDK); the registry checks
+    #: them with importlib.util.find_spec, so ``altar backends`` can give the install hint
+    #: without importing them.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -66,9 +70,12 @@ class ExecutionBackend(ABC):
         """Every provider object labelled ``altar.run == run``, one handle each, or None.
 
         None (the default) means "cannot list". A backend that can list returns handles that
-        carry the objects' labels (``altar.task``, ``altar.attempt``, ``altar.submission``), so
-        the runner can adopt what its journal expected and cancel and clean up what it does not
-        own. Objects already removed are not listed and not counted by :meth:`capacity`.
+        carry the objects' labels (``altar.task``, ``altar.attempt``, ``altar.submission``) and
+        the same ``backend`` and ``external_id`` that :meth:`submit` returned for each object
+        (the runner knows its own tasks by that pair and removes a listed object it does not
+        know), so the runner can adopt what its journal expected and cancel and clean up what
+        it does not own. Objects already removed are not listed and not counted by
+        :meth:`capacity`.
         """
         return None
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import shlex
+import signal
 import sys
 import time
 import tomllib
@@ -25,9 +28,11 @@ from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
     BackendUnavailableError,
+    CancelIncompleteError,
     DigestMismatchError,
     PlanError,
     RegistryError,
+    RunStoppedError,
 )
 from altar.execution.journal import Journal, lock_is_held
 from altar.execution.plan import Plan, load_plan
@@ -40,11 +45,7 @@ from altar.execution.progress import (
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.runner import (
-    BackendCallError,
-    CancelIncompleteError,
-    OutputCollectionError,
     RunEvent,
-    StagingError,
     cancel_run,
     run_plan,
     run_status,
@@ -54,6 +55,7 @@ from altar.execution.types import is_sha256_digest
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# SIGTERM and SIGHUP stop a run like Ctrl-C; the exit status is 128 + the signal: 143 and 129
 #: Longest pause between polls; the first comes after the backend's own ``poll_interval_s``
 #: and the pause doubles while nothing changes.
 MAX_POLL_INTERVAL_S = 5.0
@@ -251,6 +253,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     show = printer if (live or not args.json) else None
     ticker = asyncio.create_task(_tick(printer)) if live else None
+    stopped_by = _stop_on_signals()
     try:
         result = await run_plan(
             plan,
@@ -264,12 +267,14 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     except (asyncio.CancelledError, KeyboardInterrupt):
         printer.close()
+        how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
         err.write(
-            f"altar: interrupted; submitted tasks keep running. Resume with: "
-            f"altar run {args.plan} --run-dir {run_dir}\n"
+            f"altar: {how}; submitted tasks keep running. Resume with: "
+            f"altar run {shlex.quote(str(args.plan))} --run-dir {shlex.quote(str(run_dir))}\n"
         )
-        return EXIT_INTERRUPTED
+        return 128 + stopped_by[0].value if stopped_by else EXIT_INTERRUPTED
     finally:
+        _restore_signals()
         if ticker is not None:
             ticker.cancel()
         printer.close()
@@ -282,6 +287,38 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write("\n" + failures + "\n")
         out.write("\n" + format_summary(result) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_on_signals() -> list[signal.Signals]:
+    """Make SIGTERM and SIGHUP stop the run like Ctrl-C; the list names the first one received.
+
+    Like Ctrl-C they cancel the run, which gives its submits in flight a grace period to
+    return (so their handles are journaled); a second signal ends the grace.
+    """
+    received: list[signal.Signals] = []
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+
+    def stop(signum: signal.Signals) -> None:
+        if not received:
+            received.append(signum)
+        if main is not None:
+            main.cancel()
+
+    for signum in _STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop, signum)
+    return received
+
+
+def _restore_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for signum in _STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signum)
 
 
 async def _tick(printer: ProgressPrinter) -> None:
@@ -319,6 +356,10 @@ async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         _print_json(result.to_dict(), out)
     else:
         out.write(format_table(result.tasks) + "\n")
+        err.write(
+            f"altar: run {result.run_id} on {result.backend}; its provider objects carry the "
+            f"labels altar.run={result.run_id}, altar.task, altar.attempt and altar.submission\n"
+        )
     return EXIT_OK
 
 
@@ -447,13 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         err.write(f"altar: error: {_line(error)}\n")
         return EXIT_USAGE
-    except (
-        StagingError,
-        BackendUnavailableError,
-        BackendCallError,
-        CancelIncompleteError,
-        OutputCollectionError,
-    ) as error:
+    except (RunStoppedError, BackendUnavailableError) as error:
         err.write(f"altar: {_line(error)}\n")
         return EXIT_FAILED
     except AltarError as error:

@@ -14,6 +14,9 @@ coarse kernel clock or a file server whose clock differs from ours cannot make a
 same-second rewrite invisible.
 
 This module is usable inside model runtimes: it imports nothing outside the standard library.
+It is longer than most (about 800 lines) for that reason: a runtime that copies this one file, or
+imports only it, gets the hashing, the records, the one-pass copy and the shell verifier that
+must agree with them byte for byte, with nothing else to import.
 """
 
 from __future__ import annotations

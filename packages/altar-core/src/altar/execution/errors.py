@@ -1,35 +1,58 @@
-"""Errors raised by the execution contract.
+"""Errors raised by altar-core, every class that crosses a public boundary.
 
-The whole tree::
+The whole tree (a class's other bases in parentheses)::
 
     Exception
     ├── ValueError
-    │   └── DigestMismatchError            bytes do not match their declared sha256
-    │       └── TransferIntegrityError     ... for an input a backend staged or a task read
+    │   ├── DigestMismatchError            bytes do not match their declared sha256
+    │   │   └── TransferIntegrityError     ... for an input or output a backend moved or a task read
     │   └── UnsupportedCapabilityError     the backend cannot represent what the spec asks for
-    ├── BackendUnavailableError            the provider could not be asked; transient, retry later
-    │   (also a ConnectionError)
-    └── AltarError
+    ├── OSError
+    │   └── ConnectionError
+    │       └── BackendUnavailableError    the provider could not be asked; transient, retry later
+    └── AltarError                         altar's own usage, configuration and run errors
         ├── PlanError                      a plan file or plan object is invalid
-        ├── JournalError                   a run journal is unreadable or from another version
-        └── RegistryError                  a backend could not be found, loaded or validated
-            ├── DuplicateBackendError      two distributions claim one backend name
-            ├── BackendImportError         a backend's optional dependency is missing
-            └── BackendValidationError     an entry point does not name a valid backend class
+        ├── JournalError                   a run journal is unreadable, unwritable or foreign
+        ├── RegistryError (LookupError)    a backend could not be found, loaded or validated
+        │   ├── DuplicateBackendError      two distributions claim one backend name
+        │   ├── BackendImportError (ImportError)  a backend's optional dependency is missing
+        │   └── BackendValidationError     an entry point does not name a valid backend class
+        └── RunStoppedError                a run stopped early; it resumes from its run directory
+            ├── StagingError               staging the plan's inputs failed
+            ├── OutputCollectionError      no space to collect outputs (the success is kept)
+            ├── BackendCallError (RuntimeError)  poll or capacity failed, not transiently
+            └── CancelIncompleteError      some tasks could not be cancelled (``task_ids``)
+
+Seam-internal, never raised out of altar-core::
+
+    Exception
+    ├── _NotARegularFile                   digest: an open found no regular file (becomes a
+    │                                      DigestMismatchError or the OSError it wraps)
+    └── UsageError                         cli: a command-line mistake (one line, exit status 2)
+
+How the runner treats what ``submit`` raises (the submit-error rule): a ``ValueError`` (so also
+``UnsupportedCapabilityError``) fails the attempt as ``submit_rejected``, deterministic, not
+retried; ``BackendUnavailableError`` withdraws the attempt and tries again later without using
+one; anything else fails it as ``submit_failed``, retried while attempts remain.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AltarError",
+    "BackendCallError",
     "BackendImportError",
     "BackendUnavailableError",
     "BackendValidationError",
+    "CancelIncompleteError",
     "DigestMismatchError",
     "DuplicateBackendError",
     "JournalError",
+    "OutputCollectionError",
     "PlanError",
     "RegistryError",
+    "RunStoppedError",
+    "StagingError",
     "TransferIntegrityError",
     "UnsupportedCapabilityError",
 ]
@@ -85,3 +108,43 @@ class BackendImportError(RegistryError, ImportError):
 
 class BackendValidationError(RegistryError):
     """An entry point names something that is not a valid ExecutionBackend for its key."""
+
+
+class RunStoppedError(AltarError):
+    """A run stopped before its end; its tasks keep their journal and it can be resumed.
+
+    The one base the CLI catches for "the run stopped" (exit status 1): the message says why
+    and what to do, and the run directory resumes once the cause is fixed.
+    """
+
+
+class StagingError(RunStoppedError):
+    """Staging the plan's inputs failed (a digest mismatch, a missing source, ...)."""
+
+
+class OutputCollectionError(RunStoppedError):
+    """Outputs could not be collected because this machine is out of space; the run stopped.
+
+    The task keeps its success and its outputs are collected when the run resumes, so a full
+    disk costs neither the result nor a rerun of the task.
+    """
+
+
+class BackendCallError(RunStoppedError, RuntimeError):
+    """The backend's ``poll`` or ``capacity`` failed with an error that is not transient.
+
+    For example a refused credential, or a backend bug. The run stops; its tasks keep running
+    and the run resumes from its run directory once the cause is fixed.
+    """
+
+
+class CancelIncompleteError(RunStoppedError):
+    """Some tasks could not be cancelled (the provider refused or could not be reached).
+
+    They keep their state in the journal, since they may still be running; cancelling the run
+    again retries them. ``task_ids`` names them.
+    """
+
+    def __init__(self, message: str, task_ids: list[str]) -> None:
+        super().__init__(message)
+        self.task_ids = task_ids

@@ -14,17 +14,21 @@ The journal holds, per task, the hash of its spec, every attempt with its durabl
 Appending one line per change keeps the cost of a change independent of the plan's size (a
 snapshot per change would make a run of n tasks cost O(n^2)).
 
-Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle)
-before ``submit`` is called, and the handle is appended and fsync-ed as soon as ``submit``
-returns (submits that return in the same event-loop turn share one fsync; a run that is
-cancelled meanwhile lets its submits in flight return first, within a grace period, and writes
-their handles on its way out). A run that finds an attempt still ``submitting``
-cannot know whether the
-provider accepted it (the process died inside ``submit``), so it submits the same spec again:
-the contract requires ``submit`` to accept a resubmission, and a backend that names tasks by
-spec (Kubernetes) adopts the task that is still running instead of starting a second one. A
-backend that mints fresh ids (Docker, Modal) may then leave the first, unrecorded task
-running; the run reports such an attempt as ``in_doubt``.
+Submitting is journaled in two steps: the attempt is written as ``submitting`` (no handle) with
+its submission key (:mod:`altar.execution.labels`) before ``submit`` is called, and the handle is
+appended and fsync-ed as soon as ``submit`` returns (submits that return in the same event-loop
+turn share one fsync; a run that is cancelled meanwhile lets its submits in flight return first,
+within a grace period, and writes their handles on its way out). A run that finds an attempt
+still ``submitting`` cannot know whether the provider accepted it (the process died inside
+``submit``): the attempt becomes ``in_doubt``. If the backend can list the run's objects, the
+runner adopts the one carrying that key, or learns that there is none; otherwise it submits the
+attempt again with the same key, which a backend with ``adopts_submissions`` answers with the
+task it already holds. Only a backend that can do neither may then run the task twice; the
+attempt counts that possible execution (``reexecuted``) and the results table marks it.
+
+The snapshot also keeps the run id (``altar.run`` on every provider object), the pids of the
+processes that drove the run (so a resume removes only their leftover temporary files), and the
+provider objects removed because no journal entry owned them.
 """
 
 from __future__ import annotations
@@ -32,28 +36,57 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from altar.execution.atomic import atomic_write
 from altar.execution.errors import JournalError
-from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
+from altar.execution.records import (
+    CANCELLED,
+    FAILED,
+    FINAL_STATES,
+    IN_DOUBT,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUBMITTING,
+    SUCCEEDED,
+    Attempt,
+    TaskRecord,
+    spec_digest,
+)
+
+if TYPE_CHECKING:
+    from altar.execution.plan import Plan
 
 __all__ = [
+    "CANCELLED",
+    "FAILED",
+    "FINAL_STATES",
+    "IN_DOUBT",
     "JOURNAL_FORMAT",
     "JOURNAL_NAME",
     "JOURNAL_VERSION",
+    "PENDING",
+    "QUEUED",
+    "RUNNING",
+    "SKIPPED",
+    "SUBMITTING",
+    "SUCCEEDED",
     "Attempt",
     "Journal",
     "TaskRecord",
     "append_durably",
     "atomic_write",
+    "lock_is_held",
+    "open_journal",
     "run_lock",
     "spec_digest",
 ]
@@ -63,133 +96,6 @@ JOURNAL_VERSION = 1
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
 LOCK_NAME = "lock"
-
-#: Task states of a run (the backend's states plus the runner's own).
-QUEUED, SUBMITTING, PENDING, RUNNING = "queued", "submitting", "pending", "running"
-SUCCEEDED, FAILED, SKIPPED, CANCELLED = "succeeded", "failed", "skipped", "cancelled"
-FINAL_STATES = frozenset({SUCCEEDED, FAILED, SKIPPED, CANCELLED})
-
-
-def spec_digest(spec: ContainerTaskSpec) -> str:
-    """``sha256:<hex>`` of the spec's canonical JSON (what a journal entry was made from)."""
-    canonical = json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
-    identity = handle.plugin_identity
-    to_dict = getattr(identity, "to_dict", None)
-    return {
-        "backend": handle.backend,
-        "external_id": handle.external_id,
-        "labels": dict(handle.labels),
-        "plugin_identity": to_dict() if callable(to_dict) else identity,
-    }
-
-
-def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
-    if failure is None:
-        return None
-    return {
-        "reason": failure.reason,
-        "detail": failure.detail,
-        "deterministic": failure.deterministic,
-        "exit_code": failure.exit_code,
-    }
-
-
-@dataclass
-class Attempt:
-    """One submission of a task. ``handle`` is None while the submit is in doubt."""
-
-    number: int
-    state: str = SUBMITTING
-    handle: TaskHandle | None = None
-    failure: TaskFailure | None = None
-    submitted_at: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-
-    @property
-    def duration_s(self) -> float | None:
-        start = self.started_at or self.submitted_at
-        if start is None or self.finished_at is None:
-            return None
-        return max(0.0, self.finished_at - start)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "state": self.state,
-            "handle": _handle_to_dict(self.handle) if self.handle else None,
-            "failure": _failure_to_dict(self.failure),
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Attempt:
-        handle = data.get("handle")
-        failure = data.get("failure")
-        return cls(
-            number=data["number"],
-            state=data["state"],
-            handle=TaskHandle(**handle) if handle else None,
-            failure=TaskFailure(**failure) if failure else None,
-            submitted_at=data.get("submitted_at"),
-            started_at=data.get("started_at"),
-            finished_at=data.get("finished_at"),
-        )
-
-
-@dataclass
-class TaskRecord:
-    """Everything the journal knows about one task of the plan."""
-
-    id: str
-    kind: str
-    spec_sha256: str
-    state: str = QUEUED
-    attempts: list[Attempt] = field(default_factory=list)
-    detail: str | None = None
-    outputs_collected: bool = False
-    cleaned: bool = False
-    in_doubt: int = 0
-
-    @property
-    def last(self) -> Attempt | None:
-        return self.attempts[-1] if self.attempts else None
-
-    @property
-    def final(self) -> bool:
-        return self.state in FINAL_STATES
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "spec_sha256": self.spec_sha256,
-            "state": self.state,
-            "attempts": [a.to_dict() for a in self.attempts],
-            "detail": self.detail,
-            "outputs_collected": self.outputs_collected,
-            "cleaned": self.cleaned,
-            "in_doubt": self.in_doubt,
-        }
-
-    @classmethod
-    def from_dict(cls, task_id: str, data: dict[str, Any]) -> TaskRecord:
-        return cls(
-            id=task_id,
-            kind=data["kind"],
-            spec_sha256=data["spec_sha256"],
-            state=data["state"],
-            attempts=[Attempt.from_dict(a) for a in data.get("attempts", [])],
-            detail=data.get("detail"),
-            outputs_collected=bool(data.get("outputs_collected")),
-            cleaned=bool(data.get("cleaned")),
-            in_doubt=int(data.get("in_doubt", 0)),
-        )
 
 
 def append_durably(path: Path, data: bytes) -> None:
@@ -226,6 +132,12 @@ class Journal:
     updated_at: float = field(default_factory=time.time)
     seq: int = 0
     log_lines: int = 0
+    #: The run id (``altar.run``): 32 hex characters, fixed when the run directory is made.
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The processes that drove this run, so a resume can tell their leftover temporary files.
+    pids: list[int] = field(default_factory=list)
+    #: Provider objects of this run the journal did not own, cancelled and cleaned up.
+    removed: list[dict[str, Any]] = field(default_factory=list)
     _changed: dict[str, None] = field(default_factory=dict, repr=False)
     # (length to cut the log back to, newline needed) when replay found a torn last line
     _log_repair: tuple[int, bool] | None = field(default=None, repr=False)
@@ -278,6 +190,9 @@ class Journal:
             "backend": {"type": self.backend_type, "options": self.backend_options},
             "staged": self.staged,
             "finished": self.finished,
+            "run_id": self.run_id,
+            "pids": list(self.pids),
+            "removed": list(self.removed),
             "tasks": {task_id: record.to_dict() for task_id, record in self.tasks.items()},
         }
 
@@ -349,6 +264,10 @@ class Journal:
                 created_at=data.get("created_at", 0.0),
                 updated_at=data.get("updated_at", 0.0),
                 seq=int(data.get("seq", 0)),
+                # a journal of altar-core 0.4 has none: it gets one now, kept from its next save
+                run_id=str(data.get("run_id") or uuid.uuid4().hex),
+                pids=[int(pid) for pid in data.get("pids") or []],
+                removed=list(data.get("removed") or []),
             )
             journal._replay()
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -435,3 +354,64 @@ def lock_is_held(run_dir: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _as_stored(options: Mapping[str, Any]) -> Any:
+    """Options as the journal keeps them (JSON), so a tuple equals the list it was saved as."""
+    return json.loads(json.dumps(dict(options), sort_keys=True, default=str))
+
+
+def _options_text(options: Mapping[str, Any]) -> str:
+    if not options:
+        return "(none)"
+    return ", ".join(
+        f"{key}={json.dumps(value, default=str)}" for key, value in sorted(options.items())
+    )
+
+
+def open_journal(plan: Plan, backend_name: str, run_dir: Path, options: dict[str, Any]) -> Journal:
+    """The journal of ``plan`` on ``backend_name`` in ``run_dir``: resumed if there, else new.
+
+    A journal of another backend, other tasks, a changed task or other backend options is
+    refused with a JournalError saying to use a new run directory (or the same options).
+    """
+    digests = {task.id: spec_digest(task.spec) for task in plan.tasks}
+    if Journal.exists(run_dir):
+        journal = Journal.load(run_dir)
+        if journal.backend_type != backend_name:
+            raise JournalError(
+                f"{run_dir} is a run on backend {journal.backend_type!r}, not {backend_name!r}; "
+                "use a new run directory"
+            )
+        if list(journal.tasks) != list(digests):
+            raise JournalError(
+                f"{run_dir} holds a run of other tasks ({', '.join(journal.tasks)}); "
+                "use a new run directory for this plan"
+            )
+        for task_id, digest in digests.items():
+            if journal.tasks[task_id].spec_sha256 != digest:
+                raise JournalError(
+                    f"{run_dir}: task {task_id!r} changed since this run started; "
+                    "use a new run directory for the changed plan"
+                )
+        if _as_stored(options) != _as_stored(journal.backend_options):
+            # Another engine, namespace or data root would not find the tasks already
+            # submitted (they would be reported missing and run again).
+            started = _options_text(journal.backend_options)
+            raise JournalError(
+                f"{run_dir} was started with backend options {started}, not "
+                f"{_options_text(options)}; resume it with the same options (altar run "
+                "--option KEY=VALUE) or use a new run directory"
+            )
+        return journal
+    journal = Journal(
+        run_dir=run_dir,
+        backend_type=backend_name,
+        backend_options=options,
+        plan_source=plan.source,
+        tasks={
+            task.id: TaskRecord(task.id, task.spec.kind, digests[task.id]) for task in plan.tasks
+        },
+    )
+    journal.save()
+    return journal

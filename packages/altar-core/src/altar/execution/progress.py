@@ -104,15 +104,25 @@ def _detail(task: TaskResult) -> str:
     return f"{reason}: {last}" if last and reason else reason or last
 
 
+REEXECUTED_NOTE = (
+    "* started again after a submit whose answer never arrived: the provider may have run "
+    "the task twice (see `altar status --json`, in_doubt and reexecuted)"
+)
+
+
 def format_table(tasks: Sequence[TaskResult]) -> str:
-    """One row per task: id, kind, status, attempts, time of the last attempt, why it failed."""
+    """One row per task: id, kind, status, executions, time of the last attempt, why it failed.
+
+    ATTEMPTS counts executions; a ``*`` marks a task started again after an in-doubt submit
+    (explained in a note under the table).
+    """
     header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
     rows = [
         (
             task.id,
             terminal_safe(task.kind),
             task.status,
-            str(task.attempts),
+            f"{task.attempts}*" if task.reexecuted else str(task.attempts),
             format_duration(task.duration_s),
             terminal_safe(_detail(task)),
         )
@@ -123,6 +133,8 @@ def format_table(tasks: Sequence[TaskResult]) -> str:
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
         lines.append("  ".join([*cells, row[-1]]).rstrip())
+    if any(task.reexecuted for task in tasks):
+        lines.append(REEXECUTED_NOTE)
     return "\n".join(lines)
 
 

@@ -2,8 +2,12 @@
 
 Listing names reads only distribution metadata; a backend's module is imported the first
 time its class is asked for, then validated (a concrete ``ExecutionBackend`` subclass whose
-``name`` equals its key) and cached. Every failure is a :class:`RegistryError` whose message
-is one line saying what to do, e.g. which distribution to ``pip install``.
+``name`` equals its key) and cached. A backend that imports its provider SDK lazily names it
+in a ``requires`` class attribute (``("modal",)``); the registry looks each name up with
+:func:`importlib.util.find_spec`, without importing it, and reports a missing one as
+:class:`BackendImportError` with an install hint, as if the backend module had imported it.
+Every failure is a :class:`RegistryError` whose message is one line saying what to do, e.g.
+which distribution to ``pip install``.
 
 The module-level functions act on one process-wide :class:`BackendRegistry`; tests and tools
 may build their own registry over another entry-point group.
@@ -12,7 +16,9 @@ may build their own registry over another entry-point group.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -109,6 +115,30 @@ def _validate(name: str, obj: object, origin: str) -> BackendClass:
     return obj
 
 
+def _missing_module(cls: BackendClass, origin: str) -> str | None:
+    """The first module of ``cls.requires`` that cannot be found (none is imported)."""
+    requires = getattr(cls, "requires", ())
+    if not isinstance(requires, tuple | list) or not all(
+        isinstance(module, str) and module and not module.startswith(".") for module in requires
+    ):
+        raise BackendValidationError(
+            f"backend {cls.name!r} from {origin}: requires must be a tuple of module names "
+            f"(such as ('modal',)), got {requires!r}"
+        )
+    module: str
+    for module in requires:
+        if sys.modules.get(module) is not None:
+            continue  # already imported (None there marks an import that failed)
+        try:
+            # For a dotted name this imports its parent packages, never the module itself.
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            return module
+    return None
+
+
 class BackendRegistry:
     """Backends of one entry-point group plus those registered in code.
 
@@ -163,7 +193,9 @@ class BackendRegistry:
     def get(self, name: str) -> BackendClass:
         """The backend class registered as ``name``, imported and validated on first use."""
         if name in self._programmatic:
-            return self._programmatic[name]
+            cls = self._programmatic[name]
+            self._check_requires(name, cls, None)
+            return cls
         if name in self._cache:
             return self._cache[name]
         installed = self._installed()
@@ -197,8 +229,21 @@ class BackendRegistry:
                 f"{type(error).__name__}: {_one_line(str(error))}"
             ) from error
         cls = _validate(name, obj, entry.origin)
+        self._check_requires(name, cls, entry)
         self._cache[name] = cls
         return cls
+
+    @staticmethod
+    def _check_requires(name: str, cls: BackendClass, entry: BackendEntry | None) -> None:
+        origin = entry.origin if entry is not None else "code"
+        missing = _missing_module(cls, origin)
+        if missing is None:
+            return
+        hint = _install_hint(name, entry)
+        message = (
+            f"backend {name!r} from {origin} cannot be imported: module {missing!r} is missing"
+        )
+        raise BackendImportError(message + (f"; {hint}" if hint else ""))
 
     def register(self, name: str, cls: BackendClass, *, replace: bool = False) -> None:
         """Register a backend class in code (tests, notebooks, embedding applications)."""

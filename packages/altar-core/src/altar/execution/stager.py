@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from altar.execution.atomic import remove_stale_temporaries, stale_owners
 from altar.execution.digest import (
     copy_and_verify,
     has_verification_record,
@@ -117,6 +118,7 @@ class LocalStager:
         self.verify = verify
         self._pending: dict[str, tuple[str, os.stat_result]] = {}
         self._pending_guard = threading.Lock()
+        self._swept: set[str] = set()
 
     def destination(self, transfer: Transfer) -> str:
         return os.fspath(self._resolve(transfer.logical_path))
@@ -185,7 +187,13 @@ class LocalStager:
         def progress(done: int) -> None:
             report(transfer.logical_path, done, size)
 
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        directory = os.path.dirname(dest)
+        os.makedirs(directory, exist_ok=True)
+        owners = stale_owners()
+        if owners and directory not in self._swept:
+            # what a copy here by a killed earlier process of this run left (see atomic)
+            self._swept.add(directory)
+            remove_stale_temporaries(directory, owners)
         label = input_label(transfer) if digest is not None else f"input {source!r}"
         result = copy_and_verify(source, dest, digest, label=label, progress=progress)
         if digest is not None and not write_verification_record(dest, digest, result.stat):
@@ -213,9 +221,14 @@ class LocalStager:
             # than copying it again.
             try:
                 self._verify_at(transfer, dest, digest, record=True)
-                return StageAction.VERIFIED
             except TransferIntegrityError:
                 pass  # stale bytes at the destination: replace them below
+            else:
+                verified = _stat_or_none(dest)
+                if verified is not None and not has_verification_record(dest, digest):
+                    with self._pending_guard:  # its second was not over: record it at the end
+                        self._pending[dest] = (digest, verified)
+                return StageAction.VERIFIED
         self._copy(transfer, source, dest, digest)
         return StageAction.COPIED
 

@@ -52,16 +52,18 @@ def _success(operation: str, values: Mapping[str, Any]) -> None:
     )
 
 
-def _refuse(operation: str, message: str) -> None:
-    _emit(
-        {
-            "error": message,
-            "format": RESULT_FORMAT,
-            "format_version": FORMAT_VERSION,
-            "operation": operation,
-            "ok": False,
-        }
-    )
+def _refuse(operation: str, message: str, reason: str | None = None) -> None:
+    document = {
+        "error": message,
+        "format": RESULT_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "operation": operation,
+        "ok": False,
+    }
+    if reason is not None:
+        # An addition to the contract's refusal document: what kind of refusal it is.
+        document["refusal"] = reason
+    _emit(document)
 
 
 def adapter_kind(request: Mapping[str, Any]) -> str | None:
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             values = dispatch(kind, operation, request)
         except Refusal as refusal:
-            _refuse(operation, str(refusal))
+            _refuse(operation, str(refusal), refusal.reason)
             return 0
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         print(f"adapter {operation}: {exc}", file=sys.stderr)

@@ -41,6 +41,17 @@ def manager_workspace(argv: Sequence[str]) -> str | None:
     return None
 
 
+def with_manager_workspace(argv: Sequence[str], stated: str, absolute: str) -> list[str]:
+    """``… manager run WORKSPACE`` with the workspace made absolute, as the job will need it."""
+    words = list(argv)
+    for index in range(1, len(words) - 2):
+        if words[index] == "manager" and words[index + 1] == "run":
+            if words[index + 2] == stated:
+                words[index + 2] = absolute
+            break
+    return words
+
+
 def choose_workspace(
     request: Mapping[str, Any], argv: Sequence[str], settings: Mapping[str, Any]
 ) -> str:
@@ -132,21 +143,39 @@ def _place_script(target: LocalTarget | SshTarget, directory: str, script: str) 
     return str(script_path)
 
 
+def _remove_script(target: LocalTarget | SshTarget, script_path: str) -> None:
+    """Remove a script no job was submitted from (best effort: the error comes first)."""
+    if isinstance(target, SshTarget):
+        target.run(["rm", "-f", "--", script_path])
+    else:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            os.unlink(script_path)
+
+
 def submit(
     target: LocalTarget | SshTarget, script: str, workspace: str, count: int
 ) -> dict[str, Any]:
-    """Place the script and ``sbatch`` it ``count`` times; job ids are strings."""
+    """Place the script and ``sbatch`` it ``count`` times; job ids are strings.
+
+    sbatch copies the script when it accepts a job; a script no job was accepted from is
+    removed again, so failed attempts leave nothing in the batch directory.
+    """
     script_path = _place_script(target, batch_directory(workspace), script)
     job_ids: list[str] = []
     for index in range(1, count + 1):
         completed = target.run(["sbatch", script_path], cwd=workspace)
-        if completed.stderr:
-            sys.stderr.write(completed.stderr)
         if completed.returncode != 0:
+            if not job_ids:
+                _remove_script(target, script_path)
+            # stderr goes into the error only: forwarding it as well printed it twice.
             raise RuntimeError(
                 f"sbatch submission {index} of {count} failed ({completed.returncode}): "
                 f"{completed.stderr.strip()}"
             )
+        if completed.stderr:
+            sys.stderr.write(completed.stderr)
         match = SUBMITTED_JOB.search(completed.stdout)
         job_ids.append(match.group(1) if match else completed.stdout.strip())
     return {"job_ids": job_ids, "script": script_path, "count": count}

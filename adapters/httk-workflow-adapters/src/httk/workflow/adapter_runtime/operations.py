@@ -18,7 +18,14 @@ from .requests import (
     text,
     workers_of,
 )
-from .targets import LocalTarget, SshTarget, target_for
+from .targets import (
+    SSH_FAILED,
+    LocalTarget,
+    SshTarget,
+    Unreachable,
+    home_relative,
+    target_for,
+)
 
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
@@ -38,7 +45,38 @@ MISSING_HTTK = (
 
 
 class Refusal(Exception):
-    """The adapter understood the request and will not, or cannot, carry it out."""
+    """The adapter understood the request and will not, or cannot, carry it out.
+
+    ``reason`` goes into the refusal document as ``refusal`` (``unreachable`` when the
+    remote could not be reached), so callers can tell the cases apart by type.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def unreachable(target: SshTarget, stderr: str, returncode: int) -> Refusal:
+    # ssh's messages keep their lines: a changed host key explains itself over several.
+    reason = stderr.strip() or str(returncode)
+    return Refusal(f"cannot reach {target.destination}: {reason}", "unreachable")
+
+
+def workspace_base(request: Mapping[str, Any]) -> str | None:
+    """What a relative local workspace is relative to: the project owning the bundle.
+
+    A project bundle lives in ``PROJECT/.httk-project/remotes/NAME``; a relative
+    workspace then means the same directory from wherever the command is run. A global
+    bundle's relative workspace is relative to the home directory, as over ssh.
+    """
+    directory = request.get("adapter_dir")
+    if not isinstance(directory, str) or not directory:
+        return None
+    remotes = os.path.dirname(os.path.normpath(directory))
+    project_dir = os.path.dirname(remotes)
+    if os.path.basename(remotes) == "remotes" and os.path.basename(project_dir) == ".httk-project":
+        return os.path.dirname(project_dir)
+    return None
 
 
 def validate_settings(kind: str, settings: Mapping[str, Any]) -> None:
@@ -52,6 +90,15 @@ def validate_settings(kind: str, settings: Mapping[str, Any]) -> None:
         SshTarget(settings)
 
 
+def absolute_workspace(target: Target, workspace: str, request: Mapping[str, Any]) -> str:
+    """The workspace as every operation must read it: over ssh relative to the login
+    directory (where ssh starts commands and rsync resolves paths), locally relative to
+    the project owning the bundle (:func:`workspace_base`)."""
+    if target.remote:
+        return target.absolute(workspace)
+    return target.absolute(workspace, workspace_base(request))
+
+
 def configure(kind: str, request: Mapping[str, Any]) -> Values:
     pending = request.get("settings")
     settings = {**settings_of(request), **(pending if isinstance(pending, dict) else {})}
@@ -61,12 +108,13 @@ def configure(kind: str, request: Mapping[str, Any]) -> Values:
     if text(settings, "host") is None or not flag(settings, "check_connectivity", True):
         return {"configured": True, "connectivity": "skipped"}
     target = SshTarget(settings)
-    probe = target.run(["true"])
+    probe = target.reachable()
     if probe.returncode != 0:
         reason = probe.stderr.strip() or str(probe.returncode)
         raise Refusal(
             f"cannot reach {target.destination}: {reason}; "
-            "set check_connectivity=no to configure the queue anyway"
+            "set check_connectivity=no to configure the queue anyway",
+            "unreachable",
         )
     return {"configured": True, "connectivity": "ok"}
 
@@ -92,9 +140,11 @@ def install(kind: str, request: Mapping[str, Any]) -> Values:
     settings = settings_of(request)
     target = target_for(kind, settings)
     if isinstance(target, SshTarget):
-        probe = target.run(["true"])
+        probe = target.reachable()
         if probe.returncode != 0:
-            raise Refusal(f"cannot reach {target.destination}: {probe.stderr.strip()}")
+            raise Refusal(
+                f"cannot reach {target.destination}: {probe.stderr.strip()}", "unreachable"
+            )
     found = _probe_httk(target, settings)
     bootstrapped = False
     if found is None and text(settings, "bootstrap") == "pip":
@@ -113,14 +163,19 @@ def install(kind: str, request: Mapping[str, Any]) -> Values:
     }
     workspace = text(settings, "workspace")
     if workspace is not None:
-        existed = target.run(["test", "-d", workspace]).returncode == 0
+        # ~ and relative workspaces are made absolute the way every later operation will
+        # read them; quoted, "~/ws" would otherwise create a directory named "~".
+        path = absolute_workspace(target, workspace, request)
+        existed = target.run(["test", "-d", path]).returncode == 0
         if not existed:
-            made = target.run(["mkdir", "-p", "--", workspace])
+            made = target.run(["mkdir", "-p", "--", path])
             if made.returncode != 0:
                 raise Refusal(
                     f"cannot create workspace directory {workspace}: {made.stderr.strip()}"
                 )
         values.update(workspace=workspace, workspace_created=not existed)
+        if path != workspace:
+            values["workspace_path"] = path
     return values
 
 
@@ -129,7 +184,14 @@ def invoke(kind: str, request: Mapping[str, Any], operation: str) -> Values:
     argv = argv_of(request, operation)
     cwd = cwd_of(request) if operation == "invoke" else None
     target = target_for(kind, settings)
-    completed = target.run(target.httk(argv), cwd=cwd)
+    if cwd is not None and cwd.startswith("~"):
+        cwd = target.absolute(cwd)
+    completed = target.run(target.httk(argv), cwd=cwd, guard=True)
+    if isinstance(target, SshTarget) and completed.returncode == SSH_FAILED:
+        # 255 is also an exit status a command may choose: ask again with a bare `true`.
+        probe = target.reachable()
+        if probe.returncode != 0:
+            raise unreachable(target, completed.stderr or probe.stderr, probe.returncode)
     return {
         "returncode": completed.returncode,
         "stdout": completed.stdout,
@@ -150,11 +212,20 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
         copy_local(Path(source).expanduser().resolve(), resolved, files)
         return {"path": str(resolved)}
     target = SshTarget(settings_of(request))
+    if push:
+        destination = home_relative(destination)
+    else:
+        source = home_relative(source)
     stated = request.get("directory")
     if isinstance(stated, bool):
         directory = stated
+    elif push:
+        directory = os.path.isdir(os.path.expanduser(source))
+    elif files is not None:
+        directory = True
     else:
-        directory = os.path.isdir(os.path.expanduser(source)) if push else True
+        # As the local kinds do: a single file is pulled as a file, a tree as its contents.
+        directory = target.run(["test", "-f", source]).returncode != 0
     rsync(
         target,
         source=source,
@@ -162,8 +233,9 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
         directory=directory,
         files=files,
         push=push,
+        progress=request.get("progress") is True,
     )
-    return {"path": destination}
+    return {"path": paths_of(request)[1]}
 
 
 def start_manager(kind: str, request: Mapping[str, Any]) -> Values:
@@ -188,13 +260,43 @@ def start_manager(kind: str, request: Mapping[str, Any]) -> Values:
             )
             pids.append(process.pid)
         return {"pid": pids[0], "pids": pids, "count": count}
-    workspace = batch.choose_workspace(request, argv, settings)
-    script = batch.batch_script(target.httk(argv), settings, workspace)
+    chosen = batch.choose_workspace(request, argv, settings)
+    workspace = absolute_workspace(target, chosen, request)
+    argv = batch.with_manager_workspace(argv, chosen, workspace)
+    command = target.httk(argv)
+    script = batch.batch_script(command, settings, workspace)
     count = count_of(request)
+    if argv[0] == "httk":
+        _check_manager_program(target, target.httk(["httk"]))
     return batch.submit(target, script, workspace, count)
 
 
+def _check_manager_program(target: Target, program: list[str]) -> None:
+    """Refuse before submitting when the manager's httk does not answer on the target.
+
+    Otherwise sbatch accepts the job, "submitted" is printed, and the job fails at once
+    with exit status 127 where nobody is looking.
+    """
+    try:
+        answer = target.run([*program, "--version"])
+    except FileNotFoundError:
+        raise Refusal(MISSING_HTTK) from None
+    if isinstance(target, SshTarget) and answer.returncode == SSH_FAILED:
+        probe = target.reachable()
+        if probe.returncode != 0:
+            raise unreachable(target, probe.stderr, probe.returncode)
+    if answer.returncode != 0:
+        raise Refusal(MISSING_HTTK)
+
+
 def dispatch(kind: str, operation: str, request: Mapping[str, Any]) -> Values:
+    try:
+        return _dispatch(kind, operation, request)
+    except Unreachable as exc:
+        raise Refusal(str(exc), "unreachable") from None
+
+
+def _dispatch(kind: str, operation: str, request: Mapping[str, Any]) -> Values:
     if operation == "configure":
         return configure(kind, request)
     if operation == "install":

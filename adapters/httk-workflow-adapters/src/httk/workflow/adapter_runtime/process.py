@@ -9,7 +9,6 @@ runtime's process group, so ``run_adapter``'s timeout kills it together with the
 
 from __future__ import annotations
 
-import io
 import os
 
 # Typing names only: importing typing costs every adapter call start-up time.
@@ -45,8 +44,18 @@ def _default_signals() -> tuple[int, ...]:
 
 
 def _text(data: bytes) -> str:
-    # What subprocess's text mode yields: the locale's encoding, strict, universal newlines.
-    return io.TextIOWrapper(io.BytesIO(data)).read()
+    """Output as text without losing a byte: UTF-8, undecodable bytes as lone surrogates.
+
+    A command that already ran must not turn into a failure because it printed a PNG
+    header or Latin-1; and CR / CRLF are kept (no universal newlines). The JSON result
+    carries the surrogates as ``\\udcXX`` escapes; ``decoded(text)`` gives the bytes back.
+    """
+    return data.decode("utf-8", "surrogateescape")
+
+
+def encoded(text: str) -> bytes:
+    """The exact bytes a command wrote, from what :func:`run` returned."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _inherited_descriptors() -> list[int]:
@@ -90,9 +99,14 @@ def _collect(stdout: int, stderr: int) -> tuple[bytes, bytes]:
     return b"".join(chunks[stdout]), b"".join(chunks[stderr])
 
 
-def _spawn(argv: Sequence[str], stdout: int, stderr: int) -> int:
+def _spawn(argv: Sequence[str], stdout: int, stderr: int, stdin: int | None = None) -> int:
+    first: tuple[int | str, ...] = (
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+        if stdin is None
+        else (os.POSIX_SPAWN_DUP2, stdin, 0)
+    )
     actions: list[tuple[int | str, ...]] = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        first,
         (os.POSIX_SPAWN_DUP2, stdout, 1),
         (os.POSIX_SPAWN_DUP2, stderr, 2),
     ]
@@ -102,12 +116,15 @@ def _spawn(argv: Sequence[str], stdout: int, stderr: int) -> int:
     )
 
 
-def run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
+def run(argv: Sequence[str], *, cwd: str | None = None, hold_stdin: bool = False) -> Completed:
     """Run ``argv`` (searched on ``PATH``) in ``cwd`` and wait for it.
 
     A missing program or directory raises the ``OSError`` subprocess would raise. With a
     ``cwd`` the calling process changes directory for the moment of the spawn, which is
-    fine for the single-threaded runtime but not for a threaded caller.
+    fine for the single-threaded runtime but not for a threaded caller. With
+    ``hold_stdin`` the command's stdin is a pipe this process keeps open, never writing,
+    until the command ends: its end of file tells the command that we are gone (ssh
+    forwards it to the remote side, where the guard of ``SshTarget`` kills the command).
     """
     if not argv:
         raise ValueError("a command needs at least a program name")
@@ -119,29 +136,36 @@ def run(argv: Sequence[str], *, cwd: str | None = None) -> Completed:
             here = os.open(".", os.O_RDONLY)
         except OSError:
             return _run_with_subprocess(argv, cwd)
+    held = os.pipe() if hold_stdin else None
     try:
-        return _run_spawned(argv, cwd, here)
+        return _run_spawned(argv, cwd, here, held)
     finally:
         if here is not None:
             os.close(here)
+        if held is not None:
+            os.close(held[1])  # _run_spawned closes the read end
 
 
-def _run_spawned(argv: Sequence[str], cwd: str | None, here: int | None) -> Completed:
+def _run_spawned(
+    argv: Sequence[str], cwd: str | None, here: int | None, held: tuple[int, int] | None
+) -> Completed:
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
-    if min(out_read, out_write, err_read, err_write) <= 2:
+    descriptors = (out_read, out_write, err_read, err_write, *(held or ()))
+    if min(descriptors) <= 2:
         # A standard descriptor was closed, so a pipe took its number and the spawn's
         # redirections would clobber it. Rare enough to hand to subprocess.
-        for descriptor in (out_read, out_write, err_read, err_write):
+        for descriptor in (out_read, out_write, err_read, err_write, *(held or ())[:1]):
             os.close(descriptor)
         return _run_with_subprocess(argv, cwd)
+    stdin = None if held is None else held[0]
     try:
         if cwd is None or here is None:
-            pid = _spawn(argv, out_write, err_write)
+            pid = _spawn(argv, out_write, err_write, stdin)
         else:
             os.chdir(cwd)
             try:
-                pid = _spawn(argv, out_write, err_write)
+                pid = _spawn(argv, out_write, err_write, stdin)
             finally:
                 os.fchdir(here)
     except BaseException:
@@ -151,6 +175,8 @@ def _run_spawned(argv: Sequence[str], cwd: str | None, here: int | None) -> Comp
     finally:
         os.close(out_write)
         os.close(err_write)
+        if held is not None:
+            os.close(held[0])
     try:
         stdout, stderr = _collect(out_read, err_read)
         _, status = os.waitpid(pid, 0)
@@ -169,14 +195,9 @@ def _run_with_subprocess(argv: Sequence[str], cwd: str | None) -> Completed:
     import subprocess
 
     completed = subprocess.run(
-        list(argv),
-        cwd=cwd,
-        text=True,
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
+        list(argv), cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL, check=False
     )
-    return Completed(completed.returncode, completed.stdout, completed.stderr)
+    return Completed(completed.returncode, _text(completed.stdout), _text(completed.stderr))
 
 
-__all__ = ["Completed", "run"]
+__all__ = ["Completed", "encoded", "run"]

@@ -7,7 +7,7 @@ import sys
 
 from .process import Completed
 from .process import run as _run
-from .requests import host_of, httk_prefix, port_of, text, username_of
+from .requests import flag, host_of, httk_prefix, port_of, text, username_of
 
 # Typing names only: importing typing costs every adapter call start-up time.
 TYPE_CHECKING = False
@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 
         remote: bool
 
-        def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed: ...
+        def run(
+            self, argv: Sequence[str], *, cwd: str | None = None, guard: bool = False
+        ) -> Completed: ...
+
+        def absolute(self, path: str, base: str | None = None) -> str: ...
 
         def httk(self, argv: Sequence[str]) -> list[str]: ...
 
@@ -28,6 +32,28 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 20
 DEFAULT_CONTROL_PERSIST = 60
 _SOCKET_PATH_LIMIT = 104
+#: Sessions one multiplexing master carries at a time: below sshd's default MaxSessions (10),
+#: whose excess sessions are refused (``mux_client_request_session … refused``).
+SESSIONS_PER_MASTER = 8
+#: Masters per destination; beyond MASTERS x SESSIONS_PER_MASTER operations connect directly.
+MASTERS = 4
+#: ssh's own exit status for "could not connect, authenticate or verify the host key".
+SSH_FAILED = 255
+
+# Runs the command with stdin from /dev/null while a watcher reads the ssh channel's stdin,
+# which the runtime holds open and never writes: end of file means the caller is gone (a
+# timeout killed it, or the connection dropped), and the watcher kills the whole process
+# group sshd made for the session, so nothing the command started keeps running. One line,
+# no "!" outside "$!", so that csh-family login shells pass it to sh unchanged.
+GUARD = (
+    'exec 3<&0; (trap "" TERM; while read -r _; do :; done <&3; kill -TERM 0; sleep 2; '
+    'kill -KILL 0) & w=$!; exec 3<&-; "$@" </dev/null; s=$?; kill -KILL "$w" 2>/dev/null; '
+    'exit "$s"'
+)
+
+
+class Unreachable(RuntimeError):
+    """ssh could not reach the target (exit 255): the operation refuses with this message."""
 
 
 class LocalTarget:
@@ -38,8 +64,15 @@ class LocalTarget:
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.settings = settings
 
-    def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, guard: bool = False) -> Completed:
         return _run(argv, cwd=cwd)
+
+    def absolute(self, path: str, base: str | None = None) -> str:
+        """``~`` expanded; a relative path taken from ``base`` (default: the home directory)."""
+        expanded = os.path.expanduser(path)
+        if os.path.isabs(expanded):
+            return os.path.normpath(expanded)
+        return os.path.normpath(os.path.join(base or os.path.expanduser("~"), expanded))
 
     def httk(self, argv: Sequence[str]) -> list[str]:
         if not argv or argv[0] != "httk":
@@ -139,6 +172,11 @@ class SshTarget:
             else None
         )
         self._master_checked = False
+        self._seats: int | None = None
+        self._home: str | None = None
+        # ssh_agent: commands through a process on the target instead of a login each (agent.py)
+        self._agent_wanted = self.persist is not None and flag(settings, "ssh_agent", False)
+        self._agent_path: str | None = None
 
     def base_options(self) -> list[str]:
         options = ["-p", self.port] if self.port is not None else []
@@ -166,6 +204,28 @@ class SshTarget:
             raise ValueError("ssh transport arguments must not contain quotes or backslashes")
         return " ".join(parts)
 
+    def _take_seat(self) -> str | None:
+        """Hold one session seat of one master for this process; its control path, or None.
+
+        Seats are byte-range locks in ``BASE.seats.lock``, released by the kernel when this
+        process ends, so a killed operation never leaks one. With every seat taken the
+        operation connects directly instead of drawing sshd's MaxSessions refusal.
+        """
+        import fcntl
+
+        assert self.control_path is not None
+        fd = os.open(f"{self.control_path}.seats.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        for master in range(MASTERS):
+            for seat in range(SESSIONS_PER_MASTER):
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, master * 64 + seat)
+                except OSError:
+                    continue
+                self._seats = fd  # kept open (and locked) until the process ends
+                return master_path(self.control_path, master)
+        os.close(fd)
+        return None
+
     def ensure_master(self) -> None:
         """Start the multiplexing master once, detached, if the queue opted in and none runs."""
         if self.control_path is None or self._master_checked:
@@ -174,6 +234,10 @@ class SshTarget:
         import contextlib
         import fcntl
         import subprocess
+
+        self.control_path = self._take_seat()
+        if self.control_path is None:
+            return
 
         # One adapter at a time decides whether to start a master: two racing masters would
         # leave the loser running as a plain background connection.
@@ -207,11 +271,123 @@ class SshTarget:
                 check=False,
             )
 
-    def run(self, argv: Sequence[str], *, cwd: str | None = None) -> Completed:
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, guard: bool = False) -> Completed:
+        """Run ``argv`` on the remote side.
+
+        With ``guard`` the command runs under :data:`GUARD`: when this process (or the
+        connection) goes away, the remote command's process group is killed with it.
+        """
+        self.ensure_master()
+        if self._agent_wanted:
+            path = self._ensure_agent()
+            if path is not None:
+                from . import agent
+
+                answer = agent.run(path, argv, cwd)
+                if answer is not None:
+                    return answer
+        return self._session(argv, cwd=cwd, guard=guard)
+
+    def _session(
+        self, argv: Sequence[str], *, cwd: str | None = None, guard: bool = False
+    ) -> Completed:
+        """``argv`` in a new ssh session (the login shell parses the quoted command)."""
         self.ensure_master()
         from .quoting import shell_command  # local commands never need a shell string
 
-        return _run([*self.transport(), "--", self.destination, shell_command(argv, cwd=cwd)])
+        words = ["sh", "-c", GUARD, "sh", *argv] if guard else list(argv)
+        return _run(
+            [*self.transport(), "--", self.destination, shell_command(words, cwd=cwd)],
+            hold_stdin=guard,
+        )
+
+    def reachable(self) -> Completed:
+        """``true`` on the remote side: exit 0, or ssh's 255 with its reason on stderr."""
+        return self._session(["true"])
+
+    def _ensure_agent(self) -> str | None:
+        """The local socket of a running command agent, starting one if needed; else None.
+
+        A failed start is remembered beside the master (``.agent-failed``, newer than the
+        socket), so a target without python3 costs the attempt once per master, not per call.
+        """
+        if self._agent_path is not None or self.control_path is None:
+            return self._agent_path or None
+        import contextlib
+        import fcntl
+        import time
+
+        from . import agent
+
+        local = agent.local_socket(self.control_path)
+        failed = f"{self.control_path}.agent-failed"
+        self._agent_path = ""
+        if not _socket_answers(self.control_path):
+            return None  # no master: nothing to forward through
+        if agent.ping(local):
+            self._agent_path = local
+            return local
+        with contextlib.suppress(OSError):
+            if os.stat(failed).st_mtime >= os.stat(self.control_path).st_mtime:
+                return None
+        with open(f"{self.control_path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if agent.ping(local):
+                self._agent_path = local
+                return local
+            remote = agent.remote_socket(self.home(), self.control_path)
+            start = 'command -v python3 >/dev/null && { "$@" </dev/null >/dev/null 2>&1 & }'
+            self._session(
+                ["sh", "-c", start, "sh", "python3", "-c", agent.AGENT, remote, str(self.persist)]
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)
+            _run(
+                [
+                    *self.transport(),
+                    "-O",
+                    "forward",
+                    "-L",
+                    f"{local}:{remote}",
+                    "--",
+                    self.destination,
+                ]
+            )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if agent.ping(local):
+                    self._agent_path = local
+                    return local
+                time.sleep(0.05)
+            with open(failed, "w"):
+                pass
+        return None
+
+    def home(self) -> str:
+        """The remote login directory, where ssh starts commands and rsync's relative paths."""
+        if self._home is None:
+            answer = self._session(["pwd"])
+            if answer.returncode == SSH_FAILED:
+                raise Unreachable(
+                    f"cannot reach {self.destination}: {answer.stderr.strip() or SSH_FAILED}"
+                )
+            home = answer.stdout.strip()
+            if answer.returncode != 0 or not home.startswith("/"):
+                raise RuntimeError(
+                    f"cannot read the home directory on {self.destination}: "
+                    f"{answer.stderr.strip() or answer.returncode}"
+                )
+            self._home = home
+        return self._home
+
+    def absolute(self, path: str, base: str | None = None) -> str:
+        """A remote path made absolute: ``~`` and relative paths are the login directory's."""
+        import posixpath
+
+        if path.startswith("/"):
+            return posixpath.normpath(path)
+        rest = home_relative(path)
+        return posixpath.normpath(posixpath.join(base or self.home(), rest))
 
     def httk(self, argv: Sequence[str]) -> list[str]:
         prefix = httk_prefix(self.settings)
@@ -220,5 +396,59 @@ class SshTarget:
         return list(argv)
 
 
+def master_path(base: str, master: int) -> str:
+    """The control socket of master number ``master`` (the first keeps the plain name)."""
+    return base if master == 0 else f"{base}-{master}"
+
+
+def home_relative(path: str) -> str:
+    """A remote ``~``/``~/x`` written relative to the login directory (``.``/``x``).
+
+    No shell expands ``~`` in a quoted word or in rsync's protected arguments, so a
+    workspace ``~/runs`` would otherwise become a directory literally named ``~``.
+    """
+    if path == "~":
+        return "."
+    if path.startswith("~/"):
+        return path[2:].lstrip("/") or "."
+    if path.startswith("~"):
+        raise ValueError(f"a path starting with ~user is not supported on the remote: {path!r}")
+    return path
+
+
 def target_for(kind: str, settings: Mapping[str, Any]) -> LocalTarget | SshTarget:
     return SshTarget(settings) if kind == "ssh-slurm" else LocalTarget(settings)
+
+
+def close_masters(settings: Mapping[str, Any]) -> list[str]:
+    """Ask every multiplexing master of this queue's destination to exit; the sockets closed.
+
+    Harmless when none runs. The operator's way to drop a connection at once instead of
+    waiting ``ssh_multiplex`` seconds (after changing keys, say, or leaving a network).
+    """
+    import subprocess
+
+    target = SshTarget({**settings, "ssh_multiplex": "yes"})
+    assert target.control_path is not None
+    closed = []
+    for master in range(MASTERS):
+        path = master_path(target.control_path, master)
+        if not _socket_answers(path):
+            continue
+        subprocess.run(
+            [
+                "ssh",
+                *target.base_options(),
+                "-o",
+                f"ControlPath={path}",
+                "-O",
+                "exit",
+                "--",
+                target.destination,
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+        closed.append(path)
+    return closed

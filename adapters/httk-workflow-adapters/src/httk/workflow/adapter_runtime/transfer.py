@@ -92,6 +92,15 @@ def _local_operand(path: str) -> str:
     return path if path.startswith("/") else f"./{path}"
 
 
+def files_list(files: list[str]) -> bytes:
+    """The ``--files-from`` list: NUL-separated, every name anchored with ``./``.
+
+    rsync skips list lines starting with ``#`` or ``;`` as comments, with ``--from0``
+    too, so ``#hash`` was silently left behind; ``./#hash`` names the same file.
+    """
+    return b"".join(f"./{item}".encode("utf-8", "surrogateescape") + b"\0" for item in files)
+
+
 def _make_parent(target: SshTarget, destination: str, *, directory: bool, push: bool) -> None:
     parent = destination.rstrip("/") if directory else str(Path(destination).parent)
     if not parent:
@@ -112,10 +121,17 @@ def rsync(
     directory: bool,
     files: list[str] | None,
     push: bool,
+    progress: bool = False,
 ) -> None:
-    """Transfer with ``--archive --protect-args``; file names never pass through a shell."""
+    """Transfer with ``--archive --protect-args``; file names never pass through a shell.
+
+    With ``progress`` rsync's overall progress goes to this process's stderr as it
+    happens (the caller streams it to a terminal), not into the captured output.
+    """
     target.ensure_master()
     argv = ["rsync", "--archive", "--protect-args", "-e", target.rsync_shell()]
+    if progress:
+        argv.append("--info=progress2")
     if rsync_has_mkpath():
         argv.append("--mkpath")
     else:
@@ -125,9 +141,9 @@ def rsync(
         if files is not None:
             directory = True
             fd, list_path = tempfile.mkstemp(prefix="httk-adapter-files-", suffix=".txt")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.writelines(f"{item}\n" for item in files)
-            argv.append(f"--files-from={list_path}")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(files_list(files))
+            argv += ["--from0", f"--files-from={list_path}"]
         local, remote = (source, destination) if push else (destination, source)
         suffix = "/" if directory else ""
         local_operand = _local_operand(local.rstrip("/") + suffix if directory else local)
@@ -135,13 +151,21 @@ def rsync(
             f"{target.destination}:{remote.rstrip('/') + suffix if directory else remote}"
         )
         argv += [local_operand, remote_operand] if push else [remote_operand, local_operand]
+        sys.stderr.flush()
         completed = subprocess.run(
-            argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+            argv,
+            stdout=sys.stderr.fileno() if progress else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="surrogateescape",
+            stdin=subprocess.DEVNULL,
+            check=False,
         )
     finally:
         if list_path is not None:
             Path(list_path).unlink(missing_ok=True)
+    if completed.returncode != 0:
+        # The message carries rsync's stderr; forwarding it as well printed it twice.
+        raise RuntimeError(f"rsync failed ({completed.returncode}): {completed.stderr.strip()}")
     if completed.stderr:
         sys.stderr.write(completed.stderr)
-    if completed.returncode != 0:
-        raise RuntimeError(f"rsync failed ({completed.returncode}): {completed.stderr.strip()}")

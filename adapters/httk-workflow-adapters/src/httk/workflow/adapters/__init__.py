@@ -4,6 +4,7 @@ A bundle is a directory holding ``remote.json`` and one executable named ``adapt
 every operation httk-workflow performs on another machine is one JSON request to that
 executable and one JSON result back. This package validates and resolves bundles,
 keeps queue settings apart from credentials, and runs operations (:func:`run_adapter`).
+What can go wrong is drawn in :mod:`httk.workflow.adapters.errors`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ from .constants import (
     RESULT_FORMAT,
 )
 from .describe import describe_remote, remove_remote
+from .errors import (
+    AdapterCrashed,
+    AdapterError,
+    AdapterRefused,
+    AdapterResultError,
+    AdapterTimeout,
+    BundleError,
+    InsecureCredentialsWarning,
+    InvalidRemoteName,
+    RemoteUnreachable,
+    UnknownRemote,
+)
 from .legacy import import_v1_remote
 from .run import run_adapter
 from .settings import queue_settings, read_credentials, split_settings, store_credentials
@@ -47,7 +60,17 @@ __all__ = [
     "PERSISTABLE_QUEUE_SETTINGS",
     "REQUEST_FORMAT",
     "RESULT_FORMAT",
+    "AdapterCrashed",
+    "AdapterError",
+    "AdapterRefused",
+    "AdapterResultError",
+    "AdapterTimeout",
+    "BundleError",
+    "InsecureCredentialsWarning",
+    "InvalidRemoteName",
     "RemoteTarget",
+    "RemoteUnreachable",
+    "UnknownRemote",
     "__version__",
     "add_remote",
     "config_home",

@@ -8,15 +8,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .errors import BundleError
+
 
 def read_json_object(path: Path, what: str = "adapter JSON") -> dict[str, Any]:
     """Parse ``path`` as one JSON object, naming the file in every error."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {what} {path}: {exc}") from exc
+        raise BundleError(f"cannot read {what} {path}: {exc}") from exc
     if not isinstance(document, dict):
-        raise ValueError(f"{what} must be an object: {path}")
+        raise BundleError(f"{what} must be an object: {path}")
     return document
 
 
@@ -27,6 +29,11 @@ def write_json_atomic(path: Path, document: object, *, mode: int | None = None) 
     is never readable by others, not even for an instant.
     """
     text = json.dumps(document, sort_keys=True, separators=(",", ":")) + "\n"
+    return write_text_atomic(path, text, mode=mode)
+
+
+def write_text_atomic(path: Path, text: str, *, mode: int | None = None) -> Path:
+    """Write ``text`` through a temp file in the same directory, then rename it into place."""
     if mode is None:
         # mkstemp makes 0600 files; a shareable document keeps its mode (or gets 0644).
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644

@@ -20,6 +20,7 @@ from .constants import (
     MAINTAINED_TEMPLATES,
     METADATA_FILE,
 )
+from .errors import BundleError, InvalidRemoteName, UnknownRemote
 
 PROJECT_DIRECTORY = ".httk-project"
 PROJECT_FILE = "project.json"
@@ -52,37 +53,42 @@ def validate_adapter_bundle(bundle: str | os.PathLike[str]) -> dict[str, Any]:
     root = Path(bundle).expanduser().resolve()
     metadata = read_metadata(root)
     if metadata.get("format") != ADAPTER_FORMAT or metadata.get("format_version") != FORMAT_VERSION:
-        raise ValueError("remote.json must use httk-computer-adapter format version 1")
+        raise BundleError("remote.json must use httk-computer-adapter format version 1")
     version = metadata.get("adapter_version")
     if version != ADAPTER_VERSION or isinstance(version, bool):
-        raise ValueError(f"unsupported remote adapter version: {version!r}")
+        raise BundleError(f"unsupported remote adapter version: {version!r}")
     executable = root / ADAPTER_EXECUTABLE
     if not executable.is_file() or not os.access(executable, os.X_OK):
-        raise ValueError(f"adapter executable is not runnable: {executable}")
+        raise BundleError(f"adapter executable is not runnable: {executable}")
     queues = metadata.get("queues", {"default": {}})
     if not isinstance(queues, Mapping) or not queues:
-        raise ValueError("remote adapter must configure at least one queue")
+        raise BundleError("remote adapter must configure at least one queue")
     if not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in queues.items()):
-        raise ValueError("remote adapter queues must map names to objects")
+        raise BundleError("remote adapter queues must map names to objects")
     timeout = metadata.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError("adapter timeout_seconds must be positive")
+        raise BundleError("adapter timeout_seconds must be positive")
     binaries = metadata.get("required_binaries", [])
     if isinstance(binaries, str | bytes) or not isinstance(binaries, Sequence):
-        raise ValueError("required_binaries must be an array")
+        raise BundleError("required_binaries must be an array")
     for binary in binaries:
         if not isinstance(binary, str) or not binary:
-            raise ValueError("required_binaries entries must be nonempty strings")
+            raise BundleError("required_binaries entries must be nonempty strings")
     for binary in binaries:
         if shutil.which(binary) is None:
-            raise ValueError(f"required adapter binary is unavailable: {binary}")
+            raise BundleError(f"required adapter binary is unavailable: {binary}")
     return metadata
 
 
 def check_remote_name(name: str) -> str:
     """A remote's name is one directory entry below a remotes root, never a path."""
     if not name or "/" in name or name in {".", ".."}:
-        raise ValueError("invalid remote name")
+        raise InvalidRemoteName("invalid remote name")
+    if ":" in name or any(ch < " " or ch == "\x7f" for ch in name):
+        # NAME:QUEUE is split on the first colon, so such a remote could never be named again.
+        raise InvalidRemoteName(
+            f"invalid remote name: {name!r} (':' separates NAME:QUEUE; no control characters)"
+        )
     return name
 
 
@@ -90,9 +96,9 @@ def split_remote(value: str) -> tuple[str, str | None]:
     """``NAME`` or ``NAME:QUEUE``, split on the first colon."""
     name, colon, queue = value.partition(":")
     if not name:
-        raise ValueError("remote name cannot be empty")
+        raise BundleError("remote name cannot be empty")
     if colon and not queue:
-        raise ValueError("queue name cannot be empty")
+        raise BundleError("queue name cannot be empty")
     return name, (queue if colon else None)
 
 
@@ -155,9 +161,9 @@ def resolve_remote(value: str, *, project: str | os.PathLike[str] | None = None)
         chosen = queue or project_default_queue(project_root) or "default"
         queues = metadata.get("queues", {})
         if not isinstance(queues, Mapping) or chosen not in queues:
-            raise ValueError(f"remote {name!r} does not configure queue {chosen!r}")
+            raise BundleError(f"remote {name!r} does not configure queue {chosen!r}")
         return RemoteTarget(name, chosen, bundle, project_local)
-    raise ValueError(f"unknown remote: {name}")
+    raise UnknownRemote(f"unknown remote: {name}")
 
 
 def list_remotes(project: str | os.PathLike[str] | None = None) -> list[dict[str, str]]:
@@ -179,7 +185,7 @@ def list_remotes(project: str | os.PathLike[str] | None = None) -> list[dict[str
 def template_path(template: str) -> Path:
     """The packaged template directory for a maintained kind."""
     if template not in MAINTAINED_TEMPLATES:
-        raise ValueError(f"unknown maintained remote template: {template}")
+        raise BundleError(f"unknown maintained remote template: {template}")
     return TEMPLATES / template
 
 
@@ -198,7 +204,7 @@ def add_remote(
     else:
         project_root = discover_project(project)
         if project_root is None:
-            raise ValueError("a project is required unless --global is used")
+            raise BundleError("a project is required unless --global is used")
         destination = project_remote_roots(project_root)[0] / name
     if destination.exists():
         raise FileExistsError(destination)
@@ -210,6 +216,9 @@ def add_remote(
         # An installer that dropped the mode bit must not leave an unusable bundle.
         (staging / ADAPTER_EXECUTABLE).chmod(0o755)
         staging.chmod(0o755)
+        from .settings import ignore_credentials  # settings imports this module
+
+        ignore_credentials(staging)
         validate_adapter_bundle(staging)
         staging.rename(destination)
     except BaseException:

@@ -2,31 +2,52 @@
 
 The same command tree as upstream's ``httk workflow remote|transfer``, under its own
 console script so it never collides with httk-core's ``httk`` (see docs/httk/cli.md).
-Every failure is one line on stderr and exit status 2.
+Every failure is reported on stderr (``PROG: MESSAGE``) with exit status 2.
+
+A little over 500 lines: the contract's command tree is kept in one place so it reads as the
+reference does; the operator commands are in :mod:`.operator_cli`, terminal handling in
+:mod:`._console`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from .bundles import add_remote, list_remotes, resolve_remote
+from .__about__ import __version__
+from ._console import (
+    Terminated,
+    error_lines,
+    terminating_like_interrupt,
+    warnings_as_lines,
+    write_exact,
+)
+from .bundles import add_remote, resolve_remote
 from .constants import MAINTAINED_TEMPLATES
 from .describe import describe_remote, remove_remote
 from .legacy import import_v1_remote
 from .run import run_adapter
-from .settings import parse_assignments, persist_settings
+from .settings import parse_assignments, persist_settings, unset_settings
 
 PROG = "httk-workflow"
-REMOTE_ACTIONS = ("list", "add", "configure", "install", "import-v1", "show", "remove")
+REMOTE_ACTIONS = (
+    "list",
+    "add",
+    "configure",
+    "install",
+    "import-v1",
+    "show",
+    "remove",
+    "doctor",
+    "queue",
+    "disconnect",
+)
 TRANSFER_ACTIONS = ("status", "start-manager", "push", "pull", "invoke")
+MANAGER_ACTIONS = ("list", "cancel")
 REMOTE_STATUS_COMMAND = ("httk", "workflow", "workspace", "status")
 REMOTE_MANAGER_COMMAND = ("httk", "workflow", "manager", "run")
 _ENVELOPE = frozenset({"format", "format_version", "operation", "ok"})
@@ -81,17 +102,10 @@ def _interactive(args: argparse.Namespace) -> bool:
 # --- remote -----------------------------------------------------------------------------
 
 
-def _remote_list(args: argparse.Namespace) -> int:
-    rows = list_remotes(args.project)
-    if args.json:
-        _print_json(rows)
-    elif not rows:
-        _out().write("no remotes; add one with: httk-workflow remote add NAME --template local\n")
-    else:
-        width = max(len(row["name"]) for row in rows) + 2
-        for row in rows:
-            _out().write(f"{row['name']:<{width}}{row['scope']:<9}{row['path']}\n")
-    return 0
+def _remote_list_rows(args: argparse.Namespace) -> int:
+    from .operator_cli import _remote_list as with_kind_and_validity
+
+    return with_kind_and_validity(args)
 
 
 def _remote_add(args: argparse.Namespace) -> int:
@@ -115,8 +129,25 @@ def _remote_add(args: argparse.Namespace) -> int:
 
 
 def _remote_configure(args: argparse.Namespace) -> int:
+    from .operator_cli import secret_settings
+
     target = resolve_remote(args.remote, project=args.project)
     settings = parse_assignments(args.set)
+    settings.update(secret_settings(args))
+    unset = list(getattr(args, "unset", None) or [])
+    clash = sorted(set(unset) & set(settings))
+    if clash:
+        raise CLIError(f"{', '.join(clash)}: both set and unset")
+    if unset and not settings:
+        # Removing needs no check by the adapter: nothing new has to work.
+        removed = unset_settings(target.bundle, target.queue, unset)
+        if args.json:
+            _print_json({"queue": target.queue, "unset": removed})
+        else:
+            for where, keys in removed.items():
+                for key in keys:
+                    _out().write(f"unset {key} (from {where})\n")
+        return 0
     result = run_adapter(
         target.bundle,
         args.action,
@@ -131,6 +162,8 @@ def _remote_configure(args: argparse.Namespace) -> int:
                 "values there are excluded from signed project manifests",
                 file=sys.stderr,
             )
+    if args.action == "configure" and unset:
+        result["unset"] = unset_settings(target.bundle, target.queue, unset)
     if args.json:
         _print_json(result)
     else:
@@ -219,8 +252,8 @@ def _report_command(args: argparse.Namespace, result: Mapping[str, Any]) -> int:
     if args.json:
         _print_json(result)
         return 0
-    _out().write(str(result.get("stdout", "")))
-    sys.stderr.write(str(result.get("stderr", "")))
+    write_exact(_out(), str(result.get("stdout", "")))
+    write_exact(sys.stderr, str(result.get("stderr", "")))
     code = result.get("returncode", 0)
     return code if isinstance(code, int) and 0 <= code < 256 else 1
 
@@ -276,7 +309,19 @@ def _transfer_move(args: argparse.Namespace) -> int:
         request["files"] = files
     if args.directory is not None:
         request["directory"] = args.directory
-    result = run_adapter(target.bundle, args.action, request, timeout=args.adapter_timeout)
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    on_stderr = None
+    if progress and not args.json:
+        request["progress"] = True
+
+        def on_stderr(data: bytes) -> None:
+            sys.stderr.flush()
+            sys.stderr.buffer.write(data)
+            sys.stderr.buffer.flush()
+
+    result = run_adapter(
+        target.bundle, args.action, request, timeout=args.adapter_timeout, on_stderr=on_stderr
+    )
     if args.json:
         _print_json(result)
     elif "path" not in result:
@@ -319,9 +364,12 @@ def _remote_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    from .operator_cli import add_secret_options, register  # it imports this module
+
     parser = _Parser(
         prog=prog, description="Manage httk-workflow remote adapters and drive their operations."
     )
+    parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     parser.add_argument(
         "--project",
         metavar="DIR",
@@ -331,11 +379,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     remote = groups.add_parser("remote", help="add, configure, inspect and remove remotes")
     remote.set_defaults(group_parser=remote)
-    actions = remote.add_subparsers(dest="action", metavar="ACTION")
+    actions = remote_actions = remote.add_subparsers(dest="action", metavar="ACTION")
 
     p = actions.add_parser("list", help="list remotes of the project and the global scope")
     _common(p)
-    p.set_defaults(handler=_remote_list)
+    p.set_defaults(handler=_remote_list_rows)
 
     p = actions.add_parser("add", help="add a remote from a maintained template")
     p.add_argument("name", help="the new remote's name")
@@ -365,6 +413,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         p = actions.add_parser(name, help=helptext)
         _remote_arg(p)
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help)
+        add_secret_options(p)
+        if name == "configure":
+            p.add_argument(
+                "--unset",
+                action="append",
+                metavar="KEY",
+                help="remove a setting or credential of the queue (repeatable)",
+            )
         _common(p, timeout=True)
         p.set_defaults(handler=_remote_configure)
 
@@ -431,6 +487,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
             default=None,
             help="whether SOURCE's contents are transferred (default: inferred)",
         )
+        p.add_argument(
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="show rsync's progress (default: when stderr is a terminal)",
+        )
         _common(p, timeout=True)
         p.set_defaults(handler=_transfer_move)
 
@@ -439,6 +501,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--cwd", help="the directory to run it in")
     _common(p, timeout=True)
     p.set_defaults(handler=_transfer_invoke)
+
+    register(remote_actions, groups)
     return parser
 
 
@@ -460,51 +524,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         (getattr(args, "group_parser", None) or parser).print_help()
         return 0
     try:
-        with _terminating_like_interrupt():
+        with terminating_like_interrupt(), warnings_as_lines(prog):
             return handler(args)
     except (OSError, ValueError, RuntimeError, TimeoutError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{prog}: {message}", file=sys.stderr)
+        print(f"{prog}: {error_lines(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except _Terminated as terminated:
+    except Terminated as terminated:
         print(f"{prog}: terminated", file=sys.stderr)
         return 128 + terminated.signum
-
-
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so cleanup code runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _terminating_like_interrupt() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into :class:`_Terminated` while a handler runs.
-
-    The adapter runs in its own session, so signals meant for this command never reach
-    it; without this, ``kill`` or a closed terminal ended the CLI at once and left the
-    adapter (rsync, ssh, sbatch …) running and its request file — credentials included —
-    behind. Unwinding instead lets ``run_adapter`` kill the adapter's process group and
-    remove the file. A signal the caller ignores (``nohup``) stays ignored.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminate(signum: int, _frame: object) -> None:
-        raise _Terminated(signum)
-
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            previous[signum] = signal.signal(signum, terminate)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -23,7 +23,7 @@ FORMAT_VERSION = 1
 ADAPTER_VERSION = 1
 
 #: Queue settings stored in the shareable ``remote.json``; every other key is a credential.
-#: ``ssh_multiplex`` is this distribution's one addition to the release it follows.
+#: ``ssh_multiplex`` and ``ssh_agent`` are this distribution's additions to the release it follows.
 PERSISTABLE_QUEUE_SETTINGS: frozenset[str] = frozenset(
     {
         "account",
@@ -37,6 +37,7 @@ PERSISTABLE_QUEUE_SETTINGS: frozenset[str] = frozenset(
         "partition",
         "port",
         "reservation",
+        "ssh_agent",
         "ssh_multiplex",
         "time_limit",
         "username",

@@ -18,6 +18,7 @@ from .bundles import (
     validate_adapter_bundle,
 )
 from .constants import ADAPTER_EXECUTABLE, CREDENTIALS_FILE, DEFAULT_TIMEOUT_SECONDS, METADATA_FILE
+from .errors import UnknownRemote
 from .settings import credentials_path, read_credentials
 
 DESCRIPTION_FORMAT = "httk-remote-description"
@@ -34,7 +35,7 @@ def find_bundle(name: str, *, project: str | os.PathLike[str] | None = None) -> 
     for bundle, project_local in _candidates(bare, discover_project(project)):
         if bundle.is_dir():
             return bundle, project_local
-    raise ValueError(f"unknown remote: {bare}")
+    raise UnknownRemote(f"unknown remote: {bare}")
 
 
 def describe_remote(name: str, *, project: str | os.PathLike[str] | None = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from ._jsonio import write_json_atomic
 from .bundles import add_remote, read_metadata
 from .constants import METADATA_FILE
+from .errors import BundleError
 
 LEGACY_EXECUTABLES = ("command", "install", "push", "pull", "start-taskmgr", "config")
 _LEGACY_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -27,12 +28,12 @@ def parse_legacy_config(path: Path) -> dict[str, str]:
         try:
             tokens = shlex.split(line, comments=True)
         except ValueError as exc:
-            raise ValueError(f"unsafe legacy adapter configuration at {path}:{number}") from exc
+            raise BundleError(f"unsafe legacy adapter configuration at {path}:{number}") from exc
         if not tokens:
             continue
         name, equals, value = tokens[0].partition("=")
         if len(tokens) != 1 or not equals or not _LEGACY_NAME.fullmatch(name):
-            raise ValueError(
+            raise BundleError(
                 f"legacy adapter configuration is not a simple assignment at {path}:{number}"
             )
         values[name] = value
@@ -46,7 +47,7 @@ def _template(config: dict[str, str]) -> str:
         return "local-slurm"
     if "LOCAL_HTTK_DIR" in config:
         return "local"
-    raise ValueError("legacy computer definition cannot be mapped to a maintained adapter")
+    raise BundleError("legacy computer definition cannot be mapped to a maintained adapter")
 
 
 def import_v1_remote(
@@ -59,7 +60,7 @@ def import_v1_remote(
     """Map a v1 definition onto a maintained template; its scripts are never copied or run."""
     root = Path(source).expanduser().resolve()
     if not all((root / item).is_file() for item in LEGACY_EXECUTABLES):
-        raise ValueError(
+        raise BundleError(
             "legacy computer definition does not contain the recognized executable set"
         )
     config = parse_legacy_config(root / "config")
@@ -68,7 +69,7 @@ def import_v1_remote(
     for path in sorted([root / "config", *root.glob("config.*")]):
         queue = "default" if path.name == "config" else path.name.removeprefix("config.")
         if not _QUEUE_NAME.fullmatch(queue):
-            raise ValueError(f"invalid legacy queue name: {queue!r}")
+            raise BundleError(f"invalid legacy queue name: {queue!r}")
         legacy = dict(config) if queue == "default" else {**config, **parse_legacy_config(path)}
         row: dict[str, Any] = {"legacy_settings": legacy}
         base = legacy.get("REMOTE_HTTK_DIR" if template == "ssh-slurm" else "LOCAL_HTTK_DIR")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import os
@@ -13,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,14 @@ from .constants import (
     FORMAT_VERSION,
     REQUEST_FORMAT,
     RESULT_FORMAT,
+)
+from .errors import (
+    AdapterCrashed,
+    AdapterRefused,
+    AdapterResultError,
+    AdapterTimeout,
+    BundleError,
+    RemoteUnreachable,
 )
 from .settings import queue_settings
 
@@ -104,9 +111,16 @@ def _expired(deadline: float) -> bool:
 
 
 def _read_until_closed(
-    process: subprocess.Popen[bytes], stdout: int, stderr: int, deadline: float
+    process: subprocess.Popen[bytes],
+    stdout: int,
+    stderr: int,
+    deadline: float,
+    on_stderr: Callable[[bytes], object] | None = None,
 ) -> tuple[bytes, bytes]:
-    """Both pipes to their end, or ``subprocess.TimeoutExpired`` at the deadline."""
+    """Both pipes to their end, or ``subprocess.TimeoutExpired`` at the deadline.
+
+    ``on_stderr`` sees each piece of stderr as it arrives (a transfer's progress).
+    """
     chunks: dict[int, list[bytes]] = {stdout: [], stderr: []}
     poller = select.poll()
     for descriptor in chunks:
@@ -118,6 +132,8 @@ def _read_until_closed(
             raise subprocess.TimeoutExpired(process.args, 0)
         for descriptor, _ in events:
             data = os.read(descriptor, 65536)
+            if data and on_stderr is not None and descriptor == stderr:
+                on_stderr(data)
             if data:
                 chunks[descriptor].append(data)
             else:
@@ -150,11 +166,17 @@ def _wait_for_exit(process: subprocess.Popen[bytes], deadline: float) -> None:
 
 
 def _text(data: bytes) -> str:
-    # As text=True would decode: the locale's encoding, universal newlines.
-    return io.TextIOWrapper(io.BytesIO(data)).read()
+    # The result is ASCII JSON; stderr is kept byte for byte (CR included, bad UTF-8 as
+    # surrogates), as the runtime keeps a command's output.
+    return data.decode("utf-8", "surrogateescape")
 
 
-def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str, str]:
+def _execute(
+    command: list[str],
+    limit: float,
+    operation: str,
+    on_stderr: Callable[[bytes], object] | None = None,
+) -> tuple[int, str, str]:
     deadline = time.monotonic() + limit
     process = subprocess.Popen(
         command,
@@ -168,7 +190,7 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
     assert process.stderr is not None
     pipes = process.stdout.fileno(), process.stderr.fileno()
     try:
-        stdout, stderr = _read_until_closed(process, *pipes, deadline)
+        stdout, stderr = _read_until_closed(process, *pipes, deadline, on_stderr)
         _wait_for_exit(process, deadline)
     except subprocess.TimeoutExpired:
         _kill_group(process)
@@ -179,7 +201,9 @@ def _execute(command: list[str], limit: float, operation: str) -> tuple[int, str
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        raise TimeoutError(f"adapter {operation} exceeded {limit:g} seconds") from None
+        raise AdapterTimeout(
+            f"adapter {operation} exceeded {limit:g} seconds", operation=operation, seconds=limit
+        ) from None
     except BaseException:
         _kill_group(process)
         process.wait()
@@ -196,20 +220,22 @@ def parse_result(operation: str, stdout: str) -> dict[str, Any]:
     try:
         result, end = json.JSONDecoder().raw_decode(text)
     except ValueError:
-        raise ValueError(f"adapter {operation} did not emit exactly one JSON result") from None
+        raise AdapterResultError(
+            f"adapter {operation} did not emit exactly one JSON result"
+        ) from None
     if end != len(text):
-        raise ValueError(f"adapter {operation} did not emit exactly one JSON result")
+        raise AdapterResultError(f"adapter {operation} did not emit exactly one JSON result")
     if not isinstance(result, dict):
-        raise ValueError(f"adapter {operation} result must be a JSON object")
+        raise AdapterResultError(f"adapter {operation} result must be a JSON object")
     version = result.get("format_version")
     if (
         result.get("format") != RESULT_FORMAT
         or version != FORMAT_VERSION
         or isinstance(version, bool)
     ):
-        raise ValueError(f"adapter {operation} returned an unsupported result")
+        raise AdapterResultError(f"adapter {operation} returned an unsupported result")
     if result.get("operation") != operation:
-        raise ValueError(f"adapter result operation disagrees with request: {operation}")
+        raise AdapterResultError(f"adapter result operation disagrees with request: {operation}")
     return result
 
 
@@ -219,34 +245,48 @@ def run_adapter(
     request: Mapping[str, Any],
     *,
     timeout: float | None = None,
+    on_stderr: Callable[[bytes], object] | None = None,
 ) -> dict[str, Any]:
     """Run one operation through the bundle's ``adapter`` and return its checked result.
 
-    Raises ``TimeoutError`` when the operation overruns (its process group is killed),
-    ``RuntimeError`` for a refusal (the adapter's ``error``) or a crash (non-zero exit),
-    ``ValueError`` for a malformed result or bundle.
+    ``on_stderr``, if given, is called with each piece of the adapter's stderr as it
+    arrives (the CLI shows a transfer's progress with it); ``diagnostics`` still has all.
+
+    Raises :class:`~.errors.AdapterTimeout` (a ``TimeoutError``) when the operation overruns
+    (its process group is killed), :class:`~.errors.AdapterRefused` for a refusal (the
+    adapter's ``error``) and :class:`~.errors.AdapterCrashed` for a non-zero exit (both
+    ``RuntimeError``), :class:`~.errors.AdapterResultError` or
+    :class:`~.errors.BundleError` (both ``ValueError``) for a malformed result or bundle.
     """
     if operation not in ADAPTER_OPERATIONS:
-        raise ValueError(f"unknown adapter operation: {operation}")
+        raise BundleError(f"unknown adapter operation: {operation}")
     root = Path(bundle).expanduser().resolve()
     metadata = validate_adapter_bundle(root)
     limit = float(
         metadata.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS) if timeout is None else timeout
     )
     if not limit > 0:
-        raise ValueError("adapter timeout must be positive")
+        raise BundleError("adapter timeout must be positive")
     request_path = _write_request(build_request(root, operation, request))
     try:
         returncode, stdout, stderr = _execute(
-            [str(root / ADAPTER_EXECUTABLE), request_path], limit, operation
+            [str(root / ADAPTER_EXECUTABLE), request_path], limit, operation, on_stderr
         )
     finally:
         Path(request_path).unlink(missing_ok=True)
     if returncode != 0:
-        raise RuntimeError(f"adapter {operation} failed ({returncode}): {stderr.strip()}")
+        raise AdapterCrashed(
+            f"adapter {operation} failed ({returncode}): {stderr.strip()}",
+            operation=operation,
+            returncode=returncode,
+            stderr=stderr,
+        )
     result = parse_result(operation, stdout)
     if result.get("ok") is not True:
-        raise RuntimeError(str(result.get("error", f"adapter {operation} reported failure")))
+        message = str(result.get("error", f"adapter {operation} reported failure"))
+        # "refusal" is this runtime's addition to the refusal document; others omit it.
+        refused = RemoteUnreachable if result.get("refusal") == "unreachable" else AdapterRefused
+        raise refused(message, operation=operation)
     if stderr:
         result["diagnostics"] = stderr
     return result

@@ -82,6 +82,8 @@ class KubernetesExecutionBackend(ExecutionBackend):
     name: ClassVar[str] = "kubernetes"
     input_digest_verification = "task"
     adopts_submissions: ClassVar[bool] = True
+    #: Imported on first use only; the registry checks they are installed (``altar backends``).
+    requires: ClassVar[tuple[str, ...]] = ("kubernetes",)
     #: Pauses between create attempts while an old Job is being replaced (about a minute).
     recreate_waits_s: ClassVar[tuple[float, ...]] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0)
     log_tail_lines: ClassVar[int] = 20

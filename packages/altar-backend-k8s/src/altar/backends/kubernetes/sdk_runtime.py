@@ -10,6 +10,7 @@ client 37 (pydantic models; ``delete_namespaced_job`` returns a dict).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import threading
@@ -26,7 +27,7 @@ from altar.backends.kubernetes.values import (
     PropagationPolicy,
 )
 from altar.backends.kubernetes.wire import job_info_from_object, pod_info_from_object
-from altar.execution import BackendUnavailableError
+from altar.execution import BackendImportError, BackendUnavailableError
 
 __all__ = ["ClientRuntime"]
 
@@ -44,6 +45,13 @@ def _status_body(error: Any) -> dict[str, Any]:
             return {"message": body[:500]}
         return value if isinstance(value, dict) else {}
     return {}
+
+
+def _client_installed() -> bool:
+    try:
+        return importlib.util.find_spec("kubernetes") is not None
+    except ValueError:  # imported already, without a spec (a stand-in module)
+        return True
 
 
 class ClientRuntime:
@@ -68,6 +76,13 @@ class ClientRuntime:
         max_throttle_wait_s: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        # The client is imported on first use; a missing one is said here, with the fix, rather
+        # than as a bare ModuleNotFoundError from a worker thread on the first request.
+        if not _client_installed():
+            raise BackendImportError(
+                "backend 'kubernetes' needs the kubernetes client, which is not installed; "
+                "pip install altar-backend-k8s"
+            )
         self._kubeconfig = kubeconfig
         self._context = context
         self._api_client = api_client

@@ -7,21 +7,28 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
-from altar.backends.local.docker_runtime import DockerSdkRuntime
-from altar.backends.local.mapping import (
+from altar.backends.local.classify import DEADLINE_SLACK_S
+from altar.backends.local.events import EventFollower
+from altar.backends.local.launch import Launcher
+from altar.backends.local.poller import Observation, Poller, missing
+from altar.backends.local.render import (
     BACKEND_LABEL,
     BACKEND_LABEL_VALUE,
+    RESERVED_LABELS,
+    RUN_LABEL,
     contained_host_path,
     host_path,
     render_request,
 )
-from altar.backends.local.poller import Observation, Poller, missing
-from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime, EngineRefusedError
+from altar.backends.local.runtime import (
+    ContainerNotFoundError,
+    DockerRuntime,
+    EngineRefusedError,
+)
 from altar.backends.local.staging import StageAction, Stager, local_path
-from altar.backends.local.states import DEADLINE_SLACK_S
 from altar.backends.local.watchdog import Watchdog
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
@@ -35,9 +42,11 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     UnsupportedCapabilityError,
+    gather_bounded,
+    mint_handle,
 )
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend"]
+__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "LocalDockerExecutionBackend", "tail_lines"]
 
 DATA_ROOT_ENV = "ALTAR_LOCAL_DATA_ROOT"
 LOG_TAIL_LINES = 20
@@ -60,6 +69,13 @@ def _default_user(data_root: str) -> str | None:
         return f"{os.getuid()}:{os.getgid()}"
 
 
+def _sdk_runtime(docker_host: str | None) -> DockerRuntime:
+    """The real runtime; the docker SDK is imported here, not when this module is."""
+    from altar.backends.local.sdk_runtime import DockerSdkRuntime
+
+    return DockerSdkRuntime(docker_host)
+
+
 class LocalDockerExecutionBackend(ExecutionBackend):
     """Runs each task as one Docker container, through the Docker Engine API.
 
@@ -75,14 +91,18 @@ class LocalDockerExecutionBackend(ExecutionBackend):
     - ``gpu_devices``: GPUs this host has, if known; larger requests are refused at submit;
     - ``trust_verification_records``: accept verification records and the staging index
       instead of hashing (default True); False hashes every digest-bearing input every time;
-    - ``use_events``: read exit codes and OOM kills of finished containers from the engine's
-      event stream (default True); False inspects each finished container;
+    - ``use_events``: follow the engine's event stream from the first submit or poll on, for
+      exit codes, OOM kills and start times as they happen (default True); False inspects each
+      finished container;
     - ``watchdog``: also kill containers at their deadline between polls (default True);
     - ``runtime``: a :class:`~altar.backends.local.runtime.DockerRuntime` (tests pass a fake).
     """
 
     name: ClassVar[str] = "local"
+    requires: ClassVar[tuple[str, ...]] = ("docker",)
     input_digest_verification = "staging"
+    #: A resubmit with the same ``altar.submission`` key adopts its container (issue 13).
+    adopts_submissions: ClassVar[bool] = True
     # One list request covers every handle, so polling often is cheap; short tasks are then
     # noticed (and their slots refilled) within 50 ms instead of 200 ms.
     poll_interval_s: ClassVar[float] = 0.05
@@ -118,11 +138,22 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         self.network = network
         self.gpu_devices = gpu_devices
         self.trust_verification_records = trust_verification_records
-        self.runtime: DockerRuntime = runtime or DockerSdkRuntime(docker_host)
+        self.runtime: DockerRuntime = runtime or _sdk_runtime(docker_host)
         self._poller = Poller(self.runtime, use_events=use_events)
+        # Followed from the first submit or poll on (not from here: constructing a backend, as
+        # `altar check` does, must not touch the engine).
+        self._follower = (
+            EventFollower(
+                self.runtime, f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}", self._poller.engine_now
+            )
+            if use_events
+            else None
+        )
+        self._poller.follower = self._follower
         self._stager = Stager(self.data_root, trust_records=trust_verification_records)
         self._watchdog = Watchdog(self.runtime.kill) if watchdog else None
         self.last_staging: list[tuple[Transfer, StageAction]] = []
+        self._launcher = Launcher(self.runtime, self.data_root, self._prepare_outputs)
 
     def __repr__(self) -> str:
         return f"LocalDockerExecutionBackend(data_root={self.data_root!r})"
@@ -148,6 +179,13 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 os.unlink(path)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        """Create and start the spec's container, or adopt the one its submission key names.
+
+        A spec carrying the runner's ``altar.submission`` key gets the container name
+        ``altar-<key>``: a second submit of the same key (the retry of an in-doubt submit)
+        meets a name conflict and returns a handle to that container in whatever state it is,
+        starting it if it was only created and never starting another (issue 13).
+        """
         request = render_request(
             spec,
             data_root=self.data_root,
@@ -155,9 +193,10 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             network_mode=self.network,
             gpu_devices=self.gpu_devices,
         )
-        await self._thread(lambda: self._prepare_outputs(spec))
+        if self._follower is not None:
+            await self._thread(self._follower.ensure_started)  # before the create it must see
         try:
-            container_id = await self._thread(lambda: self.runtime.run(request))
+            container_id = await self._thread(lambda: self._launcher.launch(spec, request))
         except EngineRefusedError as error:
             if request.gpu_count and _GPU_REFUSAL.search(error.explanation):
                 raise UnsupportedCapabilityError(
@@ -173,21 +212,35 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                     f"{error.explanation}"
                 ) from error
             raise
+        self._launcher.own(spec.labels)
         if self._watchdog is not None and spec.timeout_s is not None:
             # Counted from now, after the container was created (and any image pulled), and a
             # little late: the watchdog must never kill before poll's deadline would.
             self._watchdog.watch(container_id, time.time() + spec.timeout_s + 2 * DEADLINE_SLACK_S)
-        return TaskHandle(
-            backend=self.name,
-            external_id=container_id,
-            labels=dict(spec.labels),
-            plugin_identity=spec.plugin_identity,
-        )
+        return mint_handle(self.name, spec, container_id)
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """One handle per container labelled ``altar.run == run`` (one list request), in any
+        state, with its labels minus the backend's own; the runner adopts or removes each."""
+        labels = [f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}", f"{RUN_LABEL}={run}"]
+        found = await self._thread(lambda: self.runtime.list_labelled(labels))
+        self._launcher.note_run(run)
+        return [
+            TaskHandle(
+                backend=self.name,
+                external_id=container.id,
+                labels={k: v for k, v in container.labels.items() if k not in RESERVED_LABELS},
+            )
+            for container in sorted(found, key=lambda c: (c.created, c.id))
+        ]
 
     # -- observation --------------------------------------------------------------------------
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         ids = [h.external_id for h in handles if _CONTAINER_ID.fullmatch(h.external_id)]
+        if ids and self._follower is not None:
+            # A resumed runner's handles: follow from now on, without making this poll wait.
+            self._follower.ensure_started(wait=False)
         observations = await self._thread(lambda: self._poller.observe(ids)) if ids else {}
         statuses = []
         for handle in handles:
@@ -200,27 +253,36 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         return statuses
 
     async def capacity(self) -> Capacity:
-        """``slots`` minus this backend's started containers on the engine.
+        """``slots`` minus this backend's started containers on the engine, orphans excepted.
 
         A container still ``created`` is a submit in flight (submit starts what it creates), and
         the driver already counts its own submits in flight: counting them here too kept a slot
-        idle for the whole of each start.
+        idle for the whole of each start. One being removed is not counted either. An orphan
+        is a container of a run this instance serves (it submitted to it, or listed it) whose
+        submission this instance never submitted or adopted: a killed runner's in-doubt
+        submit, which the runner adopts (then it counts) or removes (issue 13). Containers
+        of other runs and of 0.3.0 runners count as before: they use this host.
         """
         label = f"{BACKEND_LABEL}={BACKEND_LABEL_VALUE}"
         live = await self._thread(lambda: self.runtime.list_live(label))
-        started = sum(1 for container in live if container.state != "created")
+        started = sum(1 for container in live if self._launcher.counts(container))
         return Capacity(pools={"cpu": max(0, self.slots - started)})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
+        """The last :data:`LOG_TAIL_LINES` lines: stdout's tail, then stderr's (issue 15).
+
+        The streams are read apart because the engine orders them only by when it copied them,
+        and a merged tail often missed the one error line on stderr; see :func:`tail_lines`.
+        """
         if not _CONTAINER_ID.fullmatch(handle.external_id):
             return None
         try:
-            text = await self._thread(
-                lambda: self.runtime.log_tail(handle.external_id, LOG_TAIL_LINES)
+            tails = await self._thread(
+                lambda: self.runtime.log_tails(handle.external_id, LOG_TAIL_LINES)
             )
         except ContainerNotFoundError:
             return None
-        lines = text.splitlines()[-LOG_TAIL_LINES:]
+        lines = tail_lines(tails.stdout.splitlines(), tails.stderr.splitlines(), LOG_TAIL_LINES)
         return "\n".join(lines) if lines else None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -249,7 +311,9 @@ class LocalDockerExecutionBackend(ExecutionBackend):
             if s.state.is_terminal
             and not (s.failure is not None and s.failure.reason == "container_missing")
         ]
-        await _bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
+        await gather_bounded([asyncio.to_thread(self.runtime.remove, cid) for cid in finished], 8)
+        if self._follower is not None:
+            self._follower.forget(finished)
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -278,26 +342,87 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 )
         await self._thread(lambda: os.makedirs(self.data_root, exist_ok=True))
         items = list(unique.values())
-        actions = await _bounded([asyncio.to_thread(self._stager.stage, t) for t in items], 4)
+        try:
+            actions = await gather_bounded(
+                [asyncio.to_thread(self._stager.stage, t) for t in items], 4
+            )
+        finally:
+            # Records of fresh copies, once their status-change second is over (core's rule).
+            await self._thread(self._stager.settle_records)
         self.last_staging = list(zip(items, actions, strict=True))
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
-        await _bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
+        await gather_bounded([asyncio.to_thread(self._stager.collect, t) for t in transfers], 4)
 
     def close(self) -> None:
-        """Stop the watchdog for good (containers keep running; poll still enforces deadlines).
+        """Stop the watchdog and the event stream for good (containers keep running; poll
+        still enforces deadlines and finds outcomes, with more requests).
 
-        Optional: the watchdog's thread also ends by itself once nothing is left to watch.
+        Optional: both threads are daemons, and the watchdog's ends by itself once nothing is
+        left to watch.
         """
         if self._watchdog is not None:
             self._watchdog.stop()
+        if self._follower is not None:
+            self._follower.stop()
+
+    async def wait_for_exit(self, handles: list[TaskHandle], timeout_s: float) -> bool:
+        """Wait until one of ``handles``' containers has ended, or ``timeout_s``; True if one did.
+
+        The engine pushes each ``die`` event through the followed stream, so the waiter wakes
+        within milliseconds of an exit rather than at its next poll. False at once when events
+        are not followed (``use_events=False``, or the stream is down): poll instead.
+        """
+        follower = self._follower
+        ids = [h.external_id for h in handles]
+        if follower is None or not follower.following or not ids:
+            return False
+        return await self._thread(lambda: follower.wait_for_exit(ids, timeout_s))
+
+    async def await_completion(
+        self,
+        handles: list[TaskHandle],
+        *,
+        interval_s: float = 1.0,
+        max_interval_s: float = 10.0,
+        timeout_s: float | None = None,
+    ) -> list[TaskStatus]:
+        """As the contract's, but woken by each container's exit instead of sleeping.
+
+        Between polls it waits for a ``die`` event of an open handle (at most ``interval_s``
+        when the stream is down, ``max_interval_s`` otherwise), so an exit is noticed as it
+        happens; deadlines are still enforced by the polls in between.
+        """
+        final: dict[int, TaskStatus] = {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            open_indexes = [i for i in range(len(handles)) if i not in final]
+            if not open_indexes:
+                return [final[i] for i in range(len(handles))]
+            statuses = await self.poll([handles[i] for i in open_indexes])
+            for index, status in zip(open_indexes, statuses, strict=True):
+                if status.state.is_terminal:
+                    final[index] = status
+            if len(final) == len(handles):
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(
+                    f"{len(handles) - len(final)} of {len(handles)} task(s) still open "
+                    f"after {timeout_s} s"
+                )
+            pause = max_interval_s if left is None else min(max_interval_s, left)
+            still_open = [handles[i] for i in range(len(handles)) if i not in final]
+            if not await self.wait_for_exit(still_open, pause):
+                await asyncio.sleep(min(interval_s, pause))
 
 
-async def _bounded(awaitables: list[Awaitable[_T]], limit: int) -> list[_T]:
-    semaphore = asyncio.Semaphore(limit)
+def tail_lines(stdout: list[str], stderr: list[str], budget: int) -> list[str]:
+    """At most ``budget`` lines: stdout's last lines, then stderr's, stderr last.
 
-    async def one(awaitable: Awaitable[_T]) -> _T:
-        async with semaphore:
-            return await awaitable
-
-    return list(await asyncio.gather(*(one(a) for a in awaitables)))
+    stderr (where errors go) keeps at least half the budget when both streams are long, and
+    either stream takes what the other leaves unused.
+    """
+    n_err = min(len(stderr), max(budget - len(stdout), budget // 2))
+    n_out = min(len(stdout), budget - n_err)
+    return stdout[len(stdout) - n_out :] + stderr[len(stderr) - n_err :]

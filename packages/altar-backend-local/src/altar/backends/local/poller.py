@@ -1,11 +1,16 @@
 """Observing many containers with few engine requests (blocking; run in a thread).
 
 One poll costs one list request for every handle whose outcome is not known yet. Containers
-that just ended need their outcome (exit code, OOM kill, finish time): one event-stream request
-covers all of them, because the engine reports ``oom`` and ``die`` (with the exit code) for each.
-The engine keeps only a bounded window of events, so a container whose own ``die`` event is not
-in the window is inspected instead; absence of an ``oom`` event is trusted only next to a
-``die`` event. Outcomes are cached: a container is looked at in detail once in its life.
+that just ended need their outcome (exit code, OOM kill, start and finish times). In order:
+
+1. the :class:`~altar.backends.local.events.EventFollower`, which recorded ``start``, ``die``
+   and ``oom`` of every container created while its stream was open: no request;
+2. one bounded events request over the engine's window, for containers the follower did not
+   cover (created before it, by another process, or while its stream was broken);
+3. an inspect, for a container whose own ``die`` event is in neither.
+
+Absence of an ``oom`` event is trusted only next to a ``die`` event. Outcomes are cached: a
+container is looked at in detail once in its life.
 """
 
 from __future__ import annotations
@@ -14,21 +19,23 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from altar.backends.local.mapping import timeout_from_labels
+from altar.backends.local.classify import (
+    Outcome,
+    deadline,
+    deadline_from_start,
+    live_state,
+    terminal_failure,
+    timeout_failure,
+)
+from altar.backends.local.events import EventFollower
+from altar.backends.local.render import timeout_from_labels
 from altar.backends.local.runtime import (
     ContainerEvent,
     ContainerNotFoundError,
     ContainerSummary,
     DockerRuntime,
-)
-from altar.backends.local.states import (
-    Outcome,
-    deadline,
-    live_state,
-    terminal_failure,
-    timeout_failure,
 )
 from altar.execution import TaskFailure, TaskState
 
@@ -44,6 +51,8 @@ _INSPECT_WORKERS = 8
 # A SIGKILLed container's "oom" event can reach the engine just after its "die"; an unflagged
 # 137 is therefore classified only once it is this old (engine seconds).
 _OOM_SETTLE_S = 1.0
+# How long a poll waits for the die event of a container the list already reports exited.
+_DIE_IN_FLIGHT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -66,10 +75,18 @@ def missing(container_id: str, why: str) -> Observation:
 class Poller:
     """Turns container ids into observations; remembers terminal ones."""
 
-    def __init__(self, runtime: DockerRuntime, *, use_events: bool = True) -> None:
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        *,
+        use_events: bool = True,
+        follower: EventFollower | None = None,
+    ) -> None:
         self.runtime = runtime
         self.use_events = use_events
+        self.follower = follower
         self._terminal: dict[str, Observation] = {}
+        self._started: dict[str, float] = {}  # engine start times (StartedAt), once known
         self._offset: float | None = None  # engine clock minus ours
         self._lock = threading.Lock()
 
@@ -109,6 +126,16 @@ class Poller:
                     if not matches
                     else "the id prefix is ambiguous",
                 )
+        if self.follower is not None:
+            # The engine publishes ``die`` a moment before its list shows the container exited:
+            # a followed die event is the process's end, whatever the list still says.
+            follower = self.follower
+            by_id = {
+                key: replace(s, state="exited")
+                if live_state(s) is not None and follower.exit(s.id) is not None
+                else s
+                for key, s in by_id.items()
+            }
         ended = [s for s in by_id.values() if live_state(s) is None]
         outcomes = self._outcomes(ended) if ended else {}
         for wanted_id, summary in by_id.items():
@@ -120,12 +147,7 @@ class Poller:
     ) -> Observation:
         state = live_state(summary)
         if state is not None:
-            limit = deadline(summary)
-            if (
-                limit is not None
-                and time.time() + _CLOCK_MARGIN_S >= limit
-                and self.engine_now() >= limit
-            ):
+            if self._overrun(summary):
                 self.runtime.kill(summary.id)
                 timeout_s = timeout_from_labels(summary.labels) or 0
                 observation = Observation(TaskState.FAILED, timeout_failure(summary.id, timeout_s))
@@ -168,6 +190,46 @@ class Poller:
         self._remember_as(key, summary.id, observation)
         return observation
 
+    def _overrun(self, summary: ContainerSummary) -> bool:
+        """A live container has run past its limit, counted from its start (issue 15).
+
+        Its creation bounds the deadline from below, so the start time costs a request (once
+        per container) only for a container that may have overrun by that bound.
+        """
+        earliest = deadline(summary)
+        if (
+            earliest is None
+            or time.time() + _CLOCK_MARGIN_S < earliest
+            or self.engine_now() < earliest
+        ):
+            return False
+        started = self.started_at(summary.id)
+        limit = deadline_from_start(summary, started) if started is not None else None
+        return limit is not None and self.engine_now() >= limit
+
+    def note_start(self, container_id: str, started_at: float) -> None:
+        """Record a container's engine start time (from an event, or an inspect)."""
+        with self._lock:
+            self._started[container_id] = started_at
+
+    def started_at(self, container_id: str) -> float | None:
+        """The container's start time: followed or remembered, else one inspect; None if it
+        never started."""
+        followed = self.follower.started(container_id) if self.follower is not None else None
+        if followed is not None:
+            return followed
+        with self._lock:
+            known = self._started.get(container_id)
+        if known is not None:
+            return known
+        try:
+            detail = self.runtime.inspect(container_id)
+        except ContainerNotFoundError:
+            return None
+        if detail.started_at is not None:
+            self.note_start(detail.id, detail.started_at)
+        return detail.started_at
+
     def _remember_as(self, key: str, container_id: str, observation: Observation) -> None:
         self.remember(container_id, observation)
         if key != container_id:
@@ -175,10 +237,16 @@ class Poller:
 
     def _outcomes(self, ended: list[ContainerSummary]) -> dict[str, Outcome | None]:
         outcomes: dict[str, Outcome | None] = {}
-        if self.use_events:
-            since = min(s.created for s in ended) - 1
-            events = self.runtime.exit_events([s.id for s in ended], since, self.engine_now())
-            outcomes.update(_from_events(ended, events))
+        if self.follower is not None:
+            outcomes.update(self._followed(ended, self.follower))
+        unknown = [s for s in ended if s.id not in outcomes]
+        if self.use_events and unknown:
+            since = min(s.created for s in unknown) - 1
+            events = self.runtime.exit_events([s.id for s in unknown], since, self.engine_now())
+            for event in events:
+                if event.action == "start":
+                    self.note_start(event.container_id, event.time)
+            outcomes.update(_from_events(unknown, events))
         rest = [s.id for s in ended if s.id not in outcomes]
         if len(rest) > 1:
             # Many at once only for a fresh process meeting a finished run: a few at a time.
@@ -186,6 +254,44 @@ class Poller:
                 outcomes.update(zip(rest, pool.map(self._inspect, rest), strict=True))
         else:
             outcomes.update((cid, self._inspect(cid)) for cid in rest)
+        for summary in ended:
+            outcome = outcomes.get(summary.id)
+            earliest = deadline(summary)
+            if (
+                outcome is not None
+                and outcome.started_at is None
+                and earliest is not None
+                and outcome.finished_at is not None
+                and outcome.finished_at >= earliest
+            ):
+                # Near its limit: whether it overran depends on when it started.
+                started = self.started_at(summary.id)
+                outcomes[summary.id] = replace(outcome, started_at=started)
+        return outcomes
+
+    def _followed(
+        self, ended: list[ContainerSummary], follower: EventFollower
+    ) -> dict[str, Outcome | None]:
+        """Outcomes the event stream recorded: no request at all.
+
+        The list and the event stream are not ordered against each other, so a covered
+        container listed as exited without a record yet is waited for, briefly.
+        """
+        in_flight = [
+            s.id for s in ended if follower.exit(s.id) is None and follower.covers(s.created)
+        ]
+        if in_flight:
+            follower.wait_for_exits(in_flight, _DIE_IN_FLIGHT_S)
+        outcomes: dict[str, Outcome | None] = {}
+        for summary in ended:
+            record = follower.exit(summary.id)
+            if record is not None:
+                outcomes[summary.id] = Outcome(
+                    record.exit_code,
+                    follower.oom(summary.id),
+                    record.time,
+                    follower.started(summary.id),
+                )
         return outcomes
 
     def _inspect(self, container_id: str) -> Outcome | None:
@@ -193,7 +299,9 @@ class Poller:
             detail = self.runtime.inspect(container_id)
         except ContainerNotFoundError:
             return None
-        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at)
+        if detail.started_at is not None:
+            self.note_start(detail.id, detail.started_at)
+        return Outcome(detail.exit_code, detail.oom_killed, detail.finished_at, detail.started_at)
 
 
 def _from_events(
@@ -202,8 +310,11 @@ def _from_events(
     """Outcomes the event window vouches for: containers whose ``die`` event it holds."""
     die: dict[str, ContainerEvent] = {}
     oom: set[str] = set()
+    start: dict[str, float] = {}
     for event in events:
-        if event.action == "die":
+        if event.action == "start":
+            start[event.container_id] = max(event.time, start.get(event.container_id, 0.0))
+        elif event.action == "die":
             if event.container_id not in die or event.time >= die[event.container_id].time:
                 die[event.container_id] = event
         elif event.action == "oom":
@@ -213,5 +324,7 @@ def _from_events(
         found = die.get(summary.id)
         if found is None or found.exit_code is None:
             continue
-        outcomes[summary.id] = Outcome(found.exit_code, summary.id in oom, found.time)
+        outcomes[summary.id] = Outcome(
+            found.exit_code, summary.id in oom, found.time, start.get(summary.id)
+        )
     return outcomes

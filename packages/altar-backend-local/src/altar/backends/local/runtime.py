@@ -1,7 +1,7 @@
 """The runtime seam: the few Docker Engine operations the backend needs, as plain values.
 
 :class:`DockerRuntime` is what the backend talks to.
-:class:`~altar.backends.local.docker_runtime.DockerSdkRuntime` implements it with the docker SDK
+:class:`~altar.backends.local.sdk_runtime.DockerSdkRuntime` implements it with the docker SDK
 against a real engine; :class:`~altar.backends.local.fake.FakeDockerRuntime` implements it in
 memory for tests. Only plain values cross the seam, and every method is
 synchronous (the backend calls them through :func:`asyncio.to_thread`).
@@ -12,12 +12,14 @@ Errors crossing the seam:
 - :class:`~altar.execution.BackendUnavailableError` — the engine could not be reached, timed out
   or answered with a server error (5xx); the container may well exist;
 - :class:`EngineRefusedError` — the engine understood the request and refused it (other 4xx/5xx
-  answers that name a reason, e.g. a CPU quota above the host's CPUs).
+  answers that name a reason, e.g. a CPU quota above the host's CPUs);
+- :class:`ContainerExistsError` (an :class:`EngineRefusedError`, 409) — a create named a
+  container that already exists: the submission it names may be adopted (issue 13).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,11 +30,14 @@ __all__ = [
     "LIVE_CONTAINER_STATES",
     "ContainerDetail",
     "ContainerEvent",
+    "ContainerExistsError",
     "ContainerNotFoundError",
     "ContainerRequest",
     "ContainerSummary",
     "DockerRuntime",
     "EngineRefusedError",
+    "EventStream",
+    "LogTail",
 ]
 
 
@@ -49,6 +54,14 @@ class EngineRefusedError(RuntimeError):
         self.explanation = explanation
 
 
+class ContainerExistsError(EngineRefusedError):
+    """A create asked for a name the engine already has a container under."""
+
+    def __init__(self, name: str, explanation: str) -> None:
+        super().__init__(409, explanation)
+        self.name = name
+
+
 @dataclass(frozen=True)
 class ContainerRequest:
     """Everything needed to create one container, already mapped from a task spec."""
@@ -63,6 +76,7 @@ class ContainerRequest:
     gpu_count: int = 0
     binds: dict[str, str] = field(default_factory=dict)  # host path -> container path (rw)
     network_mode: str = "none"
+    name: str | None = None  # deterministic for a submission key; None lets the engine pick
 
 
 @dataclass(frozen=True)
@@ -84,16 +98,36 @@ class ContainerDetail:
     exit_code: int
     oom_killed: bool
     finished_at: float | None  # engine epoch seconds; None while it never finished
+    started_at: float | None = None  # engine epoch seconds; None while it never started
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The last lines of each output stream, read apart (the engine interleaves them by time)."""
+
+    stdout: str
+    stderr: str
 
 
 @dataclass(frozen=True)
 class ContainerEvent:
-    """A ``die`` or ``oom`` event from the engine's event stream."""
+    """A ``start``, ``die`` or ``oom`` event from the engine's event stream."""
 
     container_id: str
-    action: str  # "die" or "oom"
+    action: str  # "start", "die" or "oom"
     time: float  # engine epoch seconds
     exit_code: int | None = None  # set on "die"
+
+
+class EventStream(Protocol):
+    """An open events request: iterating blocks for the next event; ends when the stream does."""
+
+    def __iter__(self) -> Iterator[ContainerEvent]: ...
+
+    def close(self) -> None:
+        """End the stream from another thread (the iteration then ends or raises)."""
+        ...
 
 
 class DockerRuntime(Protocol):
@@ -104,10 +138,28 @@ class DockerRuntime(Protocol):
         ...
 
     def run(self, request: ContainerRequest) -> str:
-        """Create and start a container; return its full id.
+        """Create and start a container; return its full id (kept for seam users of 0.1; the
+        backend calls :meth:`create` and :meth:`start` apart).
 
         A container whose start fails is removed before the error is raised.
         """
+        ...
+
+    def create(self, request: ContainerRequest) -> str:
+        """Create a container (pulling its image if the engine lacks it); return its full id.
+
+        Raises ContainerExistsError when ``request.name`` is taken.
+        """
+        ...
+
+    def start(self, container_id: str) -> None:
+        """Start a created container (a running one is left alone). A refusal (the engine
+        cannot start it) is EngineRefusedError; the container stays, created."""
+        ...
+
+    def list_labelled(self, labels: Sequence[str]) -> list[ContainerSummary]:
+        """Containers carrying every one of ``labels`` (``key=value``), in any state (one
+        request)."""
         ...
 
     def list_containers(self, ids: Sequence[str]) -> list[ContainerSummary]:
@@ -119,17 +171,23 @@ class DockerRuntime(Protocol):
         ...
 
     def inspect(self, container_id: str) -> ContainerDetail:
-        """Terminal facts of one container; raises ContainerNotFoundError."""
+        """Facts of one container, by id or name; raises ContainerNotFoundError."""
         ...
 
     def exit_events(
         self, container_ids: Sequence[str], since: float, until: float
     ) -> list[ContainerEvent]:
-        """``die`` and ``oom`` events of these containers between two engine times.
+        """``start``, ``die`` and ``oom`` events of these containers between two engine times.
 
         The engine keeps only a bounded window of past events; an event that fell out of it is
         simply absent, so callers must not read absence of a ``die`` event as anything.
         """
+        ...
+
+    def watch_events(self, label: str, since: float) -> EventStream:
+        """Stream ``start``/``die``/``oom`` events of containers carrying ``label``
+        (``key=value``), from engine time ``since`` (already past: replayed from the engine's
+        window) on, until closed. Raises BackendUnavailableError if it cannot be opened."""
         ...
 
     def engine_time(self) -> float:
@@ -146,4 +204,8 @@ class DockerRuntime(Protocol):
 
     def log_tail(self, container_id: str, lines: int) -> str:
         """The last ``lines`` lines of stdout and stderr together; raises ContainerNotFoundError."""
+        ...
+
+    def log_tails(self, container_id: str, lines: int) -> LogTail:
+        """The last ``lines`` of stdout and of stderr, apart; raises ContainerNotFoundError."""
         ...

@@ -1,12 +1,19 @@
-"""Pure classification of Docker container facts into Altar task states and reasons."""
+"""Old name of :mod:`altar.backends.local.classify`, kept for one release (altar 0.4).
 
-from __future__ import annotations
+Import from ``altar.backends.local.classify`` instead. No warning is raised; the module goes
+away in the release after next.
+"""
 
-from dataclasses import dataclass
-
-from altar.backends.local.mapping import timeout_from_labels
-from altar.backends.local.runtime import ContainerSummary
-from altar.execution import TaskFailure, TaskState
+from altar.backends.local.classify import (
+    DEADLINE_SLACK_S,
+    LIVE_STATES,
+    TERMINAL_STATES,
+    Outcome,
+    deadline,
+    live_state,
+    terminal_failure,
+    timeout_failure,
+)
 
 __all__ = [
     "DEADLINE_SLACK_S",
@@ -16,109 +23,5 @@ __all__ = [
     "deadline",
     "live_state",
     "terminal_failure",
+    "timeout_failure",
 ]
-
-#: The list API reports creation in whole seconds, so a deadline is counted from the second
-#: after it: a task is never killed early, at most this much late.
-DEADLINE_SLACK_S = 1.0
-LIVE_STATES = {
-    "created": TaskState.PENDING,
-    "running": TaskState.RUNNING,
-    "paused": TaskState.RUNNING,
-    "restarting": TaskState.RUNNING,
-    # Being removed (by cancel or cleanup elsewhere): not an outcome; the next poll sees
-    # either its exit or that it is gone.
-    "removing": TaskState.RUNNING,
-}
-TERMINAL_STATES = frozenset({"exited", "dead"})
-_SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a container ended, from its ``die``/``oom`` events or from an inspect."""
-
-    exit_code: int
-    oom_killed: bool
-    finished_at: float | None
-
-
-def deadline(summary: ContainerSummary) -> float | None:
-    """Engine time after which the container has overrun its ``altar.timeout_s`` label."""
-    timeout_s = timeout_from_labels(summary.labels)
-    if timeout_s is None:
-        return None
-    return summary.created + DEADLINE_SLACK_S + timeout_s
-
-
-def live_state(summary: ContainerSummary) -> TaskState | None:
-    """PENDING/RUNNING for a container that has not ended, None for a terminal one.
-
-    A state Docker does not document is reported as RUNNING rather than guessed into a
-    failure; it cannot last, since the engine moves every container to ``exited``.
-    """
-    if summary.state in TERMINAL_STATES:
-        return None
-    return LIVE_STATES.get(summary.state, TaskState.RUNNING)
-
-
-def timeout_failure(container_id: str, timeout_s: int) -> TaskFailure:
-    return TaskFailure(
-        "timeout",
-        f"container {container_id} ran longer than its {timeout_s} s timeout and was killed",
-        deterministic=False,
-    )
-
-
-def terminal_failure(summary: ContainerSummary, outcome: Outcome) -> TaskFailure | None:
-    """The failure of a finished container, or None if it succeeded.
-
-    Order matters: a container that finished past its deadline timed out (whoever killed it
-    and whatever it exited with, so a success after the deadline is not a success); an
-    ``OOMKilled`` container failed for memory even when its main process exited 0 because
-    only a child was killed; ``dead`` means the engine lost track of it.
-    """
-    cid = summary.id
-    limit = deadline(summary)
-    timeout_s = timeout_from_labels(summary.labels)
-    if (
-        limit is not None
-        and timeout_s is not None
-        and outcome.finished_at is not None
-        and outcome.finished_at >= limit
-    ):
-        return timeout_failure(cid, timeout_s)
-    if outcome.oom_killed:
-        return TaskFailure(
-            "oom_killed",
-            f"container {cid} was killed for exceeding its memory limit "
-            f"(exit code {outcome.exit_code})",
-            deterministic=False,
-            exit_code=outcome.exit_code,
-        )
-    if summary.state == "dead":
-        return TaskFailure(
-            "job_failed",
-            f"the Docker engine reports container {cid} as dead (exit code "
-            f"{outcome.exit_code}); it could not be stopped or removed cleanly",
-            deterministic=False,
-        )
-    if outcome.exit_code == 0:
-        return None
-    code = outcome.exit_code
-    signal = _SIGNAL_EXITS.get(code)
-    if signal is not None:
-        # Killed from outside (docker kill, the host's OOM killer on an engine that does not
-        # flag it): running it again may well succeed.
-        return TaskFailure(
-            f"exit_{code}",
-            f"container {cid} exited with code {code} ({signal}, sent from outside the task)",
-            deterministic=False,
-            exit_code=code,
-        )
-    return TaskFailure(
-        f"exit_{code}",
-        f"container {cid} exited with code {code}",
-        deterministic=True,
-        exit_code=code,
-    )

@@ -87,6 +87,8 @@ class ModalExecutionBackend(ExecutionBackend):
     # Not True: a sandbox that already finished cannot be found by its key (Modal lists and
     # names running sandboxes only), so a resubmit after it would run the task again.
     adopts_submissions: ClassVar[bool] = False
+    #: Imported on first use only; the registry checks they are installed (``altar backends``).
+    requires: ClassVar[tuple[str, ...]] = ("modal",)
     LIST_FROM: ClassVar[int] = 8
     """A poll of at least this many sandboxes starts with one listing of the running ones."""
 

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
-from altar.backends.local.mapping import (
+from altar.backends.local.render import (
     BACKEND_LABEL,
     TIMEOUT_LABEL,
+    container_name,
+    create_body,
+    create_body_json,
     host_path,
     memory_bytes,
     nano_cpus,
@@ -133,3 +139,80 @@ def test_host_path_refuses_to_leave_the_data_root() -> None:
     for logical in (".", "/", "a/.."):
         with pytest.raises(ValueError, match="names the data root itself"):
             host_path("/data", logical)
+
+
+REFERENCES = Path(__file__).parent / "references"
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_a_submission_key_names_the_container() -> None:
+    labels = {"altar.run": "r", "altar.submission": KEY}
+    request = render(ContainerTaskSpec(kind="k", image="i", command=[], labels=labels))
+    assert request.name == f"altar-{KEY}"
+    assert request.labels["altar.submission"] == KEY
+    assert container_name({}) is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", KEY.upper(), KEY[:-1], KEY + "0", "../" + KEY[3:], KEY[:31] + "\n", "$(id)" + KEY[5:]],
+)
+def test_a_malformed_submission_key_is_refused_not_named(key: str) -> None:
+    spec = ContainerTaskSpec(kind="k", image="i", command=[], labels={"altar.submission": key})
+    with pytest.raises(ValueError, match="32 lowercase hex"):
+        render(spec)
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "options"),
+    [
+        (
+            "create-hostile",
+            ContainerTaskSpec(
+                kind="score",
+                image="registry.example/model:1@sha256:" + "a" * 64,
+                command=HOSTILE,
+                labels={
+                    "job_id": "J 1",
+                    "fold": "$(rm -rf /)",
+                    "multi": "a\nb",
+                    "altar.run": "run 2026-12-01 $(x)",
+                    "altar.task": "tasks[3]",
+                    "altar.attempt": "2",
+                    "altar.submission": KEY,
+                },
+                env={"PATH_LIKE": "/a b:$HOME", "NEWLINE": "x\ny", "EMPTY": ""},
+                resources=ResourceRequest(memory_gb=1.5, cpu=0.25),
+                timeout_s=90,
+            ),
+            {},
+        ),
+        (
+            "create-gpu-bridge-image-user",
+            ContainerTaskSpec(
+                kind="train",
+                image="busybox:latest",
+                command=["nvidia-smi"],
+                resources=ResourceRequest(gpu="a100", count=2),
+            ),
+            {"user": None, "network_mode": "bridge", "gpu_devices": 4},
+        ),
+    ],
+    ids=["hostile", "gpu"],
+)
+def test_the_create_request_matches_its_reference_file(
+    reference_files: Any, name: str, spec: ContainerTaskSpec, options: dict[str, object]
+) -> None:
+    """The exact ``POST /containers/create`` body the engine receives, saved for review."""
+    reference_files.check(REFERENCES / f"{name}.json", create_body_json(render(spec, **options)))
+
+
+def test_the_create_body_is_what_the_engine_is_sent() -> None:
+    body = create_body(render(ContainerTaskSpec(kind="k", image="i", command=["a", "b c"])))
+    assert body["Cmd"] == ["a", "b c"]
+    assert body["HostConfig"]["Mounts"] == [
+        {"Target": "/mnt/volume", "Source": "/data root", "Type": "bind", "ReadOnly": False}
+    ]
+    assert "Memory" not in body["HostConfig"]
+    assert "NanoCpus" not in body["HostConfig"]
+    assert "DeviceRequests" not in body["HostConfig"]

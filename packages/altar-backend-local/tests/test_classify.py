@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from altar.backends.local.classify import Outcome, deadline, live_state, terminal_failure
 from altar.backends.local.runtime import ContainerSummary
-from altar.backends.local.states import Outcome, deadline, live_state, terminal_failure
 from altar.execution import TaskState
 
 CID = "c" * 64

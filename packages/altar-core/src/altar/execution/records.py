@@ -1,0 +1,179 @@
+"""What a run journal records per task: its attempts, their handles and keys, and its state.
+
+Plain data with JSON forms; :mod:`altar.execution.journal` makes it durable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
+
+__all__ = [
+    "CANCELLED",
+    "FAILED",
+    "FINAL_STATES",
+    "IN_DOUBT",
+    "PENDING",
+    "QUEUED",
+    "RUNNING",
+    "SKIPPED",
+    "SUBMITTING",
+    "SUCCEEDED",
+    "Attempt",
+    "TaskRecord",
+    "spec_digest",
+]
+
+#: Task states of a run (the backend's states plus the runner's own).
+QUEUED, SUBMITTING, PENDING, RUNNING = "queued", "submitting", "pending", "running"
+SUCCEEDED, FAILED, SKIPPED, CANCELLED = "succeeded", "failed", "skipped", "cancelled"
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, SKIPPED, CANCELLED})
+#: An attempt whose submit never answered (the runner died or gave up waiting), to submit again
+#: with its journaled key; its task is ``queued`` meanwhile.
+IN_DOUBT = "in_doubt"
+
+
+def spec_digest(spec: ContainerTaskSpec) -> str:
+    """``sha256:<hex>`` of the spec's canonical JSON (what a journal entry was made from)."""
+    canonical = json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
+    identity = handle.plugin_identity
+    to_dict = getattr(identity, "to_dict", None)
+    return {
+        "backend": handle.backend,
+        "external_id": handle.external_id,
+        "labels": dict(handle.labels),
+        "plugin_identity": to_dict() if callable(to_dict) else identity,
+    }
+
+
+def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
+    if failure is None:
+        return None
+    return {
+        "reason": failure.reason,
+        "detail": failure.detail,
+        "deterministic": failure.deterministic,
+        "exit_code": failure.exit_code,
+    }
+
+
+@dataclass
+class Attempt:
+    """One submission of a task. ``handle`` is None while the submit is in doubt.
+
+    ``key`` is the submission key (``altar.submission``), journaled before ``submit`` is
+    called; ``reexecuted`` counts the times it was submitted again after an in-doubt submit
+    with no way to know that the provider had not started it (so it may have run twice);
+    ``adopted`` says its handle came from the provider's listing, not from ``submit``.
+    """
+
+    number: int
+    state: str = SUBMITTING
+    handle: TaskHandle | None = None
+    failure: TaskFailure | None = None
+    submitted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    key: str | None = None
+    reexecuted: int = 0
+    adopted: bool = False
+
+    @property
+    def executions(self) -> int:
+        """How many times this attempt may have run on the provider."""
+        return 1 + self.reexecuted
+
+    @property
+    def duration_s(self) -> float | None:
+        start = self.started_at or self.submitted_at
+        if start is None or self.finished_at is None:
+            return None
+        return max(0.0, self.finished_at - start)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "state": self.state,
+            "handle": _handle_to_dict(self.handle) if self.handle else None,
+            "failure": _failure_to_dict(self.failure),
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "key": self.key,
+            "reexecuted": self.reexecuted,
+            "adopted": self.adopted,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        handle = data.get("handle")
+        failure = data.get("failure")
+        return cls(
+            number=data["number"],
+            state=data["state"],
+            handle=TaskHandle(**handle) if handle else None,
+            failure=TaskFailure(**failure) if failure else None,
+            submitted_at=data.get("submitted_at"),
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+            key=data.get("key"),
+            reexecuted=int(data.get("reexecuted", 0)),
+            adopted=bool(data.get("adopted")),
+        )
+
+
+@dataclass
+class TaskRecord:
+    """Everything the journal knows about one task of the plan."""
+
+    id: str
+    kind: str
+    spec_sha256: str
+    state: str = QUEUED
+    attempts: list[Attempt] = field(default_factory=list)
+    detail: str | None = None
+    outputs_collected: bool = False
+    cleaned: bool = False
+    in_doubt: int = 0
+
+    @property
+    def last(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "spec_sha256": self.spec_sha256,
+            "state": self.state,
+            "attempts": [a.to_dict() for a in self.attempts],
+            "detail": self.detail,
+            "outputs_collected": self.outputs_collected,
+            "cleaned": self.cleaned,
+            "in_doubt": self.in_doubt,
+        }
+
+    @classmethod
+    def from_dict(cls, task_id: str, data: dict[str, Any]) -> TaskRecord:
+        return cls(
+            id=task_id,
+            kind=data["kind"],
+            spec_sha256=data["spec_sha256"],
+            state=data["state"],
+            attempts=[Attempt.from_dict(a) for a in data.get("attempts", [])],
+            detail=data.get("detail"),
+            outputs_collected=bool(data.get("outputs_collected")),
+            cleaned=bool(data.get("cleaned")),
+            in_doubt=int(data.get("in_doubt", 0)),
+        )

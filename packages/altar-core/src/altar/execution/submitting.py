@@ -1,0 +1,193 @@
+"""Submits in the background: the intent journaled first, the handle as soon as it returns.
+
+:class:`Submits` starts a batch of submits concurrently (after one fsync of their intent), lets
+the tick loop know when one lands with news, and, when the run ends early, gives the submits in
+flight a grace period to return so their handles are journaled. How the runner treats what
+``submit`` raises (the submit-error rule):
+
+- ``ValueError`` (``UnsupportedCapabilityError`` included): ``submit_rejected``, deterministic;
+- ``BackendUnavailableError``: the attempt is withdrawn and tried again later (no attempt used);
+- anything else: ``submit_failed``, retried while attempts remain.
+
+Every submit carries the run's identity as reserved labels (:mod:`altar.execution.labels`):
+the attempt's submission key is journaled with the intent, before ``submit`` is called, and an
+attempt submitted again after an in-doubt submit carries that same key. Such a resubmit counts
+as a possible second execution (``reexecuted``) unless the backend adopts submissions by key or
+its listing showed that the first never reached the provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+
+from altar.execution.backend import ExecutionBackend
+from altar.execution.errors import BackendUnavailableError
+from altar.execution.labels import submission_key, submission_labels
+from altar.execution.ledger import Ledger
+from altar.execution.observing import fail_attempt
+from altar.execution.records import IN_DOUBT, PENDING, QUEUED, SUBMITTING, Attempt, TaskRecord
+from altar.execution.results import one_line
+from altar.execution.types import ContainerTaskSpec, TaskFailure
+
+__all__ = ["Submits"]
+
+
+def _short(external_id: str) -> str:
+    """Docker-style 64-hex ids shortened to 12 characters for display."""
+    return external_id[:12] if len(external_id) > 24 else external_id
+
+
+class Submits:
+    """The submits of one run, in flight or landed and not yet reaped."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        backend: ExecutionBackend,
+        specs: Mapping[str, ContainerTaskSpec],
+        *,
+        run_id: str,
+        max_retries: int,
+        grace_s: float,
+        on_news: Callable[[], None],
+    ) -> None:
+        self.ledger = ledger
+        self.backend = backend
+        self.specs = specs
+        self.run_id = run_id
+        #: keys of in-doubt attempts a listing proved the provider never received
+        self.absent: set[str] = set()
+        self._resumed: dict[str, bool] = {}  # in-doubt attempts in flight again: re-executed?
+        self.max_retries = max_retries
+        self.grace_s = grace_s
+        self._on_news = on_news
+        self.tasks: set[asyncio.Task[bool]] = set()
+        self.refused = False  # a submit found the provider unavailable since last asked
+
+    def __bool__(self) -> bool:
+        return bool(self.tasks)
+
+    def launch(self, batch: list[TaskRecord]) -> None:
+        """Journal the intent of every submit in ``batch`` (one fsync), then start them all.
+
+        One that lands with news (a handle, a failure) calls ``on_news``; one that finds the
+        provider unavailable does not, so the loop backs off before trying again.
+        """
+        if not batch:
+            return
+        now = time.time()
+        for record in batch:
+            last = record.last
+            if last is not None and last.state == IN_DOUBT and last.handle is None:
+                # submitted again with the key journaled before its first submit, never a new one
+                last.key = last.key or submission_key(self.run_id, record.id, last.number)
+                last.state = SUBMITTING
+                bump = not self.backend.adopts_submissions and last.key not in self.absent
+                if bump:
+                    last.reexecuted += 1  # the first may have started: this may run it twice
+                self._resumed[record.id] = bump
+            else:
+                number = len(record.attempts) + 1
+                key = submission_key(self.run_id, record.id, number)
+                record.attempts.append(Attempt(number=number, submitted_at=now, key=key))
+            self.ledger.set_state(record, SUBMITTING)
+            self.ledger.changed(record)
+        self.ledger.flush()  # the intent and its key are durable before any submit is called
+        for record in batch:
+            task = asyncio.ensure_future(self._submit_one(record))
+            self.tasks.add(task)
+            task.add_done_callback(self._landed)
+
+    def _landed(self, task: asyncio.Task[bool]) -> None:
+        if task.cancelled() or task.exception() is not None or task.result():
+            self._on_news()  # an error is raised by the loop's next reap
+
+    def reap(self) -> None:
+        """Forget the submits that landed; raise the error of one that failed (a journal error)."""
+        for task in [t for t in self.tasks if t.done()]:
+            self.tasks.discard(task)
+            task.result()
+
+    async def drain(self) -> None:
+        """Wait for every submit in flight to land (before cancelling or cleaning up)."""
+        if self.tasks:
+            await asyncio.wait(self.tasks)
+        self.reap()
+
+    async def abandon(self) -> None:
+        """End the submits in flight (the run is ending early).
+
+        Each gets up to ``grace_s`` to return, so its handle is journaled; the ones still in
+        flight after that are cancelled and their attempts stay in doubt.
+        """
+        tasks = list(self.tasks)
+        self.tasks.clear()
+        in_flight = sum(1 for task in tasks if not task.done())
+        try:
+            if in_flight:
+                self.ledger.emit(
+                    "stopping",
+                    f"stopping: waiting up to {self.grace_s:g}s for {in_flight} submit(s) in "
+                    "flight to return, so their tasks are not started twice on resume",
+                )
+                await asyncio.wait(tasks, timeout=self.grace_s)
+        finally:  # also when the wait itself is interrupted (a second Ctrl-C)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
+        for task in tasks:  # retrieved, so none is reported as never retrieved
+            if not task.cancelled():
+                task.exception()
+
+    async def _submit_one(self, record: TaskRecord) -> bool:
+        ledger = self.ledger
+        attempt = record.attempts[-1]
+        spec = self.labelled(record, attempt)
+        try:
+            handle = await self.backend.submit(spec)
+        except BackendUnavailableError as error:
+            if record.id in self._resumed:  # an in-doubt attempt: keep it, and its key
+                if self._resumed.pop(record.id):
+                    attempt.reexecuted -= 1  # this submit did not reach the provider
+                attempt.state = IN_DOUBT
+            else:
+                record.attempts.pop()  # the same number, so the same key, next time
+            ledger.set_state(record, QUEUED)
+            ledger.changed(record)
+            ledger.flush()
+            self.refused = True
+            ledger.emit("backend_unavailable", f"{record.id}: submit: {one_line(error)}", record)
+            return False
+        except ValueError as error:
+            self._resumed.pop(record.id, None)
+            failure = TaskFailure("submit_rejected", one_line(error), deterministic=True)
+            fail_attempt(ledger, record, attempt, failure, max_retries=self.max_retries)
+            ledger.flush()
+            return True
+        except Exception as error:
+            self._resumed.pop(record.id, None)
+            failure = TaskFailure("submit_failed", one_line(error), deterministic=False)
+            fail_attempt(ledger, record, attempt, failure, max_retries=self.max_retries)
+            ledger.flush()
+            return True
+        # no await between submit returning and the journal write: a cancelled run keeps it
+        self._resumed.pop(record.id, None)
+        attempt.handle = handle
+        attempt.submitted_at = time.time()  # accepted now; the intent was written before
+        attempt.state = PENDING
+        ledger.set_state(record, PENDING)
+        ledger.changed(record)
+        await ledger.commit()
+        ledger.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
+        return True
+
+    def labelled(self, record: TaskRecord, attempt: Attempt) -> ContainerTaskSpec:
+        """The plan's spec with the run's reserved labels for this attempt added."""
+        spec = self.specs[record.id]
+        key = attempt.key or submission_key(self.run_id, record.id, attempt.number)
+        labels = {**spec.labels, **submission_labels(self.run_id, record.id, attempt.number, key)}
+        return dataclasses.replace(spec, labels=labels)
