@@ -14,10 +14,19 @@ class TestReference(InProcessBackendContract):
 """
 
 
-def test_runs_without_any_asyncio_configuration(pytester: pytest.Pytester) -> None:
-    # No ini file, no conftest, no markers: a separate process sees only what pip installed.
+@pytest.mark.parametrize("ini", [None, "[pytest]\n"], ids=["no-ini-file", "empty-ini-file"])
+def test_runs_without_any_configuration_with_warnings_as_errors(
+    pytester: pytest.Pytester, ini: str | None
+) -> None:
+    # No configuration, no conftest, no markers: a separate process sees only what pip
+    # installed. -W error: a start-up warning (pytest-asyncio's unset loop scope) would stop
+    # the run with an INTERNALERROR before a single test.
+    if ini is not None:
+        pytester.makeini(ini)
     pytester.makepyfile(test_consumer=CONSUMER)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", "-W", "error")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in result.stderr.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0, result.stdout.str()
     assert outcomes.get("errors", 0) == 0, result.stdout.str()
@@ -86,3 +95,11 @@ class TestNoBackend(ExecutionBackendContract):
     result = pytester.runpytest("-p", "no:cacheprovider", "-k", "name_is_a_nonempty")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*Subclasses must provide a `backend` fixture*"])
+
+
+def test_a_projects_own_loop_scope_wins(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = module\n")
+    pytester.makepyfile(test_consumer=CONSUMER)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "--co")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*asyncio_default_fixture_loop_scope=module*"])

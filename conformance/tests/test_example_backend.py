@@ -29,6 +29,7 @@ from subprocess_backend import ProcessRecord, SubprocessExecutionBackend
 # --8<-- [start:fake]
 @dataclass
 class FakeProcess:
+    image: str
     argv: list[str]
     env: dict[str, str]
     labels: dict[str, str]
@@ -54,6 +55,7 @@ class FakeProcesses:
     def start(
         self,
         task_id: str,
+        image: str,
         argv: list[str],
         env: dict[str, str],
         labels: dict[str, str],
@@ -63,7 +65,7 @@ class FakeProcesses:
         self._reachable()
         if task_id in self.processes:
             raise FileExistsError(task_id)  # like mkdir of an existing task directory
-        self.processes[task_id] = FakeProcess(list(argv), dict(env), dict(labels), timeout_s)
+        self.processes[task_id] = FakeProcess(image, list(argv), dict(env), dict(labels), timeout_s)
 
     def inspect(self, task_id: str) -> ProcessRecord | None:
         self._reachable()
@@ -72,7 +74,7 @@ class FakeProcesses:
             return None
         running = p.exit_code is None and p.ended_by is None
         return ProcessRecord(
-            p.argv, p.env, p.labels, p.timeout_s, p.started_at, running, p.exit_code,
+            p.image, p.argv, p.env, p.labels, p.timeout_s, p.started_at, running, p.exit_code,
             p.finished_at, p.ended_by,
         )  # fmt: skip
 
@@ -124,10 +126,10 @@ class TestSubprocessBackend(ExecutionBackendContract):
         return True
 
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask:
+        # What the fake received, never what the backend was configured with: a backend
+        # that dropped or hard-coded the image must fail the image checks.
         process = fake(backend).processes[handle.external_id]
-        # The machine is the image, and nothing else can be requested (see submit).
-        assert isinstance(backend, SubprocessExecutionBackend)
-        return LaunchedTask(backend.host_image, process.argv, process.env, process.labels)
+        return LaunchedTask(process.image, process.argv, process.env, process.labels)
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
         assert isinstance(backend, SubprocessExecutionBackend)

@@ -208,8 +208,26 @@ async def test_logical_paths_cannot_leave_the_data_root(tmp_path: Path, logical:
 @pytest.mark.asyncio
 async def test_remote_uris_are_refused_explicitly(tmp_path: Path) -> None:
     backend = InProcessExecutionBackend(data_root=tmp_path)
-    with pytest.raises(UnsupportedCapabilityError, match="local paths only"):
+    with pytest.raises(UnsupportedCapabilityError, match="local paths"):
         await backend.stage_inputs([Transfer("gs://bucket/w.bin", "w.bin")])
+
+
+@pytest.mark.asyncio
+async def test_file_uris_with_localhost_and_escapes_name_the_local_file(tmp_path: Path) -> None:
+    # file://localhost/... with %20: the host is this machine and the path is percent-decoded
+    # (the 0.1 backend read it as the relative path 'localhost/.../a%20b').
+    source = tmp_path / "a b" / "w.bin"
+    source.parent.mkdir()
+    source.write_bytes(b"weights")
+    uri = "file://localhost" + str(source).replace(" ", "%20")
+    backend = InProcessExecutionBackend(data_root=tmp_path / "data")
+    await backend.stage_inputs([Transfer(uri, "in/w.bin", digest=_digest(b"weights"))])
+    assert (tmp_path / "data" / "in" / "w.bin").read_bytes() == b"weights"
+    collected = tmp_path / "out dir" / "w.bin"
+    collected.parent.mkdir()
+    out_uri = "file://localhost" + str(collected).replace(" ", "%20")
+    await backend.collect_outputs([Transfer(out_uri, "in/w.bin")])
+    assert collected.read_bytes() == b"weights"
 
 
 @pytest.mark.asyncio

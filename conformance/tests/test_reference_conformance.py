@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
-from altar.conformance.reference import InProcessTaskVerifyingBackend
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.conformance.processes import ProcessFabric
+from altar.conformance.reference import InProcessExecutionBackend, InProcessTaskVerifyingBackend
 from altar.conformance.reference_contract import InProcessBackendContract
+from altar.conformance.supervisor import DEADLINE, LOG, OUTCOME
+from altar.execution import (
+    ContainerTaskSpec,
+    ExecutionBackend,
+    ResourceRequest,
+    TaskHandle,
+    atomic_write,
+)
 
 
 class TestInProcessBackend(InProcessBackendContract):
@@ -27,3 +43,105 @@ class TestInProcessBackendVerifyingInTask(InProcessBackendContract):
     """ "task" verification: a wrong input fails the task with input_digest_mismatch."""
 
     backend_class = InProcessTaskVerifyingBackend
+
+
+# ---------------------------------------------------------------- supervised local processes
+
+# The lifecycle tests' command: it runs until its test says how it ends, through a file in the
+# task's own record directory (the supervisor tells the task where that is).
+AWAIT_EXIT = (
+    'while [ ! -e "$ALTAR_IN_PROCESS_TASK_DIR/exit-request" ]; do sleep 0.02; done; '
+    'exit "$(cat "$ALTAR_IN_PROCESS_TASK_DIR/exit-request")"'
+)
+
+
+def _records(backend: ExecutionBackend) -> ProcessFabric:
+    assert isinstance(backend, InProcessExecutionBackend)
+    assert isinstance(backend.fabric, ProcessFabric)
+    return backend.fabric
+
+
+def _task_dir(backend: ExecutionBackend, handle: TaskHandle) -> Path:
+    return _records(backend).tasks / handle.external_id
+
+
+def _await_outcome(directory: Path) -> None:
+    """Block until the supervisor recorded how the task ended (a guard, not a timing test)."""
+    for _ in range(3000):
+        if (directory / OUTCOME).exists():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no outcome recorded in {directory}")
+
+
+class TestInProcessBackendWithProcesses(ExecutionBackendContract):
+    """The default runtime, real processes and records: the hooks script the task itself."""
+
+    @pytest.fixture
+    def spec(self) -> ContainerTaskSpec:
+        return ContainerTaskSpec(
+            kind="conformance",
+            image="busybox:latest",
+            command=["sh", "-c", AWAIT_EXIT],
+            labels={"job_id": "J", "kind": "conformance"},
+        )
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> Iterator[ExecutionBackend]:
+        backend = InProcessExecutionBackend(data_root=tmp_path / "in-process-data")
+        yield backend
+        records = _records(backend).tasks
+        unmounted = records.with_name("tasks.unmounted")
+        if unmounted.exists():
+            unmounted.rename(records)
+        for directory in records.iterdir():  # no supervisor outlives its test
+            _records(backend).kill(directory.name)
+
+    def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
+        directory = _task_dir(backend, handle)
+        atomic_write(directory / "exit-request", str(exit_code).encode())
+        _await_outcome(directory)
+
+    def expire_task(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
+        # The supervisor enforces the deadline: move it into the past, as time passing would.
+        directory = _task_dir(backend, handle)
+        for _ in range(3000):  # the supervisor writes it when it starts the command
+            if (directory / DEADLINE).exists():
+                break
+            time.sleep(0.01)
+        atomic_write(directory / DEADLINE, str(time.time() - 1).encode())
+        _await_outcome(directory)
+
+    def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
+        task = _records(backend).inspect(handle.external_id)
+        assert task is not None
+        return task.timeout_s
+
+    def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask | None:
+        task = _records(backend).inspect(handle.external_id)
+        assert task is not None
+        return task.launched
+
+    def write_task_log(
+        self, backend: ExecutionBackend, handle: TaskHandle, lines: list[str]
+    ) -> bool:
+        with open(_task_dir(backend, handle) / LOG, "a", encoding="utf-8") as log:
+            log.write("".join(f"{line}\n" for line in lines))
+        return True
+
+    def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
+        assert isinstance(backend, InProcessExecutionBackend)
+        return backend.reopen()
+
+    def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
+        records = _records(backend).tasks
+        records.rename(records.with_name("tasks.unmounted"))
+        return True
+
+    def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
+        return [replace(spec, resources=ResourceRequest(gpu="gpu", count=1))]
+
+    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
+        assert isinstance(backend, InProcessExecutionBackend)
+        launched = backend._launch_record(spec)
+        return _records(backend).launch(spec, launched, spec.timeout_s, [], start=False)

@@ -14,6 +14,7 @@ import pytest
 
 HEADER = """
 import asyncio
+import time
 from dataclasses import replace
 
 from altar.conformance.reference import InProcessExecutionBackend, InProcessTaskVerifyingBackend
@@ -30,6 +31,7 @@ class Broken:
     expected_failures: frozenset[str]
     contract_body: str = ""
     select: str | None = None  # -k expression, for defects that make many tests slow
+    entry_point: str | None = None  # installs `NAME = test_broken:BrokenBackend`
 
     base: str = "InProcessExecutionBackend"
 
@@ -99,6 +101,9 @@ CASES = {
                 "test_handle_survives_a_restart_after_it_finished[0]",
                 "test_handle_survives_a_restart_after_it_finished[3]",
                 "test_deadline_survives_a_restart",
+                "test_a_restarted_process_can_cancel_a_task",
+                "test_a_resubmitted_key_adopts_the_task_after_a_restart",
+                "test_list_submissions_finds_every_task_of_the_run",
             }
         ),
     ),
@@ -127,7 +132,31 @@ CASES = {
                 for s in statuses
             ]
         """,
-        frozenset({"test_cancel_stops_a_running_task_and_is_idempotent"}),
+        frozenset(
+            {
+                "test_cancel_stops_a_running_task_and_is_idempotent",
+                "test_cancel_reaches_the_provider_at_once",
+                "test_a_restarted_process_can_cancel_a_task",
+            }
+        ),
+    ),
+    "cancel-acts-at-the-next-poll-of-this-instance": Broken(
+        """
+        async def cancel(self, handle):
+            # remembered in memory: a new instance (a restarted runner) never learns of it
+            self.__dict__.setdefault("to_cancel", set()).add(handle.external_id)
+
+        async def poll(self, handles):
+            for external_id in self.__dict__.pop("to_cancel", set()):
+                self.fabric.kill(external_id)
+            return await super().poll(handles)
+        """,
+        frozenset(
+            {
+                "test_cancel_reaches_the_provider_at_once",
+                "test_a_restarted_process_can_cancel_a_task",
+            }
+        ),
     ),
     "reports-a-missing-task-as-running-forever": Broken(
         """
@@ -241,12 +270,169 @@ CASES = {
         # Every test that polls a running task waits out the bound; run the one that matters.
         select="test_poll_returns_promptly_while_a_task_runs",
     ),
+    "strips-whitespace-from-env-values": Broken(
+        """
+        def _launch_record(self, spec):
+            launched = super()._launch_record(spec)
+            return replace(launched, env={k: v.strip() for k, v in launched.env.items()})
+        """,
+        frozenset({"test_env_values_reach_the_provider_exactly"}),
+    ),
+    "drops-the-plugin-identity": Broken(
+        """
+        async def submit(self, spec):
+            return replace(await super().submit(spec), plugin_identity=None)
+        """,
+        frozenset({"test_plugin_identity_is_kept_on_the_handle"}),
+    ),
+    "hard-codes-the-image": Broken(
+        """
+        def _launch_record(self, spec):
+            return replace(super()._launch_record(spec), image="busybox:latest")
+        """,
+        frozenset({"test_each_task_runs_its_own_image"}),
+    ),
+    "poll-blocks-the-event-loop-for-0.1-s": Broken(
+        """
+        async def poll(self, handles):
+            time.sleep(0.1)  # a synchronous provider call
+            return await super().poll(handles)
+        """,
+        frozenset({"test_poll_does_not_block_the_event_loop"}),
+        select="block_the_event_loop",
+    ),
+    "submit-blocks-the-event-loop-for-0.1-s": Broken(
+        """
+        async def submit(self, spec):
+            time.sleep(0.1)  # a synchronous provider call
+            return await super().submit(spec)
+        """,
+        frozenset({"test_submit_does_not_block_the_event_loop"}),
+        select="block_the_event_loop",
+    ),
+    "registered-under-another-name": Broken(
+        """
+        name = "in-process-renamed"
+        """,
+        frozenset({"test_backend_is_registered_under_its_name"}),
+        entry_point="in-process-broken",
+    ),
+    "marks-a-timeout-deterministic": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                replace(s, failure=replace(s.failure, deterministic=True))
+                if s.failure is not None and s.failure.reason == "timeout"
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset(
+            {"test_expired_task_fails_with_timeout_reason", "test_deadline_survives_a_restart"}
+        ),
+    ),
+    "marks-a-cancel-deterministic": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                replace(s, failure=replace(s.failure, deterministic=True))
+                if s.failure is not None and s.failure.reason == "cancelled"
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset({"test_cancel_reaches_the_provider_at_once"}),
+    ),
+    "marks-an-in-task-digest-mismatch-retryable": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                replace(s, failure=replace(s.failure, deterministic=False))
+                if s.failure is not None and s.failure.reason == "input_digest_mismatch"
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset(
+            {
+                "test_input_digest_mismatch_is_rejected_before_compute",
+                "test_input_digest_on_a_directory_is_rejected",
+            }
+        ),
+        base="InProcessTaskVerifyingBackend",
+    ),
+    "starts-a-second-task-for-a-known-key": Broken(
+        """
+        async def submit(self, spec):
+            unkeyed = {k: v for k, v in spec.labels.items() if k != "altar.submission"}
+            handle = await super().submit(replace(spec, labels=unkeyed))
+            return replace(handle, labels=dict(spec.labels))
+        """,
+        frozenset(
+            {
+                "test_a_resubmitted_key_adopts_the_running_task",
+                "test_a_resubmitted_key_adopts_the_finished_task[0]",
+                "test_a_resubmitted_key_adopts_the_finished_task[3]",
+                "test_a_resubmitted_key_adopts_the_task_after_a_restart",
+                "test_a_resubmitted_key_starts_a_task_that_was_only_created",
+                "test_list_submissions_finds_every_task_of_the_run",
+            }
+        ),
+    ),
+    "replaces-a-finished-task-of-the-same-key": Broken(
+        """
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            task = self.fabric.inspect(handle.external_id)
+            if task is not None and task.state.is_terminal:
+                self.fabric.remove(handle.external_id)  # "replace a finished Job"
+                return await super().submit(spec)
+            return handle
+        """,
+        frozenset(
+            {
+                "test_a_resubmitted_key_adopts_the_finished_task[0]",
+                "test_a_resubmitted_key_adopts_the_finished_task[3]",
+            }
+        ),
+    ),
+    "lists-only-what-this-instance-submitted": Broken(
+        """
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            self.__dict__.setdefault("mine", []).append(handle)
+            return handle
+
+        async def list_submissions(self, run):
+            mine = self.__dict__.get("mine", [])
+            return [h for h in mine if h.labels.get("altar.run") == run]
+        """,
+        frozenset({"test_list_submissions_finds_every_task_of_the_run"}),
+    ),
 }
+
+
+def _install_entry_point(pytester: pytest.Pytester, name: str) -> None:
+    """A distribution registering the broken backend, found on sys.path like an installed one."""
+    dist_info = pytester.path / "altar_conformance_broken-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: altar-conformance-broken\nVersion: 0.1\n"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        f"[altar.execution_backends]\n{name} = test_broken:BrokenBackend\n"
+    )
+    pytester.syspathinsert()
 
 
 def _failed_tests(pytester: pytest.Pytester, broken: Broken) -> set[str]:
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_broken=broken.module())
+    if broken.entry_point:
+        _install_entry_point(pytester, broken.entry_point)
     args = ["-p", "no:cacheprovider"]
     if broken.select:
         args += ["-k", broken.select]

@@ -39,6 +39,7 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
     copy_and_verify,
+    mint_handle,
 )
 from altar.execution.backend import DigestVerification
 
@@ -49,6 +50,7 @@ from altar.execution.backend import DigestVerification
 class ProcessRecord:
     """What the runtime knows about one task."""
 
+    image: str  # what the task asked for; this machine stands in for it
     argv: list[str]
     env: dict[str, str]
     labels: dict[str, str]
@@ -66,6 +68,7 @@ class ProcessRuntime(Protocol):
     def start(
         self,
         task_id: str,
+        image: str,
         argv: list[str],
         env: dict[str, str],
         labels: dict[str, str],
@@ -108,13 +111,14 @@ class SubprocessExecutionBackend(ExecutionBackend):
         await asyncio.to_thread(
             self.runtime.start,
             task_id,
+            spec.image,
             list(spec.command),
             dict(spec.env),
             dict(spec.labels),
             str(self.data_root),
             spec.timeout_s,
         )
-        return TaskHandle(self.name, task_id, dict(spec.labels), spec.plugin_identity)
+        return mint_handle(self.name, spec, task_id)  # labels copied, plugin_identity kept
 
     def _refuse_what_cannot_be_represented(self, spec: ContainerTaskSpec) -> None:
         if spec.image != self.host_image:
@@ -246,6 +250,7 @@ class LocalProcesses:
     def start(
         self,
         task_id: str,
+        image: str,
         argv: list[str],
         env: dict[str, str],
         labels: dict[str, str],
@@ -257,6 +262,7 @@ class LocalProcesses:
         task_dir.mkdir()
         Path(cwd).mkdir(parents=True, exist_ok=True)
         meta = {
+            "image": image,
             "argv": argv,
             "env": env,
             "labels": labels,
@@ -293,8 +299,8 @@ class LocalProcesses:
         if exit_code is not None:
             finished_at = (task_dir / "exit").stat().st_mtime
         return ProcessRecord(
-            meta["argv"], meta["env"], meta["labels"], meta["timeout_s"], meta["started_at"],
-            running,
+            meta["image"], meta["argv"], meta["env"], meta["labels"], meta["timeout_s"],
+            meta["started_at"], running,
             exit_code, finished_at, ended_by,
         )  # fmt: skip
 

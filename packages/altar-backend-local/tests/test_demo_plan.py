@@ -12,14 +12,17 @@ from typing import Any
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.execution import (
+    CONTAINER_MOUNT_ROOT,
     ContainerTaskSpec,
     ExecutionBackend,
+    PathResolver,
     TaskHandle,
     TaskState,
     TaskStatus,
     Transfer,
     spec_from_dict,
 )
+from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
@@ -39,6 +42,8 @@ def specs(base: Path, output_base: Path) -> list[ContainerTaskSpec]:
     built = []
     for task in load_plan()["tasks"]:
         spec = spec_from_dict({k: v for k, v in task.items() if k != "id"})
+        # the plan names the volume {altar:mount_root}; the runner expands it at submit
+        spec = expand_spec(spec, PathResolver(CONTAINER_MOUNT_ROOT))
         built.append(
             ContainerTaskSpec(
                 **{

@@ -381,9 +381,9 @@ async def test_a_digest_on_a_directory_or_missing_file_is_rejected(
     backend: ModalExecutionBackend, fake: FakeModalRuntime, tmp_path: Path
 ) -> None:
     (tmp_path / "dir").mkdir()
-    for uri in (str(tmp_path / "dir"), str(tmp_path / "missing")):
-        with pytest.raises(TransferIntegrityError, match="regular file"):
-            await backend.stage_inputs([Transfer(uri, "m/w", digest=_digest(b""))])
+    for uri, message in ((tmp_path / "dir", "regular file"), (tmp_path / "missing", "not exist")):
+        with pytest.raises(TransferIntegrityError, match=message):
+            await backend.stage_inputs([Transfer(str(uri), "m/w", digest=_digest(b""))])
     assert fake.uploads == []
 
 

@@ -29,12 +29,16 @@ from altar.execution import (
     PathResolver,
     TaskFailure,
     TaskHandle,
+    TaskLogs,
     TaskState,
     TaskStatus,
     Transfer,
     UnsupportedCapabilityError,
+    cli,
 )
+from altar.execution import registry as registry_module
 from altar.execution.labels import LABEL_RUN, LABEL_SUBMISSION
+from altar.execution.registry import BackendRegistry
 from altar.execution.transfer_progress import report
 
 
@@ -286,6 +290,16 @@ class FakeBackend(ExecutionBackend):
         task = self.provider.tasks.get(handle.external_id)
         return f"log tail of {task.key}: it went wrong" if task else None
 
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """One stdout line per step the task ran; its failure on stderr once it ended."""
+        task = self.provider.tasks.get(handle.external_id)
+        if task is None or task.removed:
+            return None
+        stdout = "".join(f"{task.key} step {n}\n" for n in range(task.steps))
+        ended = task.state(self.provider.duration).is_terminal
+        stderr = f"{task.key}: {task.outcome}\n" if ended and task.outcome != "ok" else ""
+        return TaskLogs(stdout, stderr)
+
 
 class AdoptingFakeBackend(FakeBackend):
     """A fake provider that finds tasks by their submission key and lists a run's tasks."""
@@ -323,3 +337,73 @@ def fake_backend_class() -> type[FakeBackend]:
 @pytest.fixture
 def adopting_backend_class() -> type[AdoptingFakeBackend]:
     return AdoptingFakeBackend
+
+
+# -- the altar CLI's tests: a `fake` backend registered for `altar ...` commands ---------
+
+CLI_PLAN = """\
+[backend]
+type = "fake"
+options = { slots = 2 }
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 0 > /mnt/volume/jobs/demo/fold-0.txt"]
+labels = { task = "fold-0" }
+outputs = [{ uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" }]
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 1 > /mnt/volume/jobs/demo/fold-1.txt"]
+labels = { task = "fold-1" }
+outputs = [{ uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" }]
+
+[[tasks]]
+kind = "fold"
+image = "busybox:latest"
+command = ["sh", "-c", "echo 2 > /mnt/volume/jobs/demo/fold-2.txt"]
+labels = { task = "fold-2" }
+outputs = [{ uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" }]
+
+[[tasks]]
+kind = "summarize"
+image = "busybox:latest"
+command = ["sh", "-c", "cat /mnt/volume/jobs/demo/fold-*.txt > /mnt/volume/jobs/demo/summary.txt"]
+labels = { task = "summary" }
+inputs = [
+  { uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" },
+  { uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" },
+  { uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" },
+]
+outputs = [{ uri = "out/summary.txt", logical_path = "jobs/demo/summary.txt" }]
+"""
+
+
+@pytest.fixture
+def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
+    """Register a ``fake`` backend whose instances share one provider (like a real one)."""
+    provider.root = tmp_path / "volume"
+    provider.duration = 2
+
+    class Fake(fake_backend_class):
+        poll_interval_s = 0.0
+
+        def __init__(self, *, slots: int | None = None, poll_s: float = 0.0) -> None:
+            super().__init__(provider=provider)
+            provider.slots = slots
+
+    registry = BackendRegistry("altar.test_cli_no_entry_points")  # only what we register
+    registry.register("fake", Fake)
+    monkeypatch.setattr(registry_module, "default_registry", registry)
+    monkeypatch.setattr(cli, "default_registry", registry)
+    monkeypatch.setattr(cli, "MAX_POLL_INTERVAL_S", 0.0)
+    return provider
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text(CLI_PLAN)
+    return path

@@ -18,81 +18,13 @@ from altar.execution import registry as registry_module
 from altar.execution.digest import sha256_file, verify_files_script
 from altar.execution.journal import JOURNAL_NAME, Journal, run_lock
 from altar.execution.progress import ProgressPrinter, format_duration, format_table
-from altar.execution.registry import BackendRegistry
 from altar.execution.runner import RunEvent, TaskResult
-
-PLAN = """\
-[backend]
-type = "fake"
-options = { slots = 2 }
-
-[[tasks]]
-kind = "fold"
-image = "busybox:latest"
-command = ["sh", "-c", "echo 0 > /mnt/volume/jobs/demo/fold-0.txt"]
-labels = { task = "fold-0" }
-outputs = [{ uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" }]
-
-[[tasks]]
-kind = "fold"
-image = "busybox:latest"
-command = ["sh", "-c", "echo 1 > /mnt/volume/jobs/demo/fold-1.txt"]
-labels = { task = "fold-1" }
-outputs = [{ uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" }]
-
-[[tasks]]
-kind = "fold"
-image = "busybox:latest"
-command = ["sh", "-c", "echo 2 > /mnt/volume/jobs/demo/fold-2.txt"]
-labels = { task = "fold-2" }
-outputs = [{ uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" }]
-
-[[tasks]]
-kind = "summarize"
-image = "busybox:latest"
-command = ["sh", "-c", "cat /mnt/volume/jobs/demo/fold-*.txt > /mnt/volume/jobs/demo/summary.txt"]
-labels = { task = "summary" }
-inputs = [
-  { uri = "out/fold-0.txt", logical_path = "jobs/demo/fold-0.txt" },
-  { uri = "out/fold-1.txt", logical_path = "jobs/demo/fold-1.txt" },
-  { uri = "out/fold-2.txt", logical_path = "jobs/demo/fold-2.txt" },
-]
-outputs = [{ uri = "out/summary.txt", logical_path = "jobs/demo/summary.txt" }]
-"""
-
-
-@pytest.fixture
-def fake_registry(monkeypatch, tmp_path, fake_backend_class, provider):
-    """Register a ``fake`` backend whose instances share one provider (like a real one)."""
-    provider.root = tmp_path / "volume"
-    provider.duration = 2
-
-    class Fake(fake_backend_class):
-        poll_interval_s = 0.0
-
-        def __init__(self, *, slots: int | None = None, poll_s: float = 0.0) -> None:
-            super().__init__(provider=provider)
-            provider.slots = slots
-
-    registry = BackendRegistry("altar.test_cli_no_entry_points")  # only what we register
-    registry.register("fake", Fake)
-    monkeypatch.setattr(registry_module, "default_registry", registry)
-    monkeypatch.setattr(cli, "default_registry", registry)
-    monkeypatch.setattr(cli, "MAX_POLL_INTERVAL_S", 0.0)
-    return provider
 
 
 def run_cli(argv, capsys):
     code = cli.main([str(a) for a in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-@pytest.fixture
-def plan_file(tmp_path):
-    path = tmp_path / "plan.toml"
-    path.write_text(PLAN)
-    return path
 
 
 def test_run_prints_progress_and_a_table(fake_registry, plan_file, tmp_path, capsys):
@@ -177,9 +109,11 @@ def test_user_errors_are_one_line_and_exit_2(fake_registry, plan_file, capsys, a
     assert "Traceback" not in err
 
 
-def test_a_plan_error_names_file_and_field(fake_registry, tmp_path, capsys):
+def test_a_plan_error_names_file_and_field(fake_registry, plan_file, tmp_path, capsys):
     path = tmp_path / "bad.toml"
-    path.write_text(PLAN.replace('labels = { task = "fold-1" }', "resources = { count = 0 }"))
+    path.write_text(
+        plan_file.read_text().replace('labels = { task = "fold-1" }', "resources = { count = 0 }")
+    )
     code, _, err = run_cli(["run", path], capsys)
     assert code == 2
     assert err == (
@@ -219,7 +153,7 @@ def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
         f"altar: run {run_id} on fake; its provider objects carry the labels altar.run={run_id}"
         in err
     )
-    assert [line.split()[2] for line in out.splitlines()[1:]] == [
+    assert [line.split()[2] for line in out.splitlines()[1:5]] == [
         "running",
         "running",
         "queued",
@@ -372,8 +306,11 @@ def test_progress_on_a_terminal_redraws_one_status_line():
     printer(RunEvent("succeeded", "a succeeded in 1.0s", "a", counts={"succeeded": 1}, elapsed_s=2))
     printer.close()
     text = stream.getvalue()
-    assert text.startswith("   1.0s  [3 queued, 1 running of 4]")
-    assert "\r\x1b[K   2.0s  a succeeded in 1.0s\n   2.0s  [1 succeeded of 4]" in text
+    assert text.startswith("   1.0s  [3 queued, 1 running of 4; 0% done]")
+    assert (
+        "\r\x1b[K   2.0s  a succeeded in 1.0s\n   2.0s  [1 succeeded of 4; 25% done, ETA 6.0s]"
+        in text
+    )
     assert text.endswith("\r\x1b[K")
 
 
@@ -413,7 +350,7 @@ def test_the_status_line_clock_ticks_between_events():
     printer(RunEvent("state", "a running", "a", counts={"running": 1, "queued": 1}, elapsed_s=0))
     printer._offset -= 65  # as if 65 s passed without an event
     printer.tick()
-    assert stream.getvalue().endswith("\r\x1b[K  1m05s  [1 queued, 1 running of 2]")
+    assert stream.getvalue().endswith("\r\x1b[K  1m05s  [1 queued, 1 running of 2; 0% done]")
     plain = ProgressPrinter(io.StringIO(), total=2, live=False)
     plain.tick()
     assert plain.stream.getvalue() == ""
@@ -510,7 +447,7 @@ def test_staging_progress_fills_the_status_line_on_a_terminal():
     printer(RunEvent("staged", "staged 2 input(s)", counts={"queued": 2}, elapsed_s=4))
     printer.close()
     text = stream.getvalue()
-    assert "   4.0s  staged 2 input(s)\n   4.0s  [2 queued of 2]" in text
+    assert "   4.0s  staged 2 input(s)\n   4.0s  [2 queued of 2; 0% done]" in text
     assert "staging 2.5 GiB" not in text.split("staged 2 input(s)")[1]
     assert text.count("\n") == 2  # progress never scrolls the terminal
 
@@ -620,7 +557,7 @@ def test_status_shows_the_journal_when_the_backend_cannot_be_reached_to_be_built
     assert code == 0
     assert "showing the journal only" in err
     assert "cannot connect to the Docker daemon" in err
-    assert [line.split()[2] for line in out.splitlines()[1:]] == ["succeeded"] * 4
+    assert [line.split()[2] for line in out.splitlines()[1:5]] == ["succeeded"] * 4
 
 
 def test_text_from_tasks_cannot_drive_the_terminal():
@@ -639,6 +576,51 @@ def test_text_from_tasks_cannot_drive_the_terminal():
     assert "\\x1b]0;pwned" in rendered
     assert "first" in format_failures([task])  # the detail's own lines are kept
     assert "\n" not in format_event(event, plain=True)
+
+
+def test_verify_names_a_missing_file_as_missing(tmp_path, capsys):
+    missing = tmp_path / "nowhere.bin"
+    code, out, _ = run_cli(["verify", missing, "--digest", "sha256:" + "0" * 64], capsys)
+    assert code == 1
+    assert out == f"{missing}: FAILED (file at {str(missing)!r} does not exist)\n"
+
+
+def test_json_on_a_log_still_prints_retries_and_outages(fake_registry, plan_file, tmp_path, capsys):
+    # stderr is not a terminal here (capsys), as in every CI job
+    fake_registry.script = {"fold-1": ["oom", "ok"], "fold-2": ["unavailable", "ok"]}
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+    assert "fold-1 attempt 1 failed (oom_killed); retrying" in err
+    assert "fold-2: submit: BackendUnavailableError: fake provider is down" in err
+    assert "submitted" not in err  # routine progress stays out of a --json log
+
+
+def _outage_event(message: str, elapsed: float) -> RunEvent:
+    return RunEvent("backend_unavailable", message, elapsed_s=elapsed)
+
+
+def test_an_outage_prints_its_advice_once_then_a_short_line():
+    advice = (
+        "poll: BackendUnavailableError: cannot reach the Docker engine at unix:///x: refused. "
+        "Start the engine (`sudo systemctl start docker`) or set DOCKER_HOST."
+    )
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=2, live=False)
+    for second in range(3):
+        printer(_outage_event(advice, second * 5.0))
+    printer(_outage_event(advice.replace("poll:", "fold-0: submit:", 1), 16.0))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4
+    assert lines[0].endswith(advice)
+    assert lines[1] == "   5.0s  poll: the backend is still unavailable (as above)"
+    assert lines[2] == "  10.0s  poll: the backend is still unavailable (as above)"
+    assert lines[3] == "  16.0s  fold-0: submit: the backend is still unavailable (as above)"
+    assert stream.getvalue().count("systemctl") == 1
+    # the backend answered: a later outage is reported in full again
+    printer(RunEvent("submitted", "fold-0 submitted (x)", task_id="fold-0", elapsed_s=20.0))
+    printer(_outage_event(advice, 25.0))
+    assert stream.getvalue().count("systemctl") == 2
 
 
 def test_every_run_stopped_error_is_one_line_and_exit_1(

@@ -429,7 +429,7 @@ def test_wrong_digest_raises_and_writes_no_record(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["f"]
 
 
-@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_digest_on_a_non_file_is_rejected_like_a_mismatch(tmp_path: Path, kind: str) -> None:
     target = tmp_path / "target"
     if kind == "directory":
@@ -537,7 +537,7 @@ def test_verify_files_reports_every_failure_after_checking_all(tmp_path: Path) -
     message = str(caught.value)
     assert message.startswith("2 of 3 files failed verification: ")
     assert repr(str(bad)) in message
-    assert "regular file" in message
+    assert f"{str(tmp_path / 'missing')!r} does not exist" in message
     assert has_verification_record(good, good_digest)  # the good one was still checked
 
 

@@ -12,7 +12,7 @@ import itertools
 import os
 
 import pytest
-from altar.execution import ContainerTaskSpec, Transfer, runner
+from altar.execution import ContainerTaskSpec, TaskState, TaskStatus, Transfer, runner
 from altar.execution.atomic import temp_path
 from altar.execution.journal import Journal
 from altar.execution.labels import (
@@ -128,6 +128,43 @@ async def test_an_accepted_but_unanswered_submit_is_adopted_on_resume_not_run_ag
     assert attempt.adopted
     assert attempt.key == submission_key(first.run_id, "b", 1)
     assert not [t for t in provider.tasks.values() if not t.removed]  # all cleaned up
+
+
+@pytest.mark.asyncio
+async def test_an_adopted_task_its_submit_created_but_never_started_is_started(
+    tmp_path, provider, adopting_backend_class, monkeypatch
+):
+    # Found by tests/crash: a runner killed between a container's create and its start left a
+    # container that the resumed run adopted from the listing and nobody ever started (the
+    # in-process backend: a record without its supervisor, polled as pending for ever).
+    started: set[str] = set()
+
+    class StartsInSubmit(adopting_backend_class):
+        """Like Docker: submit creates, then starts; a submit of the key starts a created one."""
+
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            started.add(handle.external_id)
+            return handle
+
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                s if s.handle.external_id in started else TaskStatus(s.handle, TaskState.PENDING)
+                for s in statuses
+            ]
+
+    provider.slow_submits = {"b": 60.0}  # created; the start never comes: the runner dies
+    plan = simple_plan("a", "b")
+    run_dir = tmp_path / "run"
+    await killed_while_b_is_in_submit(plan, StartsInSubmit(provider=provider), run_dir, monkeypatch)
+    assert len(started) == 1  # a only
+    resumed = run_plan(plan, StartsInSubmit(provider=provider), run_dir=run_dir, **FAST)
+    result = await asyncio.wait_for(resumed, timeout=30)  # before the fix: pending for ever
+    assert result.ok
+    assert provider.executions("b") == 1
+    assert [t.attempts for t in result.tasks] == [1, 1]
+    assert Journal.load(run_dir).tasks["b"].attempts[0].adopted
 
 
 @pytest.mark.asyncio
@@ -301,6 +338,24 @@ async def test_resume_removes_only_the_temporary_files_this_runs_killed_processe
     assert [p for p in not_ours if not p.exists()] == []
     assert [e.kind for e in events].count("litter_removed") == 1
     assert Journal.load(run_dir).pids == [dead, os.getpid()]
+
+
+@pytest.mark.asyncio
+async def test_a_journal_snapshot_left_before_its_writer_journaled_its_pid_is_removed(
+    tmp_path, provider, fake_backend_class
+):
+    # A process killed inside the first snapshot of a new run (or the one that records its
+    # pid) leaves a temporary file whose pid no journal names (found by tests/crash).
+    plan = simple_plan("a")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    never_journaled = 2**22 + 54321
+    left = temp_path(run_dir / "journal.json", pid=never_journaled)
+    left.write_bytes(b"{")
+    result = await run_plan(plan, fake_backend_class(provider=provider), run_dir=run_dir, **FAST)
+    assert result.ok
+    assert not left.exists()
+    assert never_journaled not in Journal.load(run_dir).pids
 
 
 def test_the_stager_removes_leftovers_of_the_runs_earlier_processes(tmp_path):

@@ -283,6 +283,7 @@ EXPECTED_EXPORTS = [
     "StagingError",
     "TaskFailure",
     "TaskHandle",
+    "TaskLogs",
     "TaskResult",
     "TaskState",
     "TaskStatus",

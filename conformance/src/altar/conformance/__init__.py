@@ -61,6 +61,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if module_name == "altar.conformance.contract":
         _register_suite_for_assert_rewriting()
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+    # Not cached in this module's globals: the package stays imported (the pytest plugin
+    # lives in it) while a pytester session may drop and re-import the suite's modules.
+    return getattr(importlib.import_module(module_name), name)

@@ -1,5 +1,8 @@
 """``ExecutionBackendContract``: the portability suite every execution backend subclasses.
 
+(Long by design: the suite is one class whose methods are its tests, so backends subclass a
+single name; its helpers live in ``_polling``, ``looplag`` and ``adoption``.)
+
 A backend's test module subclasses the contract, provides a ``backend`` fixture wired to a
 fake provider and implements the scripting hooks, which act on the fake *without* going
 through the backend (the way a real provider changes under a backend's feet)::
@@ -24,15 +27,24 @@ environment and resources; the image always comes from ``spec``.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from altar.conformance._polling import (
+    ACTIVE,
+    MISSING_TASK_ID,
+    POLL_BOUND_S,
+    missing_handle,
+    poll,
+    poll_one,
+)
+from altar.conformance.adoption import AdoptionChecks
 from altar.conformance.launched import GIB, LaunchedTask
+from altar.conformance.looplag import measure_blocking
 from altar.execution import (
     EXECUTION_BACKEND_GROUP,
     BackendUnavailableError,
@@ -43,7 +55,6 @@ from altar.execution import (
     ResourceRequest,
     TaskHandle,
     TaskState,
-    TaskStatus,
     Transfer,
     TransferIntegrityError,
     UnsupportedCapabilityError,
@@ -55,11 +66,6 @@ __all__ = ["CONFORMANCE_TIMEOUT_S", "MISSING_TASK_ID", "POLL_BOUND_S", "Executio
 CONFORMANCE_TIMEOUT_S = 90
 """The explicit ``timeout_s`` the timeout tests submit."""
 
-POLL_BOUND_S = 5.0
-"""How long one ``poll`` may take before the suite says it waited for a task."""
-
-MISSING_TASK_ID = "altar-conformance-missing"
-"""The ``external_id`` of a task no provider has ever seen."""
 
 # Arguments a shell, a YAML renderer or an argv joiner would be tempted to touch.
 HOSTILE_COMMAND = [
@@ -87,7 +93,15 @@ HOSTILE_ENV = {
     "ALTAR_CONFORMANCE_EMPTY": "",
     "ALTAR_CONFORMANCE_EQUALS": "k=v=w",
     "ALTAR_CONFORMANCE_UNICODE": "µ ß 漢",
+    # Surrounding whitespace is part of the value: no stripping, no trimming of newlines.
+    "ALTAR_CONFORMANCE_LEADING": "  leading",
+    "ALTAR_CONFORMANCE_TRAILING": "trailing \t",
+    "ALTAR_CONFORMANCE_BLANK": " ",
+    "ALTAR_CONFORMANCE_NEWLINES": "\nwrapped\n",
 }
+
+# A plugin identity as a plan or journal carries it (plain data, not None).
+PLUGIN_IDENTITY = {"plugin": "altar-conformance", "version": "0.2", "kind": "conformance"}
 
 # Values every provider's label syntax accepts (Kubernetes: 63 chars of [A-Za-z0-9._-]).
 CONFORMANCE_LABELS = {
@@ -97,63 +111,14 @@ CONFORMANCE_LABELS = {
     "fold": "0",
 }
 
-_ACTIVE = (TaskState.PENDING, TaskState.RUNNING)
-
 asyncio_test = pytest.mark.asyncio
-
-
-def _missing_handle(backend: ExecutionBackend) -> TaskHandle:
-    return TaskHandle(backend.name, MISSING_TASK_ID, {"job_id": "J"})
-
-
-def _check_status(status: object, handle: TaskHandle) -> TaskStatus:
-    assert isinstance(status, TaskStatus), f"poll must return TaskStatus objects, got {status!r}"
-    assert isinstance(status.state, TaskState), f"state must be a TaskState, got {status.state!r}"
-    assert status.handle.external_id == handle.external_id, (
-        f"poll returned the status of {status.handle.external_id!r} for {handle.external_id!r}"
-    )
-    if status.state is TaskState.FAILED:
-        assert status.failure is not None, "a FAILED status must carry a TaskFailure"
-    else:
-        assert status.failure is None, (
-            f"only a FAILED status carries a failure; {status.state} carries {status.failure!r}"
-        )
-    return status
-
-
-async def _poll(backend: ExecutionBackend, handles: list[TaskHandle]) -> list[TaskStatus]:
-    """Poll with a bound: poll reports the current state and never waits for a task."""
-    started = time.monotonic()
-    try:
-        statuses = await asyncio.wait_for(backend.poll(list(handles)), POLL_BOUND_S)
-    except TimeoutError:
-        pytest.fail(
-            f"poll did not return within {POLL_BOUND_S} s; poll must report the current state "
-            "of each task without waiting for any of them to finish"
-        )
-    elapsed = time.monotonic() - started
-    assert elapsed < POLL_BOUND_S, (
-        f"poll blocked the event loop for {elapsed:.1f} s; run blocking provider calls in a "
-        "thread and never wait for a task inside poll"
-    )
-    assert isinstance(statuses, list), f"poll must return a list, got {type(statuses).__name__}"
-    assert len(statuses) == len(handles), (
-        f"poll must return exactly one status per handle: {len(handles)} handles, "
-        f"{len(statuses)} statuses"
-    )
-    return [_check_status(s, h) for s, h in zip(statuses, handles, strict=True)]
-
-
-async def _poll_one(backend: ExecutionBackend, handle: TaskHandle) -> TaskStatus:
-    (status,) = await _poll(backend, [handle])
-    return status
 
 
 def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class ExecutionBackendContract:
+class ExecutionBackendContract(AdoptionChecks):
     """Subclass in a test module to run the portability suite against one backend.
 
     Required: the ``backend`` fixture and the hooks ``finish_task``, ``expire_task`` and
@@ -200,6 +165,11 @@ class ExecutionBackendContract:
             command=["true"],
             labels={"job_id": "J", "kind": "conformance"},
         )
+
+    @pytest.fixture
+    def other_image(self, spec: ContainerTaskSpec) -> str:
+        """A second image the fake holds, to prove ``spec.image`` is not hard-coded."""
+        return "alpine:3.20" if spec.image != "alpine:3.20" else "busybox:1.36"
 
     # ------------------------------------------------------------------ hooks
 
@@ -309,6 +279,16 @@ class ExecutionBackendContract:
         assert handle.plugin_identity == spec.plugin_identity
 
     @asyncio_test
+    async def test_plugin_identity_is_kept_on_the_handle(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        handle = await backend.submit(replace(spec, plugin_identity=dict(PLUGIN_IDENTITY)))
+        assert handle.plugin_identity == PLUGIN_IDENTITY, (
+            "submit must copy spec.plugin_identity onto the handle: the runner records which "
+            f"plugin produced a task from it (got {handle.plugin_identity!r})"
+        )
+
+    @asyncio_test
     async def test_poll_empty_returns_empty(self, backend: ExecutionBackend) -> None:
         assert await backend.poll([]) == []
 
@@ -317,7 +297,7 @@ class ExecutionBackendContract:
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         handle = await backend.submit(spec)
-        statuses = await _poll(backend, [handle])
+        statuses = await poll(backend, [handle])
         assert len(statuses) == 1
 
     @asyncio_test
@@ -333,7 +313,7 @@ class ExecutionBackendContract:
     ) -> None:
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=0)
-        status = await _poll_one(backend, handle)
+        status = await poll_one(backend, handle)
         assert status.state is TaskState.SUCCEEDED
         assert status.failure is None
 
@@ -343,7 +323,7 @@ class ExecutionBackendContract:
     ) -> None:
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=3)
-        status = await _poll_one(backend, handle)
+        status = await poll_one(backend, handle)
         assert status.state is TaskState.FAILED
         assert status.failure is not None
         assert status.failure.reason == "exit_3"
@@ -359,7 +339,7 @@ class ExecutionBackendContract:
         failed = await backend.submit(replace(spec, labels={**spec.labels, "shard": "1"}))
         self.finish_task(backend, succeeded, exit_code=0)
         self.finish_task(backend, failed, exit_code=1)
-        statuses = await _poll(backend, [failed, succeeded])
+        statuses = await poll(backend, [failed, succeeded])
         assert [s.handle.labels["shard"] for s in statuses] == ["1", "0"]
         assert [s.state for s in statuses] == [TaskState.FAILED, TaskState.SUCCEEDED]
 
@@ -374,16 +354,16 @@ class ExecutionBackendContract:
         self.finish_task(backend, first, exit_code=0)
         if second.external_id == first.external_id:
             # Adopted: both handles name the one running task.
-            statuses = await _poll(backend, [first, second])
+            statuses = await poll(backend, [first, second])
             assert [s.state for s in statuses] == [TaskState.SUCCEEDED, TaskState.SUCCEEDED]
         else:
             # A second, independent task: finishing the first must not finish it.
-            status = await _poll_one(backend, second)
+            status = await poll_one(backend, second)
             assert not status.state.is_terminal, (
                 "a resubmitted task finished together with the first submission"
             )
             self.finish_task(backend, second, exit_code=0)
-            assert (await _poll_one(backend, second)).state is TaskState.SUCCEEDED
+            assert (await poll_one(backend, second)).state is TaskState.SUCCEEDED
 
     @pytest.mark.parametrize("first_exit", [0, 3])
     @asyncio_test
@@ -393,22 +373,22 @@ class ExecutionBackendContract:
         first = await backend.submit(spec)
         self.finish_task(backend, first, exit_code=first_exit)
         expected = TaskState.SUCCEEDED if first_exit == 0 else TaskState.FAILED
-        assert (await _poll_one(backend, first)).state is expected
+        assert (await poll_one(backend, first)).state is expected
         again = await backend.submit(spec)
         assert again.labels == spec.labels
-        rerun = await _poll_one(backend, again)
+        rerun = await poll_one(backend, again)
         assert not rerun.state.is_terminal, (
             f"a resubmitted spec must run again, not reuse the finished task's outcome "
             f"({rerun.state})"
         )
         self.finish_task(backend, again, exit_code=0)
-        final = await _poll_one(backend, again)
+        final = await poll_one(backend, again)
         assert final.state is TaskState.SUCCEEDED
         assert final.failure is None
 
     @asyncio_test
     async def test_missing_task_is_a_terminal_failure(self, backend: ExecutionBackend) -> None:
-        status = await _poll_one(backend, _missing_handle(backend))
+        status = await poll_one(backend, missing_handle(backend))
         assert status.state is TaskState.FAILED, (
             f"a task the provider cannot find must fail, not stay {status.state}"
         )
@@ -424,7 +404,7 @@ class ExecutionBackendContract:
         lines = [f"log line {i}" for i in range(100)]
         wrote = self.write_task_log(backend, handle, lines)
         self.finish_task(backend, handle, exit_code=3)
-        assert (await _poll_one(backend, handle)).state is TaskState.FAILED
+        assert (await poll_one(backend, handle)).state is TaskState.FAILED
         detail = await backend.failure_detail(handle)
         assert detail is None or isinstance(detail, str)
         if wrote:
@@ -436,7 +416,7 @@ class ExecutionBackendContract:
     async def test_failure_detail_of_a_missing_task_does_not_raise(
         self, backend: ExecutionBackend
     ) -> None:
-        detail = await backend.failure_detail(_missing_handle(backend))
+        detail = await backend.failure_detail(missing_handle(backend))
         assert detail is None or isinstance(detail, str)
 
     @asyncio_test
@@ -457,10 +437,14 @@ class ExecutionBackendContract:
     ) -> None:
         handle = await backend.submit(replace(spec, timeout_s=CONFORMANCE_TIMEOUT_S))
         self.expire_task(backend, handle)
-        status = await _poll_one(backend, handle)
+        status = await poll_one(backend, handle)
         assert status.state is TaskState.FAILED
         assert status.failure is not None
         assert status.failure.reason == "timeout"
+        assert not status.failure.deterministic, (
+            "a timeout is not deterministic: the same task may finish in time on a faster "
+            "machine or a quieter provider"
+        )
 
     @asyncio_test
     async def test_input_digest_mismatch_is_rejected_before_compute(
@@ -505,12 +489,11 @@ class ExecutionBackendContract:
         elif mode == "task":
             handle = await backend.submit(replace(spec, inputs=[transfer]))
             self.fail_input_verification(backend, handle)
-            status = await _poll_one(backend, handle)
+            status = await poll_one(backend, handle)
             assert status.state is TaskState.FAILED
             assert status.failure is not None
             assert status.failure.reason == "input_digest_mismatch"
-            if match is None:
-                assert status.failure.deterministic, "a digest mismatch is deterministic"
+            assert status.failure.deterministic, "a digest mismatch is deterministic"
         else:
             pytest.fail(_NO_VERIFICATION_MODE.format(name=type(backend).__name__, mode=mode))
 
@@ -524,6 +507,14 @@ class ExecutionBackendContract:
     def test_backend_is_registered_under_its_name(self, backend: ExecutionBackend) -> None:
         registry = BackendRegistry()  # installed entry points only, nothing cached
         if backend.name not in registry.names():
+            misnamed = _entry_points_loading(type(backend), backend.name)
+            if misnamed:
+                pytest.fail(
+                    f"entry point {misnamed[0].name!r} ({misnamed[0].value}) loads the backend "
+                    f"under test, whose name is {backend.name!r}: `altar` finds a backend by "
+                    "its entry-point name and refuses one whose class says otherwise; make "
+                    "the entry-point name and the class attribute `name` the same"
+                )
             pytest.skip(
                 f"no installed distribution registers {backend.name!r} under the "
                 f"{EXECUTION_BACKEND_GROUP!r} entry-point group, so `altar` cannot find it; "
@@ -547,6 +538,21 @@ class ExecutionBackendContract:
         assert launched.command == HOSTILE_COMMAND, (
             "the command must reach the provider as the same argv: no quoting, joining, "
             "splitting, prefixing or dropped arguments"
+        )
+
+    @asyncio_test
+    async def test_each_task_runs_its_own_image(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec, other_image: str
+    ) -> None:
+        assert other_image != spec.image, "the other_image fixture must differ from spec.image"
+        first = await backend.submit(spec)
+        second = await self._submit_or_skip(
+            backend, replace(spec, image=other_image), f"a second image ({other_image})"
+        )
+        images = [self._launched(backend, h, "the image").image for h in (first, second)]
+        assert images == [spec.image, other_image], (
+            f"two tasks asked for {spec.image!r} and {other_image!r}; the provider was asked "
+            f"for {images[0]!r} and {images[1]!r}: the image comes from each spec"
         )
 
     @asyncio_test
@@ -648,26 +654,62 @@ class ExecutionBackendContract:
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         handle = await backend.submit(spec)
-        assert (await _poll_one(backend, handle)).state in _ACTIVE
+        assert (await poll_one(backend, handle)).state in ACTIVE
         await backend.cancel(handle)
         await backend.cancel(handle)
-        status = await _poll_one(backend, handle)
+        status = await poll_one(backend, handle)
         assert status.state is TaskState.FAILED, (
             f"a cancelled task must read as FAILED, not {status.state}"
         )
         fresh = self.reopen(backend)
         if fresh is not None:
             # What the provider says, not what this process remembers: the task must be stopped.
-            elsewhere = await _poll_one(fresh, handle)
+            elsewhere = await poll_one(fresh, handle)
             assert elsewhere.state is TaskState.FAILED, (
                 f"after cancel, a fresh backend still reads the task as {elsewhere.state}; "
                 "cancel must stop the task at the provider, not only in this process"
             )
 
     @asyncio_test
+    async def test_cancel_reaches_the_provider_at_once(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        handle = await backend.submit(spec)
+        await backend.cancel(handle)
+        # Before this instance polls again: a cancel kept in memory (or acted on at the next
+        # poll) is lost when the runner stops right after it.
+        fresh = self._reopen(backend)
+        status = await poll_one(fresh, handle)
+        assert status.state is TaskState.FAILED, (
+            f"after cancel returned, a fresh instance reads the task as {status.state}: cancel "
+            "must stop the task at the provider before it returns"
+        )
+        assert status.failure is not None
+        assert not status.failure.deterministic, (
+            f"a cancelled task failed with {status.failure.reason!r} marked deterministic; a "
+            "cancel says nothing about the task, so it is never a deterministic failure"
+        )
+
+    @asyncio_test
+    async def test_a_restarted_process_can_cancel_a_task(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        handle = await backend.submit(spec)
+        assert (await poll_one(backend, handle)).state in ACTIVE
+        await self._reopen(backend).cancel(handle)
+        status = await poll_one(self._reopen(backend), handle)
+        assert status.state is TaskState.FAILED, (
+            f"a task cancelled by a restarted process still reads as {status.state}; cancel "
+            "must find the task by its handle alone"
+        )
+        assert (await poll_one(backend, handle)).state is TaskState.FAILED, (
+            "the submitting instance still reads a task another instance cancelled as active"
+        )
+
+    @asyncio_test
     async def test_cancel_of_a_missing_task_does_not_raise(self, backend: ExecutionBackend) -> None:
-        await backend.cancel(_missing_handle(backend))
-        await backend.cancel(_missing_handle(backend))
+        await backend.cancel(missing_handle(backend))
+        await backend.cancel(missing_handle(backend))
 
     @asyncio_test
     async def test_cleanup_is_idempotent(
@@ -675,17 +717,17 @@ class ExecutionBackendContract:
     ) -> None:
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=0)
-        assert (await _poll_one(backend, handle)).state is TaskState.SUCCEEDED
+        assert (await poll_one(backend, handle)).state is TaskState.SUCCEEDED
         await backend.cleanup([handle])
         await backend.cleanup([handle])
-        await _poll(backend, [handle])  # still one well-formed status per handle
+        await poll(backend, [handle])  # still one well-formed status per handle
 
     @asyncio_test
     async def test_cleanup_of_a_missing_task_does_not_raise(
         self, backend: ExecutionBackend
     ) -> None:
-        await backend.cleanup([_missing_handle(backend)])
-        await backend.cleanup([_missing_handle(backend)])
+        await backend.cleanup([missing_handle(backend)])
+        await backend.cleanup([missing_handle(backend)])
 
     @asyncio_test
     async def test_handle_survives_a_restart_while_running(
@@ -693,13 +735,13 @@ class ExecutionBackendContract:
     ) -> None:
         handle = await backend.submit(spec)
         fresh = self._reopen(backend)
-        status = await _poll_one(fresh, handle)
-        assert status.state in _ACTIVE, (
+        status = await poll_one(fresh, handle)
+        assert status.state in ACTIVE, (
             f"after a restart the running task reads as {status.state} "
             f"({status.failure}); external_id must be enough to find it again"
         )
         self.finish_task(fresh, handle, exit_code=0)
-        assert (await _poll_one(fresh, handle)).state is TaskState.SUCCEEDED
+        assert (await poll_one(fresh, handle)).state is TaskState.SUCCEEDED
 
     @pytest.mark.parametrize("exit_code", [0, 3])
     @asyncio_test
@@ -709,7 +751,7 @@ class ExecutionBackendContract:
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=exit_code)
         fresh = self._reopen(backend)
-        status = await _poll_one(fresh, handle)
+        status = await poll_one(fresh, handle)
         if exit_code == 0:
             assert status.state is TaskState.SUCCEEDED
         else:
@@ -725,13 +767,14 @@ class ExecutionBackendContract:
         fresh = self._reopen(backend)
         assert self.launched_timeout(fresh, handle) == CONFORMANCE_TIMEOUT_S
         self.expire_task(fresh, handle)
-        status = await _poll_one(fresh, handle)
+        status = await poll_one(fresh, handle)
         assert status.state is TaskState.FAILED
         assert status.failure is not None
         assert status.failure.reason == "timeout", (
             "the deadline must live with the provider (or the handle), not in the process "
             "that submitted the task"
         )
+        assert not status.failure.deterministic, "a timeout is not deterministic"
 
     @asyncio_test
     async def test_an_unreachable_provider_is_not_a_missing_task(
@@ -744,7 +787,7 @@ class ExecutionBackendContract:
                 "unchecked; make the fake fail requests as the unreachable provider would"
             )
         try:
-            statuses = await _poll(backend, [handle])
+            statuses = await poll(backend, [handle])
         except BackendUnavailableError:
             return  # transient: the caller polls again later
         terminal = [s for s in statuses if s.state.is_terminal]
@@ -760,10 +803,34 @@ class ExecutionBackendContract:
     ) -> None:
         handle = await backend.submit(spec)
         # _poll fails if one poll takes POLL_BOUND_S; a running task must read as active.
-        statuses = await _poll(backend, [handle, _missing_handle(backend), handle])
-        assert statuses[0].state in _ACTIVE
+        statuses = await poll(backend, [handle, missing_handle(backend), handle])
+        assert statuses[0].state in ACTIVE
         assert statuses[1].state is TaskState.FAILED
-        assert statuses[2].state in _ACTIVE
+        assert statuses[2].state in ACTIVE
+
+    @asyncio_test
+    async def test_submit_does_not_block_the_event_loop(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _, blocking = await measure_blocking(lambda: backend.submit(spec))
+        assert not blocking.blocks, (
+            f"every submit kept the event loop from running anything else for at least "
+            f"{blocking.call_s:.3f} s (idle: {blocking.idle_s:.3f} s); run blocking provider "
+            "calls in a thread (asyncio.to_thread) or use an async client"
+        )
+
+    @asyncio_test
+    async def test_poll_does_not_block_the_event_loop(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        handle = await backend.submit(spec)
+        results, blocking = await measure_blocking(lambda: backend.poll([handle]))
+        assert all(len(statuses) == 1 for statuses in results)
+        assert not blocking.blocks, (
+            f"every poll kept the event loop from running anything else for at least "
+            f"{blocking.call_s:.3f} s (idle: {blocking.idle_s:.3f} s); run blocking provider "
+            "calls in a thread (asyncio.to_thread) or use an async client"
+        )
 
     @asyncio_test
     async def test_timeout_above_the_provider_maximum_is_rejected(
@@ -805,7 +872,7 @@ class ExecutionBackendContract:
                 "oom_kill_task hook not implemented, so OOM reporting is unchecked; make the "
                 "fake report a memory kill the way the provider does and return True"
             )
-        status = await _poll_one(backend, handle)
+        status = await poll_one(backend, handle)
         assert status.state is TaskState.FAILED
         assert status.failure is not None
         assert status.failure.reason == "oom_killed", (
@@ -853,6 +920,21 @@ class ExecutionBackendContract:
         await backend.collect_outputs([Transfer(str(destination), logical)])
         assert destination.is_file(), f"collect_outputs did not write {destination}"
         assert destination.read_bytes() == data, "collect_outputs changed the bytes"
+
+
+def _entry_points_loading(cls: type, name: str) -> list[metadata.EntryPoint]:
+    """Installed backend entry points, under another name, that load ``cls`` (or the class
+    it inherits its ``name`` from)."""
+    targets = {
+        f"{klass.__module__}:{klass.__qualname__}"
+        for klass in cls.__mro__
+        if klass is not ExecutionBackend and getattr(klass, "name", None) == name
+    }
+    return [
+        ep
+        for ep in metadata.entry_points(group=EXECUTION_BACKEND_GROUP)
+        if ep.name != name and ep.value.split("[")[0].replace(" ", "") in targets
+    ]
 
 
 _NO_VERIFICATION_MODE = (

@@ -22,6 +22,7 @@ __all__ = ["InProcessBackendContract"]
 
 def _fabric_of(backend: ExecutionBackend) -> InProcessFabric:
     assert isinstance(backend, InProcessExecutionBackend)
+    assert isinstance(backend.fabric, InProcessFabric), "the hooks script an InProcessFabric"
     return backend.fabric
 
 
@@ -38,7 +39,8 @@ class InProcessBackendContract(ExecutionBackendContract):
 
     @pytest.fixture
     def backend(self, tmp_path: Any) -> ExecutionBackend:
-        options = {"max_timeout_s": self.timeout_cap(), **self.backend_options}
+        # runtime None: tasks run until the hooks script the fabric.
+        options = {"runtime": None, "max_timeout_s": self.timeout_cap(), **self.backend_options}
         return self.backend_class(data_root=tmp_path / "in-process-data", **options)
 
     def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
@@ -69,6 +71,13 @@ class InProcessBackendContract(ExecutionBackendContract):
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
         assert isinstance(backend, InProcessExecutionBackend)
         return backend.reopen()
+
+    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
+        assert isinstance(backend, InProcessExecutionBackend)
+        launched = backend._launch_record(spec)
+        timeout_s = backend._timeout_for(spec)
+        fabric = _fabric_of(backend)
+        return fabric.launch(spec, launched, timeout_s, None, backend.data_root, start=False)
 
     def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
         _fabric_of(backend).oom_kill(handle.external_id)

@@ -13,6 +13,7 @@ from altar.execution.types import (
     ContainerTaskSpec,
     PathResolver,
     TaskHandle,
+    TaskLogs,
     TaskStatus,
     Transfer,
 )
@@ -109,6 +110,29 @@ class ExecutionBackend(ABC):
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         """The tail of a task's log, or None. Never raises for a missing task."""
+        return None
+
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """A task's whole stdout and stderr (``altar logs``), or None if they cannot be had.
+
+        Optional (the default returns None; ``altar logs`` then shows :meth:`failure_detail`).
+        Never raises for a missing task; may be called while the task runs.
+        """
+        return None
+
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:  # noqa: B027 (optional hook)
+        """Refuse now what :meth:`submit` would refuse (``altar check``, ``altar run --dry-run``).
+
+        Raise :class:`~altar.execution.UnsupportedCapabilityError` (or ValueError) for
+        resources, GPU types or options the provider cannot represent. Must not create
+        anything. The default accepts every spec (submit still checks).
+        """
+
+    async def image_present(self, image: str) -> bool | None:
+        """Whether ``image`` can be run: True, False (the provider cannot get it), or None.
+
+        None means the backend cannot tell without running a task (the default).
+        """
         return None
 
     async def await_completion(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -17,12 +18,15 @@ import signal
 import sys
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from altar.execution import cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
+from altar.execution.checking import check_plan
+from altar.execution.cli_check import cmd_check, print_check
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
@@ -35,15 +39,19 @@ from altar.execution.errors import (
     RunStoppedError,
 )
 from altar.execution.journal import Journal, lock_is_held
-from altar.execution.plan import Plan, load_plan
+from altar.execution.plan import Plan, load_plan, resolve_path_options
 from altar.execution.progress import (
+    WARNINGS,
     ProgressPrinter,
     format_failures,
     format_summary,
     format_table,
     terminal_safe,
+    use_colour,
 )
 from altar.execution.registry import create_backend, default_registry
+from altar.execution.report import EventRecorder
+from altar.execution.retrying import reopen_failed_in
 from altar.execution.runner import (
     RunEvent,
     cancel_run,
@@ -129,10 +137,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-retries", metavar="N", type=_non_negative, help="retries per task")
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new one)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the plan, backend options, inputs, images and resources; run nothing",
+    )
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --run-dir: rerun the run's failed tasks and the dependants they skipped",
+    )
+    p.add_argument(
+        "--quiet", "-q", action="store_true", help="only warnings on stderr, the summary on stdout"
+    )
+
+    p = commands.add_parser("check", help="check a plan against its backend; run nothing")
+    p.add_argument("plan", metavar="PLAN", help="plan file (.toml or .json)")
+    p.add_argument("--backend", metavar="TYPE", help="backend to use instead of the plan's")
+    p.add_argument(
+        "--option",
+        metavar="KEY=VALUE",
+        type=_option,
+        action="append",
+        default=[],
+        help="backend option (repeatable); overrides the plan's [backend] options",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.add_parser("runs", help="list run directories, newest first")
+    cli_runs.add_arguments(p)
 
     p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
-    p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    cli_status.add_arguments(p)
+
+    p = commands.add_parser("logs", help="print what a task's attempt wrote")
+    cli_logs.add_arguments(p)
+
+    p = commands.add_parser("report", help="write a run's self-contained HTML report")
+    cli_report.add_arguments(p)
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -187,8 +229,10 @@ def _backend_for(
             'type = "local" or pass --backend'
         )
     options = dict(plan.backend_options) if name == plan.backend_type else {}
-    options.update(dict(overrides))
     try:
+        if options:  # the plan's own options: relative paths are relative to the plan
+            options = resolve_path_options(options, default_registry.get(name), plan.base_dir)
+        options.update(dict(overrides))
         backend = create_backend(name, options, source=f"{plan.source}: backend.options")
     except RegistryError as error:
         if backend_type:  # named on the command line: the message says it all
@@ -242,16 +286,35 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     plan = load_plan(args.plan)
     backend, options = _backend_for(plan, args.backend, args.option)
+    if args.dry_run:  # before any run directory exists
+        return print_check(await check_plan(plan, backend), plan, args.json, out, err)
     run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
     resuming = Journal.exists(run_dir)
-    live = err.isatty()
-    printer = ProgressPrinter(err, total=len(plan.tasks), live=live)
+    if args.retry_failed:
+        if not resuming:
+            raise UsageError("--retry-failed needs --run-dir naming an existing run")
+        reopened = reopen_failed_in(run_dir, plan)
+        err.write(
+            f"altar: rerunning {len(reopened)} failed or skipped task(s)"
+            + (
+                f": {', '.join(reopened[:10])}{', ...' if len(reopened) > 10 else ''}"
+                if reopened
+                else ""
+            )
+            + "\n"
+        )
+    live = err.isatty() and not args.quiet
+    # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
+    # still reach the log
+    only = WARNINGS if (args.json and not live) or args.quiet else None
+    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only)
     verb = "resuming" if resuming else "running"
     err.write(
         f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
         f"run directory {run_dir}\n"
     )
-    show = printer if (live or not args.json) else None
+    # the report's event log (staging throughput, collection times) rides along
+    show = EventRecorder(run_dir, printer)
     ticker = asyncio.create_task(_tick(printer)) if live else None
     stopped_by = _stop_on_signals()
     try:
@@ -280,8 +343,10 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         printer.close()
     if args.json:
         _print_json(result.to_dict(), out)
+    elif args.quiet:
+        out.write(format_summary(result) + "\n")
     else:
-        out.write(format_table(result.tasks) + "\n")
+        out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
         failures = format_failures(result.tasks)
         if failures:
             out.write("\n" + failures + "\n")
@@ -332,35 +397,6 @@ def _journal_backend(run_dir: Path) -> ExecutionBackend:
     return create_backend(
         journal.backend_type, journal.backend_options, source=f"{run_dir}: backend.options"
     )
-
-
-async def _cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    run_dir = Path(args.run_dir)
-    Journal.load(run_dir)  # a clear error for a directory that is not a run
-    backend: ExecutionBackend | None
-    try:
-        backend = _journal_backend(run_dir)
-    except (AltarError, BackendUnavailableError) as error:
-        err.write(f"altar: cannot build the backend, showing the journal only: {_line(error)}\n")
-        backend = None
-    try:
-        result = await run_status(run_dir, backend)
-    except BackendUnavailableError as error:
-        err.write(f"altar: the backend did not answer, showing the journal only: {_line(error)}\n")
-        result = await run_status(run_dir)
-    except Exception as error:  # a refused credential, a broken backend: still show the journal
-        reason = f"{type(error).__name__}: {_line(error)}"
-        err.write(f"altar: the backend's poll failed, showing the journal only: {reason}\n")
-        result = await run_status(run_dir)
-    if args.json:
-        _print_json(result.to_dict(), out)
-    else:
-        out.write(format_table(result.tasks) + "\n")
-        err.write(
-            f"altar: run {result.run_id} on {result.backend}; its provider objects carry the "
-            f"labels altar.run={result.run_id}, altar.task, altar.attempt and altar.submission\n"
-        )
-    return EXIT_OK
 
 
 async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -475,12 +511,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_backends(args, out)
         if args.command == "verify":
             return _cmd_verify(args, out)
+        if args.command == "runs":
+            return cli_runs.cmd_runs(args, out)
+        if args.command == "report":
+            return cli_report.cmd_report(args, out)
         if args.command == "verify-script":
             out.write(verify_files_script(trust_records=not args.no_trust_records))
             return EXIT_OK
-        handlers = {
+        handlers: dict[
+            str, Callable[[argparse.Namespace, TextIO, TextIO], Coroutine[Any, Any, int]]
+        ] = {
             "run": _cmd_run,
-            "status": _cmd_status,
+            "status": cli_status.cmd_status,
+            "logs": cli_logs.cmd_logs,
+            "check": functools.partial(cmd_check, backend_for=_backend_for),
             "cancel": _cmd_cancel,
             "compare": _cmd_compare,
         }

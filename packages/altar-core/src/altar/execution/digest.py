@@ -308,6 +308,16 @@ def _not_a_file_message(label: str, path: StrPath) -> str:
     )
 
 
+def _unopenable_message(label: str, path: StrPath, cause: BaseException | None) -> str:
+    """Why ``path`` could not be opened: missing, unreadable, or not a regular file."""
+    if isinstance(cause, OSError):
+        if cause.errno in (errno.ENOENT, errno.ENOTDIR):
+            return f"{label} at {os.fspath(path)!r} does not exist"
+        if cause.errno != errno.EINVAL:  # something is there that we may not read
+            return f"{label} at {os.fspath(path)!r} cannot be read: {cause.strerror or cause}"
+    return _not_a_file_message(label, path)
+
+
 def _mismatch_message(label: str, path: StrPath, actual: str, expected: str) -> str:
     return f"{label} at {os.fspath(path)!r} has digest {actual}; expected {expected}"
 
@@ -332,12 +342,7 @@ def verify_file(
         fd, _ = _open_regular(path)
     except _NotARegularFile as error:
         cause = error.__cause__
-        if isinstance(cause, OSError) and cause.errno not in (errno.ENOENT, errno.ENOTDIR):
-            # there is something there, but we may not read it (permissions, I/O error)
-            raise DigestMismatchError(
-                f"{label} at {os.fspath(path)!r} cannot be read: {cause.strerror or cause}"
-            ) from cause
-        raise DigestMismatchError(_not_a_file_message(label, path)) from cause
+        raise DigestMismatchError(_unopenable_message(label, path, cause)) from cause
     try:
         # The clock is read before the stat the record will describe, so any change after
         # that stat lands in a later ctime second and alters the line.
@@ -451,6 +456,10 @@ def verify_transfer_digest(transfer: Transfer, path: StrPath, *, record: bool = 
 
 def require_digest_file(transfer: Transfer, path: StrPath) -> None:
     """Refuse a digest-bearing transfer whose source is not a regular file."""
+    if transfer.digest is not None and not os.path.lexists(path):
+        raise TransferIntegrityError(
+            f"{input_label(transfer)} at {os.fspath(path)!r} does not exist"
+        )
     if transfer.digest is not None and not Path(path).is_file():
         raise TransferIntegrityError(
             f"{_transfer_label(transfer)} at {os.fspath(path)!r} is not a regular file; a "
@@ -637,7 +646,7 @@ def copy_and_verify(
         cause = error.__cause__
         if expected is None and isinstance(cause, OSError):
             raise cause from None  # no digest to check: a plain I/O error
-        raise TransferIntegrityError(_not_a_file_message(label, source)) from cause
+        raise TransferIntegrityError(_unopenable_message(label, source, cause)) from cause
     try:
         try:
             dest_stat: os.stat_result | None = os.stat(destination)

@@ -328,8 +328,14 @@ def run_lock(run_dir: Path) -> Iterator[None]:
                 f"{run_dir} is in use by another altar process (pid {holder}); "
                 "wait for it, or run `altar cancel` on this run directory"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as error:  # a full disk, a quota: nothing was started yet
+            raise JournalError(
+                f"cannot use {run_dir} as a run directory: {error.strerror or error}; "
+                "free space and run again"
+            ) from error
         yield
     finally:
         os.close(fd)

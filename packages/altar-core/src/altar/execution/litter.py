@@ -15,11 +15,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from altar.execution.atomic import remove_stale_temporaries
+from altar.execution.atomic import remove_stale_temporaries, temp_owner
 from altar.execution.plan import Plan
 from altar.execution.uris import local_path_or_none
 
-__all__ = ["litter_directories", "remove_litter"]
+__all__ = ["litter_directories", "remove_litter", "remove_run_dir_litter"]
 
 
 def litter_directories(plan: Plan, run_dir: Path) -> list[Path]:
@@ -41,3 +41,13 @@ def remove_litter(directories: Iterable[Path], owners: Iterable[int]) -> list[Pa
         for directory in directories:
             removed.extend(remove_stale_temporaries(directory, owners))
     return removed
+
+
+def remove_run_dir_litter(run_dir: Path) -> list[Path]:
+    """Remove every other process's temporary file in ``run_dir`` (call it with the lock held)."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    strangers = {pid for name in names if (pid := temp_owner(name)) is not None}
+    return remove_stale_temporaries(run_dir, strangers - {os.getpid()})

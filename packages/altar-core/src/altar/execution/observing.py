@@ -31,7 +31,7 @@ def fail_attempt(
     attempt.state = FAILED
     attempt.failure = failure
     attempt.finished_at = attempt.finished_at or time.time()
-    if not failure.deterministic and len(record.attempts) <= max_retries:
+    if not failure.deterministic and len(record.attempts) - record.retry_base <= max_retries:
         ledger.set_state(record, QUEUED)
         ledger.emit(
             "retry",
@@ -83,7 +83,9 @@ async def poll_open(
             continue
         progress = True
         ledger.changed(record)
-        if status.state is TaskState.RUNNING:
+        if status.started_at is not None:  # the provider's clock beats our poll's
+            attempt.started_at = status.started_at
+        elif status.state is TaskState.RUNNING:
             attempt.started_at = attempt.started_at or now
         if status.state.is_terminal:
             # the attempt is marked finished with its task, after the failure detail is
@@ -97,7 +99,7 @@ async def poll_open(
     for (record, status), detail in zip(finished, details, strict=True):
         attempt = record.attempts[-1]
         attempt.state = status.state.value
-        attempt.finished_at = now
+        attempt.finished_at = status.finished_at if status.finished_at is not None else now
         if status.state is TaskState.SUCCEEDED:
             ledger.set_state(record, SUCCEEDED)
             attempt.failure = None

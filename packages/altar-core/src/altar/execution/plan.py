@@ -25,6 +25,7 @@ Relative ``uri`` paths resolve against the plan file's directory. Every problem 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from typing import Any
 
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
+from altar.execution.placeholders import placeholder_error
 from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 
 __all__ = [
@@ -99,6 +101,8 @@ class Plan:
     source: str = "plan"
     description: str | None = None
     dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    base_dir: Path | None = None
+    """The plan file's folder: relative uris and path options resolve against it."""
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
@@ -112,6 +116,19 @@ class Plan:
             if task.id == task_id:
                 return task
         raise KeyError(task_id)
+
+    def input_fields(self, text: str) -> list[str]:
+        """The plan fields of the inputs ``text`` (an error message) names by uri or logical path.
+
+        ``tasks[21].inputs[1] (task fold-21)``, in plan order, so a staging error can point at
+        the line to fix.
+        """
+        found = []
+        for index, task in enumerate(self.tasks):
+            for number, transfer in enumerate(task.spec.inputs):
+                if repr(transfer.uri) in text or repr(transfer.logical_path) in text:
+                    found.append(f"tasks[{index}].inputs[{number}] (task {task.id})")
+        return found
 
     def staged_inputs(self) -> list[Transfer]:
         """Inputs to stage once, de-duplicated, without those another task produces.
@@ -224,6 +241,7 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         limits["max_retries"],
         source,
         description,
+        base_dir=base_dir,
     )
 
 
@@ -254,6 +272,33 @@ def _construct(where: str, fail: Fail, cls: Callable[..., Any], **kwargs: Any) -
         return cls(**kwargs)
     except (TypeError, ValueError) as error:
         raise fail(where, _message(error)) from None
+
+
+def resolve_path_options(
+    options: Mapping[str, Any], backend_class: Callable[..., Any], base_dir: Path | None
+) -> dict[str, Any]:
+    """``options`` with each relative path made absolute against ``base_dir`` (the plan's folder).
+
+    A path option is one whose constructor parameter is annotated with ``os.PathLike`` or
+    ``Path`` (such as ``data_root``): a plan names it relative to itself, wherever ``altar``
+    runs from. Absolute paths, uris and other options are kept as they are.
+    """
+    resolved = dict(options)
+    if base_dir is None:
+        return resolved
+    try:
+        parameters = inspect.signature(backend_class).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return resolved
+    for name, value in options.items():
+        parameter = parameters.get(name)
+        if parameter is None or not isinstance(value, str) or not value:
+            continue
+        annotation = parameter.annotation
+        text = annotation if isinstance(annotation, str) else repr(annotation)
+        if re.search(r"\bPath\b|PathLike", text):
+            resolved[name] = _resolve_uri(value, base_dir)
+    return resolved
 
 
 def _resolve_uri(uri: str, base_dir: Path | None) -> str:
@@ -331,6 +376,7 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
             ) from None
         values["plugin_identity"] = raw["plugin_identity"]
     spec = _construct(where, fail, ContainerTaskSpec, **values)
+    _check_placeholders(spec, where, fail)
     reserved = reserved_labels(spec.labels)
     if reserved:
         raise fail(
@@ -349,6 +395,16 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
         raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
     return PlanTask(task_id, spec, tuple(after))
+
+
+def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
+    """Refuse a ``{altar:...}`` placeholder the runner could not expand (see placeholders)."""
+    fields = [(f"{where}.command[{i}]", arg) for i, arg in enumerate(spec.command)]
+    fields += [(f"{where}.env.{key}", value) for key, value in spec.env.items()]
+    for field_name, text in fields:
+        problem = placeholder_error(text)
+        if problem:
+            raise fail(field_name, problem)
 
 
 def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:

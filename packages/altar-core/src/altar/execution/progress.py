@@ -8,6 +8,7 @@ to the user's terminal.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -17,14 +18,17 @@ from typing import TextIO
 from altar.execution.runner import TASK_STATES, RunEvent, RunResult, TaskResult
 
 __all__ = [
+    "WARNINGS",
     "ProgressPrinter",
     "format_counts",
     "format_duration",
+    "format_eta",
     "format_event",
     "format_failures",
     "format_summary",
     "format_table",
     "terminal_safe",
+    "use_colour",
 ]
 
 #: Events worth a line of their own; ``state`` changes only in plain (non-TTY) output.
@@ -46,6 +50,26 @@ NOTABLE = frozenset(
         "stopping",
     }
 )
+#: What ``altar run --json`` still prints when stderr is not a terminal (a CI log): what a
+#: user must hear about even when only the JSON result is wanted.
+WARNINGS = frozenset(
+    {
+        "resumed",
+        "in_doubt",
+        "retry",
+        "failed",
+        "cancel_failed",
+        "backend_unavailable",
+        "cleanup_failed",
+        "stopping",
+    }
+)
+#: Events that show the backend answered again: the next outage prints its advice anew.
+_ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "resumed"})
+_OUTAGE = re.compile(
+    r"^(?:(?P<task>\S+): )?(?P<call>submit|poll|capacity|collect): (?P<why>.*)$", re.S
+)
+_FINAL = ("succeeded", "failed", "skipped", "cancelled")
 _DETAIL_WIDTH = 60
 #: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
 PLAIN_STAGING_INTERVAL_S = 5.0
@@ -63,10 +87,51 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+_ORDER = (*TASK_STATES[:4], "collecting", *TASK_STATES[4:])
+
+
 def format_counts(counts: Mapping[str, int]) -> str:
     """``2 running, 1 succeeded`` in the order tasks move through states."""
-    parts = [f"{counts[state]} {state}" for state in TASK_STATES if counts.get(state)]
+    known = [state for state in _ORDER if counts.get(state)]
+    other = [state for state in counts if state not in _ORDER and counts[state]]
+    parts = [f"{counts[state]} {state}" for state in [*known, *other]]
     return ", ".join(parts) or "nothing yet"
+
+
+#: SGR colours of the STATUS column on a terminal.
+_COLOURS = {
+    "succeeded": "32",  # green
+    "failed": "31",  # red
+    "running": "36",  # cyan
+    "pending": "36",
+    "submitting": "36",
+    "collecting": "36",
+    "skipped": "33",  # yellow
+    "cancelled": "33",
+}
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour for a terminal, unless ``NO_COLOR`` is set (https://no-color.org) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _paint(text: str, status: str, colour: bool) -> str:
+    code = _COLOURS.get(status) if colour else None
+    return f"\x1b[{code}m{text}\x1b[0m" if code else text
+
+
+def format_eta(done: int, total: int, elapsed_s: float) -> str:
+    """``50% done, ETA 12.0s`` (the ETA once a task finished: elapsed per finished task)."""
+    if total <= 0:
+        return ""
+    percent = f"{100 * done // total}% done"
+    if done <= 0 or done >= total:
+        return percent
+    return f"{percent}, ETA {format_duration(elapsed_s * (total - done) / done)}"
 
 
 def format_event(event: RunEvent, *, plain: bool) -> str | None:
@@ -110,11 +175,12 @@ REEXECUTED_NOTE = (
 )
 
 
-def format_table(tasks: Sequence[TaskResult]) -> str:
+def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
     """One row per task: id, kind, status, executions, time of the last attempt, why it failed.
 
     ATTEMPTS counts executions; a ``*`` marks a task started again after an in-doubt submit
-    (explained in a note under the table).
+    (explained in a note under the table). ``colour`` paints the STATUS column (for a
+    terminal; see :func:`use_colour`).
     """
     header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
     rows = [
@@ -130,8 +196,10 @@ def format_table(tasks: Sequence[TaskResult]) -> str:
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
-    for row in [header, *rows]:
+    for number, row in enumerate([header, *rows]):
         cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        if number:
+            cells[2] = _paint(cells[2], row[2], colour)
         lines.append("  ".join([*cells, row[-1]]).rstrip())
     if any(task.reexecuted for task in tasks):
         lines.append(REEXECUTED_NOTE)
@@ -161,8 +229,18 @@ def format_summary(result: RunResult) -> str:
 class ProgressPrinter:
     """Prints run events: on a terminal a live status line under the event lines, else lines."""
 
-    def __init__(self, stream: TextIO, *, total: int, live: bool, prefix: str = "") -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        total: int,
+        live: bool,
+        prefix: str = "",
+        only: frozenset[str] | None = None,
+    ) -> None:
         self.stream = stream
+        self.only = only  # print event lines of these kinds only (None: every notable one)
+        self._outages: set[str] = set()  # outage texts printed since the backend last answered
         self.total = total
         self.live = live
         self.prefix = prefix
@@ -174,6 +252,10 @@ class ProgressPrinter:
 
     def __call__(self, event: RunEvent) -> None:
         line = format_event(event, plain=not self.live)
+        if event.kind == "backend_unavailable" and line is not None:
+            line = self._outage(event, line)
+        elif event.kind in _ANSWERED:
+            self._outages.clear()
         if event.kind == "staging_progress":
             self._staging = event.message
             if (
@@ -184,6 +266,8 @@ class ProgressPrinter:
                 line = f"{format_duration(event.elapsed_s):>7}  {event.message}"
         elif event.kind in ("staged", "done"):
             self._staging = ""
+        if self.only is not None and event.kind not in self.only:
+            line = None
         if self.live:
             self._clear()
             if line is not None:
@@ -198,6 +282,20 @@ class ProgressPrinter:
             self.stream.write(f"{self.prefix}{line}\n")
         self.stream.flush()
 
+    def _outage(self, event: RunEvent, line: str) -> str:
+        """The first report of an outage in full (its advice), a repeat as one short line."""
+        match = _OUTAGE.match(event.message)
+        why = match.group("why") if match else event.message
+        if why not in self._outages:
+            self._outages.add(why)
+            return line
+        where = f"{match.group('task')}: " if match and match.group("task") else ""
+        call = match.group("call") if match else "call"
+        return (
+            f"{format_duration(event.elapsed_s):>7}  {where}{call}: the backend is still "
+            "unavailable (as above)"
+        )
+
     def tick(self) -> None:
         """Redraw the status line with the current elapsed time (a terminal only)."""
         if self.live and self._status:
@@ -206,7 +304,9 @@ class ProgressPrinter:
             self.stream.flush()
 
     def _draw(self, elapsed_s: float) -> None:
-        inside = self._staging or f"{format_counts(self._counts)} of {self.total}"
+        finished = sum(self._counts.get(state, 0) for state in _FINAL)
+        eta = format_eta(finished, self.total, elapsed_s)
+        inside = self._staging or f"{format_counts(self._counts)} of {self.total}; {eta}"
         status = f"{self.prefix}{format_duration(elapsed_s):>7}  [{inside}]"
         # a line wider than the terminal wraps, and "\r" would then redraw only its tail
         width = shutil.get_terminal_size((100, 24)).columns - 1

@@ -143,6 +143,9 @@ class TaskRecord:
     outputs_collected: bool = False
     cleaned: bool = False
     in_doubt: int = 0
+    #: attempts made before ``altar run --retry-failed`` reopened the task: the retry budget
+    #: counts the attempts after them
+    retry_base: int = 0
 
     @property
     def last(self) -> Attempt | None:
@@ -162,6 +165,7 @@ class TaskRecord:
             "outputs_collected": self.outputs_collected,
             "cleaned": self.cleaned,
             "in_doubt": self.in_doubt,
+            "retry_base": self.retry_base,
         }
 
     @classmethod
@@ -176,4 +180,5 @@ class TaskRecord:
             outputs_collected=bool(data.get("outputs_collected")),
             cleaned=bool(data.get("cleaned")),
             in_doubt=int(data.get("in_doubt", 0)),
+            retry_base=int(data.get("retry_base", 0)),
         )

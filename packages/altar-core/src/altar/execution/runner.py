@@ -66,8 +66,9 @@ from altar.execution.journal import (
     run_lock,
 )
 from altar.execution.ledger import Ledger
-from altar.execution.litter import litter_directories, remove_litter
+from altar.execution.litter import litter_directories, remove_litter, remove_run_dir_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
+from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.reconciling import reconcile
 from altar.execution.results import (
@@ -149,7 +150,9 @@ class _Run:
         self.submits = Submits(
             self.ledger,
             backend,
-            {task.id: task.spec for task in plan.tasks},
+            # portable paths ({altar:mount_root}) become this backend's; the journal keeps
+            # the plan's text, so its spec digests are the same on every backend
+            {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
             run_id=journal.run_id,
             max_retries=max_retries,
             grace_s=SUBMIT_GRACE_S,
@@ -191,7 +194,7 @@ class _Run:
             except (BackendUnavailableError, asyncio.CancelledError):
                 raise
             except Exception as error:
-                raise StagingError(f"staging inputs failed: {one_line(error)}") from error
+                raise StagingError(self._staging_message(error)) from error
             finally:
                 if tracker is not None:
                     tracker.close()
@@ -200,6 +203,18 @@ class _Run:
             self.emit("staged", f"staged {len(transfers)} input(s)")
         self.journal.staged = True
         self.journal.save()
+
+    def _staging_message(self, error: BaseException) -> str:
+        """The error, led by the plan field of the input it names (``tasks[21].inputs[1]``)."""
+        text = one_line(error)
+        fields = self.plan.input_fields(text)
+        if not fields:
+            return f"staging inputs failed: {text}"
+        more = f" (also {', '.join(fields[1:3])}{', ...' if len(fields) > 3 else ''})"
+        return (
+            f"{self.plan.source}: {fields[0]}: staging failed: {text}"
+            f"{more if len(fields) > 1 else ''}"
+        )
 
     def resume(self) -> None:
         open_tasks = 0
@@ -290,10 +305,43 @@ class _Run:
         """Adopt in-doubt submissions the provider holds; remove its objects we do not own."""
         outcome = await reconcile(self.ledger, self.backend, self.journal.run_id)
         self.submits.absent |= outcome.absent
+        if outcome.adopted and self.backend.adopts_submissions:
+            await self.resubmit_adopted(outcome.adopted)
+
+    async def resubmit_adopted(self, task_ids: list[str]) -> None:
+        """Submit each adopted attempt again with its key (found by tests/crash, issue 13).
+
+        A listing only finds the object an interrupted submit made; if that submit was cut
+        off between creating and starting it (a Docker container ``created``, an in-process
+        record without its supervisor), nothing would ever start it: the task waited for
+        ever, or failed after the provider's grace and was run again. A backend that adopts
+        submissions answers this submit with the same object, starting it if it never ran.
+        """
+        for task_id in task_ids:
+            record = self.records[task_id]
+            attempt = record.last
+            if attempt is None or attempt.handle is None:
+                continue
+            try:
+                handle = await self.backend.submit(self.submits.labelled(record, attempt))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the listed handle stays; the next resume tries again
+                kind = (
+                    "backend_unavailable"
+                    if isinstance(error, BackendUnavailableError)
+                    else "cleanup_failed"
+                )
+                self.emit(kind, f"{task_id}: starting its adopted task: {one_line(error)}", record)
+                continue
+            attempt.handle = handle
+            self.changed(record)
+        self.flush()
 
     def tidy(self, owners: list[int]) -> None:
         """Remove the temporary files that earlier (killed) processes of this run left."""
         removed = remove_litter(litter_directories(self.plan, self.journal.run_dir), owners)
+        removed += remove_run_dir_litter(self.journal.run_dir)  # incl. pids never journaled
         if removed:
             names = ", ".join(path.name for path in removed[:3])
             more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""

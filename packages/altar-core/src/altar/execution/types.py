@@ -27,6 +27,7 @@ __all__ = [
     "ResourceRequest",
     "TaskFailure",
     "TaskHandle",
+    "TaskLogs",
     "TaskState",
     "TaskStatus",
     "Transfer",
@@ -238,11 +239,20 @@ class TaskFailure:
 
 @dataclass(frozen=True)
 class TaskStatus:
-    """One poll result; ``failure`` is set if and only if ``state`` is FAILED."""
+    """One poll result; ``failure`` is set if and only if ``state`` is FAILED.
+
+    ``started_at`` and ``finished_at`` (optional, seconds since the epoch) are the provider's
+    own times for when the task's process started and ended, where the provider records them
+    (a container's ``State.StartedAt``, a Job's ``startTime``). The runner prefers them to the
+    times it observes, which are late by a poll interval, and by a whole outage or restart.
+    A backend that does not know them leaves them None (as 0.3.0 backends do).
+    """
 
     handle: TaskHandle
     state: TaskState
     failure: TaskFailure | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
 
     @property
     def deterministic_failure(self) -> bool:
@@ -251,6 +261,14 @@ class TaskStatus:
     @property
     def error(self) -> str | None:
         return self.failure.detail if self.failure is not None else None
+
+
+@dataclass(frozen=True)
+class TaskLogs:
+    """What one attempt wrote, as the provider kept it (see ``ExecutionBackend.task_logs``)."""
+
+    stdout: str
+    stderr: str
 
 
 @dataclass(frozen=True)

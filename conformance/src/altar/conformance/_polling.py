@@ -1,0 +1,66 @@
+"""Polling with the suite's checks: one well-formed status per handle, within a bound."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
+
+__all__ = ["ACTIVE", "MISSING_TASK_ID", "POLL_BOUND_S", "missing_handle", "poll", "poll_one"]
+
+POLL_BOUND_S = 5.0
+"""How long one ``poll`` may take before the suite says it waited for a task."""
+
+MISSING_TASK_ID = "altar-conformance-missing"
+"""The ``external_id`` of a task no provider has ever seen."""
+
+ACTIVE = (TaskState.PENDING, TaskState.RUNNING)
+
+
+def missing_handle(backend: ExecutionBackend) -> TaskHandle:
+    return TaskHandle(backend.name, MISSING_TASK_ID, {"job_id": "J"})
+
+
+def _check_status(status: object, handle: TaskHandle) -> TaskStatus:
+    assert isinstance(status, TaskStatus), f"poll must return TaskStatus objects, got {status!r}"
+    assert isinstance(status.state, TaskState), f"state must be a TaskState, got {status.state!r}"
+    assert status.handle.external_id == handle.external_id, (
+        f"poll returned the status of {status.handle.external_id!r} for {handle.external_id!r}"
+    )
+    if status.state is TaskState.FAILED:
+        assert status.failure is not None, "a FAILED status must carry a TaskFailure"
+    else:
+        assert status.failure is None, (
+            f"only a FAILED status carries a failure; {status.state} carries {status.failure!r}"
+        )
+    return status
+
+
+async def poll(backend: ExecutionBackend, handles: list[TaskHandle]) -> list[TaskStatus]:
+    """Poll with a bound: poll reports the current state and never waits for a task."""
+    started = time.monotonic()
+    try:
+        statuses = await asyncio.wait_for(backend.poll(list(handles)), POLL_BOUND_S)
+    except TimeoutError:
+        pytest.fail(
+            f"poll did not return within {POLL_BOUND_S} s; poll must report the current state "
+            "of each task without waiting for any of them to finish"
+        )
+    elapsed = time.monotonic() - started
+    assert elapsed < POLL_BOUND_S, (
+        f"poll blocked the event loop for {elapsed:.1f} s; run blocking provider calls in a "
+        "thread and never wait for a task inside poll"
+    )
+    assert isinstance(statuses, list), f"poll must return a list, got {type(statuses).__name__}"
+    assert len(statuses) == len(handles), (
+        f"poll must return exactly one status per handle: {len(handles)} handles, "
+        f"{len(statuses)} statuses"
+    )
+    return [_check_status(s, h) for s, h in zip(statuses, handles, strict=True)]
+
+
+async def poll_one(backend: ExecutionBackend, handle: TaskHandle) -> TaskStatus:
+    (status,) = await poll(backend, [handle])
+    return status

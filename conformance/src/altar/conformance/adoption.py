@@ -1,0 +1,198 @@
+"""The exactly-once capability checks: adopting a submission by its idempotency key.
+
+The runner journals a key per (run, task, attempt) before it submits, and passes it with the
+run, task and attempt as reserved labels (``altar.run``, ``altar.task``, ``altar.attempt``,
+``altar.submission``). A backend declaring ``adopts_submissions = True`` promises that a
+submit carrying a key it has seen returns a handle to that provider object, in whatever
+state it is (created: started now; running; finished: adopted, never replaced), and may
+implement ``list_submissions(run)`` so a restarted runner finds what a run left behind.
+Backends that do not declare it skip these checks with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from altar.conformance._polling import ACTIVE, poll, poll_one
+from altar.execution import (
+    ContainerTaskSpec,
+    ExecutionBackend,
+    TaskHandle,
+    TaskState,
+    submission_key,
+    submission_labels,
+)
+
+__all__ = ["AdoptionChecks", "keyed", "submission_key"]
+
+CONFORMANCE_RUN = "altar-conformance-run"
+
+asyncio_test = pytest.mark.asyncio
+
+
+def keyed(
+    spec: ContainerTaskSpec, *, task: str = "t1", attempt: int = 1, run: str = CONFORMANCE_RUN
+) -> ContainerTaskSpec:
+    """``spec`` with the reserved labels the runner adds to a submission."""
+    return replace(spec, labels={**spec.labels, **submission_labels(run, task, attempt)})
+
+
+def _require_adoption(backend: ExecutionBackend) -> None:
+    if getattr(type(backend), "adopts_submissions", False) is not True:
+        pytest.skip(
+            f"{type(backend).__name__} declares adopts_submissions = False, so a resubmit "
+            "after an in-doubt submit may start a second task; set it True once submit finds "
+            "its earlier provider object by the altar.submission label"
+        )
+
+
+class AdoptionChecks:
+    """Mixed into :class:`~altar.conformance.ExecutionBackendContract`."""
+
+    # Declared here for the checks; the contract class defines them.
+    def finish_task(self, backend: ExecutionBackend, handle: TaskHandle, *, exit_code: int) -> None:
+        raise NotImplementedError
+
+    def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
+        raise NotImplementedError
+
+    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
+        """Make the fake hold a provider object for ``spec`` that was created but never
+        started (a submit killed between create and start), as the backend's own submit
+        would have created it; return its ``external_id``, or None if the provider has no
+        such state (or the hook is not implemented)."""
+        return None
+
+    def test_adopts_submissions_is_a_bool(self, backend: ExecutionBackend) -> None:
+        flag = getattr(type(backend), "adopts_submissions", False)
+        assert isinstance(flag, bool), f"adopts_submissions must be a bool, got {flag!r}"
+
+    @asyncio_test
+    async def test_a_resubmitted_key_adopts_the_running_task(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _require_adoption(backend)
+        submission = keyed(spec)
+        first = await backend.submit(submission)
+        again = await backend.submit(submission)
+        assert again.external_id == first.external_id, (
+            "a submit whose altar.submission label matches a task this backend created must "
+            f"return a handle to that task, not start another ({first.external_id!r}, then "
+            f"{again.external_id!r})"
+        )
+        assert again.labels == submission.labels
+        assert (await poll_one(backend, again)).state in ACTIVE
+        self.finish_task(backend, first, exit_code=0)
+        statuses = await poll(backend, [first, again])
+        assert [s.state for s in statuses] == [TaskState.SUCCEEDED, TaskState.SUCCEEDED]
+
+    @pytest.mark.parametrize("exit_code", [0, 3])
+    @asyncio_test
+    async def test_a_resubmitted_key_adopts_the_finished_task(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec, exit_code: int
+    ) -> None:
+        _require_adoption(backend)
+        submission = keyed(spec)
+        first = await backend.submit(submission)
+        self.finish_task(backend, first, exit_code=exit_code)
+        outcome = await poll_one(backend, first)
+        assert outcome.state.is_terminal
+        again = await backend.submit(submission)
+        assert again.external_id == first.external_id, (
+            "a finished task with the same altar.submission key must be adopted, not replaced: "
+            "the runner resubmits after an in-doubt submit, and the task already ran"
+        )
+        adopted = await poll_one(backend, again)
+        assert adopted.state is outcome.state, (
+            f"the adopted task reads as {adopted.state}, but it had finished as {outcome.state}"
+        )
+        assert adopted.failure == outcome.failure
+
+    @asyncio_test
+    async def test_a_resubmitted_key_adopts_the_task_after_a_restart(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _require_adoption(backend)
+        submission = keyed(spec)
+        first = await backend.submit(submission)
+        fresh = self.reopen(backend)
+        if fresh is None:
+            pytest.skip(
+                "reopen hook not implemented, so adoption by a restarted runner is unchecked"
+            )
+        again = await fresh.submit(submission)
+        assert again.external_id == first.external_id, (
+            "a restarted process must find the task by its altar.submission label on the "
+            "provider, not in the memory of the process that submitted it"
+        )
+        assert (await poll_one(fresh, again)).state in ACTIVE
+
+    @asyncio_test
+    async def test_a_resubmitted_key_starts_a_task_that_was_only_created(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _require_adoption(backend)
+        submission = keyed(spec)
+        created = self.leave_task_created(backend, submission)
+        if created is None:
+            pytest.skip(
+                "leave_task_created hook not implemented (or the provider has no created "
+                "state), so adopting a created-but-never-started task is unchecked"
+            )
+        handle = await backend.submit(submission)
+        assert handle.external_id == created, (
+            "a task created under this altar.submission key but never started must be "
+            f"started, not created again ({created!r}, then {handle.external_id!r})"
+        )
+        assert (await poll_one(backend, handle)).state in ACTIVE
+        self.finish_task(backend, handle, exit_code=0)
+        assert (await poll_one(backend, handle)).state is TaskState.SUCCEEDED
+
+    @asyncio_test
+    async def test_another_attempt_is_another_task(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _require_adoption(backend)
+        first = await backend.submit(keyed(spec, attempt=1))
+        self.finish_task(backend, first, exit_code=3)
+        assert (await poll_one(backend, first)).state is TaskState.FAILED
+        second = await backend.submit(keyed(spec, attempt=2))
+        assert second.external_id != first.external_id, (
+            "a new attempt carries a new altar.submission key and must run as a new task"
+        )
+        assert (await poll_one(backend, second)).state in ACTIVE
+
+    @asyncio_test
+    async def test_list_submissions_finds_every_task_of_the_run(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _require_adoption(backend)
+        running = await backend.submit(keyed(spec, task="t1"))
+        finished = await backend.submit(keyed(spec, task="t2"))
+        self.finish_task(backend, finished, exit_code=0)
+        await backend.submit(keyed(spec, task="t1", run="altar-conformance-other-run"))
+        await backend.submit(spec)  # carries no run at all
+        lister = self.reopen(backend) or backend
+        listing: Any = getattr(lister, "list_submissions", None)
+        found = None if listing is None else await listing(CONFORMANCE_RUN)
+        if found is None:
+            pytest.skip(
+                "list_submissions returns None (cannot list), so a restarted runner cannot "
+                "find the provider objects its journal does not know"
+            )
+        assert isinstance(found, list), f"list_submissions must return a list, got {found!r}"
+        assert all(isinstance(h, TaskHandle) for h in found), found
+        by_id = {h.external_id: h for h in found}
+        assert set(by_id) == {running.external_id, finished.external_id}, (
+            "list_submissions(run) must return one handle per provider object labelled "
+            f"altar.run == {CONFORMANCE_RUN!r}, running or finished, and nothing else"
+        )
+        for mine in (running, finished):
+            listed = by_id[mine.external_id]
+            assert listed.backend == backend.name
+            carried = {key: listed.labels.get(key) for key in mine.labels}
+            assert carried == mine.labels, (
+                "a listed handle carries the labels its task was submitted with"
+            )

@@ -1,0 +1,264 @@
+"""What the run report shows, computed from the journal and the event log (pure functions).
+
+Per task, every attempt as phases on one time axis:
+
+- ``queued``: waiting for a slot, its dependencies or its retry (from the run's start, or the
+  previous attempt's end, to the submit);
+- ``pending``: submitted, not started (the provider queues it, pulls its image);
+- ``running``: from the start to the end the provider reported (or the runner observed);
+- ``collecting``: a success's outputs being copied back (until the ``succeeded`` event).
+
+The run's input staging is one band of its own, with its throughput; the slot usage is the
+number of attempts submitted and not finished at each moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from altar.execution.journal import Attempt, Journal, TaskRecord
+from altar.execution.report.events import LoggedEvent
+
+__all__ = [
+    "AttemptBar",
+    "Phase",
+    "Report",
+    "Staging",
+    "TaskRow",
+    "build_report",
+    "log_tail",
+    "slot_usage",
+]
+
+#: Lines of a failure's log kept in the report, and characters per line.
+TAIL_LINES = 20
+TAIL_LINE_CHARS = 240
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: str  # queued, pending, running, collecting
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class AttemptBar:
+    number: int
+    outcome: str  # succeeded, failed, cancelled, open
+    phases: tuple[Phase, ...]
+    reason: str | None = None
+    retried: bool = False  # a later attempt followed this failed one
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    kind: str
+    status: str
+    attempts: tuple[AttemptBar, ...]
+    duration_s: float | None
+    reason: str | None
+    log_tail: str
+    in_doubt: int = 0
+
+
+@dataclass(frozen=True)
+class Staging:
+    start: float
+    end: float | None
+    bytes_total: int | None
+    samples: tuple[tuple[float, int], ...]  # (time, bytes in place)
+
+    @property
+    def throughput_bps(self) -> float | None:
+        """Bytes per second over the whole staging (None without a size or an end)."""
+        if not self.samples or self.end is None:
+            return None
+        moved = self.samples[-1][1]
+        seconds = self.end - self.start
+        return moved / seconds if seconds > 0 and moved > 0 else None
+
+
+@dataclass(frozen=True)
+class Report:
+    run_dir: str
+    plan: str
+    backend: str
+    start: float
+    end: float
+    tasks: tuple[TaskRow, ...]
+    staging: Staging | None
+    slots: tuple[tuple[float, int], ...]
+    counts: Mapping[str, int] = field(default_factory=dict)
+    finished: bool = False
+
+
+def log_tail(text: str | None) -> str:
+    """The last :data:`TAIL_LINES` lines of ``text``, each cut to :data:`TAIL_LINE_CHARS`."""
+    if not text:
+        return ""
+    lines = text.rstrip().splitlines()[-TAIL_LINES:]
+    return "\n".join(
+        line if len(line) <= TAIL_LINE_CHARS else line[: TAIL_LINE_CHARS - 3] + "..."
+        for line in lines
+    )
+
+
+def _attempt_end(attempt: Attempt, now: float) -> float:
+    return attempt.finished_at if attempt.finished_at is not None else now
+
+
+def _bars(
+    record: TaskRecord, run_start: float, collected: Mapping[str, float], now: float
+) -> tuple[AttemptBar, ...]:
+    bars = []
+    queued_from = run_start
+    for index, attempt in enumerate(record.attempts):
+        phases = []
+        submitted = attempt.submitted_at
+        end = _attempt_end(attempt, now)
+        if submitted is not None:
+            if submitted > queued_from:
+                phases.append(Phase("queued", queued_from, submitted))
+            started = attempt.started_at
+            if started is not None and started >= submitted:
+                phases.append(Phase("pending", submitted, min(started, end)))
+                phases.append(Phase("running", min(started, end), end))
+            elif started is not None:  # a provider clock a little behind ours
+                phases.append(Phase("running", submitted, end))
+            else:
+                phases.append(Phase("pending", submitted, end))
+        last = index == len(record.attempts) - 1
+        failure = attempt.failure
+        if attempt.finished_at is None:
+            outcome = "open"
+        elif failure is None:
+            outcome = "succeeded"
+            done = collected.get(record.id)
+            if last and done is not None and done > end:
+                phases.append(Phase("collecting", end, done))
+        elif failure.reason == "cancelled":
+            outcome = "cancelled"
+        else:
+            outcome = "failed"
+        bars.append(
+            AttemptBar(
+                number=attempt.number,
+                outcome=outcome,
+                phases=tuple(phases),
+                reason=failure.reason if failure else None,
+                retried=outcome == "failed" and not last,
+            )
+        )
+        queued_from = end
+    return tuple(bars)
+
+
+def _row(
+    record: TaskRecord, run_start: float, collected: Mapping[str, float], now: float
+) -> TaskRow:
+    last = record.last
+    failure = last.failure if last else None
+    status = record.state
+    if status == "succeeded" and not record.outputs_collected:
+        status = "collecting"
+    reason = None
+    if status in ("skipped", "cancelled"):
+        reason = record.detail
+    elif failure is not None and status in ("failed", "queued"):
+        reason = failure.reason
+    tail = ""
+    if status not in ("succeeded", "collecting"):
+        tail = log_tail(record.detail or (failure.detail if failure else None))
+    return TaskRow(
+        id=record.id,
+        kind=record.kind,
+        status=status,
+        attempts=_bars(record, run_start, collected, now),
+        duration_s=last.duration_s if last else None,
+        reason=reason,
+        log_tail=tail,
+        in_doubt=record.in_doubt,
+    )
+
+
+def _staging(events: Sequence[LoggedEvent]) -> Staging | None:
+    start = end = None
+    total: int | None = None
+    samples: list[tuple[float, int]] = []
+    for event in events:
+        if event.kind == "staging" and start is None:
+            start = event.at
+            samples.append((event.at, 0))
+        elif (
+            event.kind == "staging_progress" and start is not None and event.bytes_done is not None
+        ):
+            samples.append((event.at, event.bytes_done))
+            total = event.bytes_total if event.bytes_total is not None else total
+        elif event.kind == "staged" and start is not None and end is None:
+            end = event.at
+    if start is None:
+        return None
+    if end is not None and total is not None:
+        samples.append((end, total))
+    return Staging(start, end, total, tuple(samples))
+
+
+def slot_usage(intervals: Iterable[tuple[float, float]]) -> tuple[tuple[float, int], ...]:
+    """The number of intervals open at each change, as (time, count) steps in time order."""
+    changes: list[tuple[float, int]] = []
+    for start, end in intervals:
+        changes.append((start, 1))
+        changes.append((max(start, end), -1))
+    changes.sort(key=lambda change: (change[0], change[1]))  # an end before a start at a tie
+    steps: list[tuple[float, int]] = []
+    count = 0
+    for at, delta in changes:
+        count += delta
+        if steps and steps[-1][0] == at:
+            steps[-1] = (at, count)
+        else:
+            steps.append((at, count))
+    return tuple(steps)
+
+
+def build_report(
+    journal: Journal, events: Sequence[LoggedEvent] = (), *, now: float | None = None
+) -> Report:
+    """The report of ``journal`` (and its event log); ``now`` ends the attempts still open."""
+    records = list(journal.tasks.values())
+    times = [journal.created_at] if journal.created_at else []
+    times += [e.at for e in events]
+    for record in records:
+        for attempt in record.attempts:
+            times += [
+                t for t in (attempt.submitted_at, attempt.started_at, attempt.finished_at) if t
+            ]
+    start = min(times) if times else 0.0
+    end = max(times) if times else start
+    now = max(end, now if now is not None else end)
+    collected = {e.task_id: e.at for e in events if e.kind == "succeeded" and e.task_id}
+    rows = tuple(_row(record, start, collected, now) for record in records)
+    intervals = [
+        (attempt.submitted_at, _attempt_end(attempt, now))
+        for record in records
+        for attempt in record.attempts
+        if attempt.submitted_at is not None
+    ]
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    return Report(
+        run_dir=str(journal.run_dir),
+        plan=journal.plan_source,
+        backend=journal.backend_type,
+        start=start,
+        end=now,
+        tasks=rows,
+        staging=_staging(events),
+        slots=slot_usage(intervals),
+        counts=counts,
+        finished=journal.finished,
+    )

@@ -1,0 +1,243 @@
+"""What ``altar status`` and ``altar runs`` show: a run's tasks as the next resume will see them.
+
+The journal records what the run that owns it saw. ``altar status`` adds one poll of the open
+tasks, and must then say what that means for the run rather than echo the provider:
+
+- an attempt that failed in a way the runner retries (``timeout``, ``oom_killed``, ...) and has
+  retries left is ``queued``: resuming the run submits it again (after Ctrl-C such a task is
+  not ``failed``);
+- a task that succeeded but whose outputs are not collected yet (its run stopped on a full
+  disk, or no run has seen it finish) is ``collecting``, not ``succeeded``: the outputs are not
+  where the plan says until a resume collects them.
+
+Everything here is a pure function of the journal and the poll results, so it is tested without
+a provider.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from altar.execution.errors import AltarError, JournalError
+from altar.execution.journal import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUBMITTING,
+    SUCCEEDED,
+    Attempt,
+    Journal,
+    TaskRecord,
+    lock_is_held,
+)
+from altar.execution.plan import load_plan
+from altar.execution.runner import DEFAULT_MAX_RETRIES, RunResult, TaskResult
+from altar.execution.types import TaskState, TaskStatus
+
+__all__ = [
+    "COLLECTING",
+    "STATUS_ORDER",
+    "RunSummary",
+    "list_runs",
+    "open_handles",
+    "plan_facts",
+    "plan_max_retries",
+    "status_result",
+    "summarize_run",
+]
+
+#: Succeeded on the provider; its outputs are not collected yet (a resume collects them).
+COLLECTING = "collecting"
+#: The order states are counted in: the way a task moves through them.
+STATUS_ORDER = (
+    QUEUED,
+    SUBMITTING,
+    PENDING,
+    RUNNING,
+    COLLECTING,
+    SUCCEEDED,
+    FAILED,
+    SKIPPED,
+    CANCELLED,
+)
+
+
+def plan_max_retries(journal: Journal) -> int:
+    """The retries a resume of this run allows: its plan's, else altar's default."""
+    return plan_facts(journal)[0]
+
+
+def plan_facts(journal: Journal) -> tuple[int, frozenset[str] | None]:
+    """From the run's plan file, if it can still be read: (max_retries, ids of tasks with outputs).
+
+    The second is None when the plan cannot be read (every success then awaits collection).
+    """
+    with contextlib.suppress(AltarError, OSError, ValueError):
+        plan = load_plan(journal.plan_source)
+        retries = plan.max_retries if plan.max_retries is not None else DEFAULT_MAX_RETRIES
+        return retries, frozenset(task.id for task in plan.tasks if task.spec.outputs)
+    return DEFAULT_MAX_RETRIES, None
+
+
+def open_handles(journal: Journal) -> list[TaskRecord]:
+    """The records whose last attempt a poll can ask about (submitted, not final)."""
+    return [
+        record
+        for record in journal.tasks.values()
+        if record.state in (PENDING, RUNNING)
+        and record.last is not None
+        and record.last.handle is not None
+    ]
+
+
+def _duration(attempt: Attempt | None, status: TaskStatus | None) -> float | None:
+    """Provider times when the backend reports them, else the journal's."""
+    if status is not None and status.started_at is not None and status.finished_at is not None:
+        return max(0.0, status.finished_at - status.started_at)
+    return attempt.duration_s if attempt is not None else None
+
+
+def _row(
+    record: TaskRecord,
+    status: TaskStatus | None,
+    max_retries: int,
+    with_outputs: frozenset[str] | None = None,
+) -> TaskResult:
+    last = record.last
+    state = record.state
+    failure = last.failure if last is not None else None
+    detail = record.detail
+    if status is not None:
+        failure = status.failure
+        state = status.state.value
+        if status.state is TaskState.FAILED:
+            detail = failure.detail if failure is not None else None
+    exit_code = failure.exit_code if failure is not None else None
+    reason = failure.reason if failure is not None else None
+    retried = failure is not None and not failure.deterministic
+    made = len(record.attempts) - record.retry_base
+    if state == FAILED and status is not None and retried and made <= max_retries:
+        # the runner retries it: resuming the run submits it again
+        state = QUEUED
+        detail = f"attempt {len(record.attempts)} failed ({reason}); resuming the run retries it"
+    nothing_to_collect = with_outputs is not None and record.id not in with_outputs
+    if state == SUCCEEDED and not record.outputs_collected and not nothing_to_collect:
+        state = COLLECTING
+        reason, exit_code = None, None
+        detail = "succeeded; its outputs are not collected yet: resume the run to collect them"
+    elif state == SUCCEEDED:
+        reason, detail, exit_code = None, None, None
+    elif state in (SKIPPED, CANCELLED):
+        reason, detail, exit_code = state, record.detail, None
+    elif state in (PENDING, RUNNING, SUBMITTING):
+        reason, detail, exit_code = None, None, None
+    return TaskResult(
+        id=record.id,
+        kind=record.kind,
+        status=state,
+        attempts=sum(attempt.executions for attempt in record.attempts),
+        reason=reason,
+        detail=detail,
+        exit_code=exit_code,
+        duration_s=_duration(last, status),
+        external_id=last.handle.external_id if last and last.handle else None,
+        in_doubt=record.in_doubt,
+        reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
+    )
+
+
+def status_result(
+    journal: Journal,
+    polled: Mapping[str, TaskStatus] | None = None,
+    *,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    with_outputs: frozenset[str] | None = None,
+) -> RunResult:
+    """The run's tasks as a resume will find them: the journal plus ``polled`` (by task id).
+
+    ``with_outputs`` names the tasks that declare outputs (None: unknown, assume all do); a
+    success of another task has nothing to collect and shows ``succeeded`` at once.
+    """
+    polled = polled or {}
+    rows = [_row(r, polled.get(r.id), max_retries, with_outputs) for r in journal.tasks.values()]
+    return RunResult(journal.run_dir, journal.backend_type, rows, run_id=journal.run_id)
+
+
+def counts(tasks: Sequence[TaskResult]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for task in tasks:
+        found[task.status] = found.get(task.status, 0) + 1
+    ordered = {state: found[state] for state in STATUS_ORDER if state in found}
+    ordered.update({state: n for state, n in found.items() if state not in ordered})
+    return ordered
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of ``altar runs``."""
+
+    run_dir: Path
+    plan: str
+    backend: str
+    state: str  # running (a process drives it), finished, stopped, unreadable
+    counts: dict[str, int]
+    started_at: float | None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "plan": self.plan,
+            "backend": self.backend,
+            "state": self.state,
+            "counts": self.counts,
+            "started_at": self.started_at,
+            "error": self.error,
+        }
+
+
+def summarize_run(run_dir: Path) -> RunSummary:
+    """The journal's view of one run directory (no backend is asked)."""
+    try:
+        journal = Journal.load(run_dir)
+        driven = lock_is_held(run_dir)
+    except JournalError as error:
+        return RunSummary(run_dir, "", "", "unreadable", {}, None, str(error))
+    tasks = status_result(journal).tasks
+    if driven:
+        state = "running"
+    elif journal.finished:
+        state = "finished"
+    else:
+        state = "stopped"
+    return RunSummary(
+        run_dir,
+        journal.plan_source,
+        journal.backend_type,
+        state,
+        counts(tasks),
+        journal.created_at or None,
+    )
+
+
+def list_runs(root: Path) -> list[RunSummary]:
+    """Every run directory under ``root`` (those holding a journal), newest first."""
+    if not root.is_dir():
+        return []
+    found = [path for path in root.iterdir() if Journal.exists(path)]
+    summaries = [summarize_run(path) for path in found]
+    return sorted(summaries, key=lambda s: (s.started_at or 0.0, str(s.run_dir)), reverse=True)
+
+
+def format_started(started_at: float | None) -> str:
+    if not started_at:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_at))

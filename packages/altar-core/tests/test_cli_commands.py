@@ -1,0 +1,180 @@
+"""``altar runs``, ``altar check`` / ``run --dry-run``, ``run --retry-failed`` and ``--quiet``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from altar.execution import UnsupportedCapabilityError, cli
+from altar.execution.journal import Journal
+
+
+def run_cli(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- altar runs ----------------------------------------------------------------------------
+
+
+def test_runs_lists_run_directories_newest_first(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    root = tmp_path / "runs"
+    assert run_cli(["run", plan_file, "--run-dir", root / "a"], capsys)[0] == 1
+    fake_registry.script = {}
+    fake_registry.tasks.clear()
+    assert run_cli(["run", plan_file, "--run-dir", root / "b"], capsys)[0] == 0
+    (root / "not-a-run").mkdir()
+    code, out, _ = run_cli(["runs", root], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["RUN", "STATE", "BACKEND", "STARTED", "TASKS", "PLAN"]
+    assert lines[1].startswith(str(root / "b"))
+    assert "finished" in lines[1]
+    assert "4 succeeded" in lines[1]
+    assert "2 succeeded, 1 failed, 1 skipped" in lines[2]
+    assert lines[2].endswith(str(plan_file))
+    assert len(lines) == 3
+    code, out, _ = run_cli(["runs", root, "--json"], capsys)
+    data = json.loads(out)
+    assert [Journal.load(root / "b").run_dir, Journal.load(root / "a").run_dir] == [
+        root / "b",
+        root / "a",
+    ]
+    assert [run["run_dir"] for run in data] == [str(root / "b"), str(root / "a")]
+    assert data[1]["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
+    assert data[1]["backend"] == "fake"
+    code, out, _ = run_cli(["runs", tmp_path / "none"], capsys)
+    assert (code, out) == (0, f"no runs under {tmp_path / 'none'}\n")
+
+
+# -- altar check / run --dry-run ---------------------------------------------------------------
+
+
+def test_check_passes_a_good_plan_and_creates_nothing(fake_registry, plan_file, tmp_path, capsys):
+    code, out, err = run_cli(["check", plan_file], capsys)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"{plan_file}: 4 task(s) on fake: plan and backend options valid")
+    assert "note: backend 'fake' cannot tell whether 1 image(s) exist" in out
+    code, out, _ = run_cli(["run", plan_file, "--dry-run", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["ok"] is True
+    assert not (tmp_path / ".altar").exists()
+    assert fake_registry.submits == {}
+    assert fake_registry.stage_calls == []
+
+
+def test_check_names_every_problem_with_its_field(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"w")
+    text = plan_file.read_text().replace(
+        'labels = { task = "fold-0" }',
+        'labels = { task = "fold-0" }\ninputs = [{ uri = "missing.bin", logical_path = "in/m", '
+        'digest = "sha256:' + "0" * 64 + '" }, { uri = "w.bin", logical_path = "in/w" }]',
+    )
+    text = text.replace(
+        'labels = { task = "fold-2" }', 'labels = { task = "fold-2" }\nresources = { gpu = "h100" }'
+    )
+    plan_file.write_text(text)
+    backend_class = cli.default_registry.get("fake")
+
+    async def check_spec(self, spec):
+        if spec.resources.gpu:
+            raise UnsupportedCapabilityError(
+                f"no {spec.resources.gpu} GPUs here", capability="resources.gpu"
+            )
+
+    async def image_present(self, image):
+        return image != "busybox:latest"
+
+    monkeypatch.setattr(backend_class, "check_spec", check_spec)
+    monkeypatch.setattr(backend_class, "image_present", image_present)
+    code, out, err = run_cli(["check", plan_file], capsys)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"altar: error: {plan_file}: tasks[0].inputs[0]: input "
+        f"{str(tmp_path / 'missing.bin')!r} does not exist",
+        f"altar: error: {plan_file}: tasks[0].image: backend 'fake' cannot find image "
+        "'busybox:latest'",
+        f"altar: error: {plan_file}: tasks[2].resources.gpu: backend 'fake' refuses it: "
+        "no h100 GPUs here",
+    ]
+    code, out, err = run_cli(["run", plan_file, "--dry-run"], capsys)
+    assert code == 2
+    assert len(err.splitlines()) == 3
+    assert fake_registry.submits == {}
+
+
+# -- altar run --retry-failed ------------------------------------------------------------------
+
+
+def test_retry_failed_reruns_failed_and_skipped_only(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["exit_3", "ok"]}
+    run_dir = tmp_path / "r"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 1
+    before = dict(fake_registry.submits)
+    # a plain resume of a finished run reruns nothing
+    code, _, _ = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+    assert code == 1
+    assert fake_registry.submits == before
+    code, out, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--retry-failed"], capsys)
+    assert code == 0, err
+    assert "altar: rerunning 2 failed or skipped task(s): fold-1, summarize-3" in err
+    assert fake_registry.submits == {**before, "fold-1": 2, "summary": 1}
+    assert before.get("summary") is None
+    data = Journal.load(run_dir).tasks
+    assert [a.number for a in data["fold-1"].attempts] == [1, 2]
+    assert data["fold-1"].state == "succeeded"
+    assert "4 succeeded" in out
+
+
+def test_retry_failed_gives_a_fresh_retry_budget(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["oom", "oom", "oom", "oom", "ok"]}
+    run_dir = tmp_path / "r"
+    args = ["run", plan_file, "--run-dir", run_dir, "--max-retries", "1"]
+    assert run_cli(args, capsys)[0] == 1  # attempts 1 and 2 failed
+    assert run_cli([*args, "--retry-failed"], capsys)[0] == 1  # 3 and 4
+    assert run_cli([*args, "--retry-failed"], capsys)[0] == 0  # 5 succeeded
+    assert fake_registry.submits["fold-1"] == 5
+
+
+def test_retry_failed_accepts_an_edit_of_the_failed_task_only(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    run_dir = tmp_path / "r"
+    run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+    original = plan_file.read_text()
+    plan_file.write_text(original.replace("echo 0 >", "echo zero >"))  # fold-0 succeeded
+    code, _, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--retry-failed"], capsys)
+    assert code == 2
+    assert "task 'fold-0' changed since this run started and it did not fail (succeeded)" in err
+    plan_file.write_text(original.replace("echo 1 >", "echo one >"))  # the failed fold-1
+    fake_registry.script = {"fold-1": ["exit_3", "ok"]}
+    code, _, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--retry-failed"], capsys)
+    assert code == 0, err
+    (last,) = [t for t in fake_registry.tasks.values() if t.key == "fold-1"][-1:]
+    assert "echo one >" in " ".join(last.spec.command)
+
+
+def test_retry_failed_needs_an_existing_run(fake_registry, plan_file, tmp_path, capsys):
+    code, _, err = run_cli(
+        ["run", plan_file, "--run-dir", tmp_path / "new", "--retry-failed"], capsys
+    )
+    assert code == 2
+    assert "--retry-failed needs --run-dir naming an existing run" in err
+
+
+# -- altar run --quiet -------------------------------------------------------------------------
+
+
+def test_quiet_prints_the_summary_and_warnings_only(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["oom", "ok"]}
+    code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r", "--quiet"], capsys)
+    assert code == 0
+    assert re.fullmatch(rf"4 tasks: 4 succeeded in \S+; run directory {tmp_path / 'r'}\n", out)
+    assert "retrying" in err
+    assert "submitted" not in err

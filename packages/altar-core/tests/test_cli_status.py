@@ -1,0 +1,165 @@
+"""``altar status``: what a resume will do, a summary line, exit 1 with failed tasks (issue 15)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+
+import pytest
+from altar.execution import cli
+from altar.execution import registry as registry_module
+from altar.execution.plan import load_plan
+from altar.execution.runner import run_plan
+
+
+def run_cli(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def rows(out: str) -> dict[str, list[str]]:
+    """Table rows by task id (the lines before the blank line)."""
+    table = out.split("\n\n")[0].splitlines()[1:]
+    return {line.split()[0]: line.split() for line in table}
+
+
+def interrupt_after_submits(plan_file, run_dir, submits: int) -> None:
+    """Start the plan and stop it like Ctrl-C once ``submits`` tasks were submitted."""
+    backend = registry_module.get_backend_class("fake")(slots=2)
+
+    async def partial() -> None:
+        seen = []
+
+        def on_event(event) -> None:
+            seen.append(event.kind)
+            if seen.count("submitted") == submits:
+                task.cancel()
+
+        task = asyncio.ensure_future(
+            run_plan(
+                load_plan(plan_file),
+                backend,
+                run_dir=run_dir,
+                poll_interval_s=0.0,
+                on_event=on_event,
+            )
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(partial())
+
+
+def status_until_settled(run_dir, task_id, capsys):
+    for _ in range(5):  # each status polls once; the fake advances a step per poll
+        code, out, err = run_cli(["status", run_dir], capsys)
+        if rows(out)[task_id][2] not in ("pending", "running"):
+            return code, out, err
+    raise AssertionError(out)
+
+
+def test_after_ctrl_c_a_task_the_resume_retries_is_not_failed(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    fake_registry.script = {"fold-0": ["oom", "ok"]}
+    run_dir = tmp_path / "r"
+    interrupt_after_submits(plan_file, run_dir, 2)
+    code, out, _ = status_until_settled(run_dir, "fold-0", capsys)
+    assert rows(out)["fold-0"][2] == "queued"
+    assert "attempt 1 failed (oom_killed); resuming the run retries it" in out
+    assert code == 0
+    # and the resume does retry it: the status did not lie
+    code, _, err = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+    assert code == 0, err
+    assert fake_registry.submits["fold-0"] == 2
+
+
+def test_a_failed_task_gives_a_summary_and_exit_1(fake_registry, plan_file, tmp_path, capsys):
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    run_dir = tmp_path / "r"
+    code, _, _ = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+    assert code == 1
+    code, out, _ = run_cli(["status", run_dir], capsys)
+    assert code == 1
+    assert rows(out)["fold-1"][2] == "failed"
+    assert out.splitlines()[-1] == (
+        f"4 tasks: 2 succeeded, 1 failed, 1 skipped; run directory {run_dir}"
+    )
+    code, out, _ = run_cli(["status", run_dir, "--quiet"], capsys)
+    assert (code, out.count("\n")) == (1, 1)
+    code, out, _ = run_cli(["status", run_dir, "--json"], capsys)
+    assert code == 1
+    assert json.loads(out)["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
+
+
+def test_after_an_out_of_space_stop_outputs_not_collected_are_not_succeeded(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    fake_registry.collect_errors = [OSError(errno.ENOSPC, "No space left on device")]
+    run_dir = tmp_path / "r"
+    code, _, err = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+    assert code == 1
+    assert "free space and resume the run" in err
+    code, out, _ = run_cli(["status", run_dir], capsys)
+    states = {task: row[2] for task, row in rows(out).items()}
+    assert "collecting" in states.values()
+    assert list(states.values()).count("succeeded") < 3
+    assert "outputs are not collected yet" in out
+    assert f"resume it with: altar run {plan_file} --run-dir {run_dir}" in out
+    code, out, _ = run_cli(["status", run_dir, "--json"], capsys)
+    assert json.loads(out)["counts"].get("collecting", 0) >= 1
+
+
+def test_watch_returns_when_every_task_settled(fake_registry, plan_file, tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    interrupt_after_submits(plan_file, run_dir, 2)
+    code, _, _ = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
+    assert code == 0
+    code, out, _ = run_cli(["status", run_dir, "--watch", "0.1", "--quiet"], capsys)
+    assert code == 0
+    assert out == f"4 tasks: 4 succeeded; run directory {run_dir}\n"
+
+
+def test_status_colours_only_a_terminal_without_no_color(monkeypatch):
+    import io
+
+    from altar.execution.progress import format_table, use_colour
+    from altar.execution.runner import TaskResult
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_colour(Terminal()) is True
+    assert use_colour(io.StringIO()) is False
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert use_colour(Terminal()) is False
+    table = format_table([TaskResult("a", "k", "failed", 1, reason="exit_1")], colour=True)
+    assert "\x1b[31mfailed\x1b[0m" in table
+    assert "\x1b[" not in format_table([TaskResult("a", "k", "failed", 1)])
+
+
+def test_a_success_with_nothing_to_collect_is_succeeded(tmp_path):
+    from altar.execution.journal import Attempt, Journal, TaskRecord
+    from altar.execution.runs import status_result
+
+    records = {
+        name: TaskRecord(
+            name,
+            "k",
+            "sha256:" + "0" * 64,
+            state="succeeded",
+            attempts=[Attempt(1, "succeeded", None, None, 1.0, 2.0, 3.0)],
+        )
+        for name in ("writes", "prints")
+    }
+    journal = Journal(tmp_path, "fake", {}, "plan.toml", records)
+    unknown = status_result(journal)
+    assert [t.status for t in unknown.tasks] == ["collecting", "collecting"]
+    known = status_result(journal, with_outputs=frozenset({"writes"}))
+    assert [t.status for t in known.tasks] == ["collecting", "succeeded"]
+    assert known.tasks[0].duration_s == 1.0
