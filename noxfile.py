@@ -32,6 +32,7 @@ DISTRIBUTIONS = {
     "altar-backend-local": "packages/altar-backend-local",
     "altar-backend-k8s": "packages/altar-backend-k8s",
     "altar-backend-modal": "packages/altar-backend-modal",
+    "altar-backend-slurm": "packages/altar-backend-slurm",
     "altar-conformance": "conformance",
     "httk-workflow-adapters": "adapters/httk-workflow-adapters",
 }
@@ -40,9 +41,12 @@ BACKENDS = {
     "local": "altar-backend-local",
     "kubernetes": "altar-backend-k8s",
     "modal": "altar-backend-modal",
+    "slurm": "altar-backend-slurm",
     "in-process": "altar-conformance",
 }
 PROVIDERS = ["docker", "slurm", "ssh"]
+# workspace distributions (not on PyPI) a distribution's wheel needs beside altar-core
+WORKSPACE_DEPENDENCIES = {"altar-backend-slurm": ["httk-workflow-adapters"]}
 # markers of tests that need a real provider; unit sessions leave them to integration sessions
 PROVIDER_MARKERS = "docker or slurm or ssh or integration or kubernetes_live"
 
@@ -155,8 +159,9 @@ def conformance(session: nox.Session, backend: str) -> None:
 def integration(session: nox.Session, provider: str) -> None:
     """Tests marked with a real provider, against the providers scripts/services starts."""
     _sync(session, "--all-packages", "--group", "dev")
-    # Slurm tests reach the cluster through sshd too (ssh-slurm), so start both.
-    env = _services_env(session, "slurm,ssh" if provider == "slurm" else provider)
+    # Slurm tests reach the cluster through sshd too (ssh-slurm), and the slurm backend's jobs
+    # run Docker and Podman containers, so start all of them.
+    env = _services_env(session, "docker,podman,slurm,ssh" if provider == "slurm" else provider)
     env["ALTAR_REQUIRE_SERVICES"] = "1"
     folders = [*DISTRIBUTIONS.values(), "."]  # ".": the repository-wide tests/ (services checks)
     dirs = [f"{folder}/tests" for folder in folders if (ROOT / folder / "tests").is_dir()]
@@ -270,6 +275,7 @@ def released_core(session: nox.Session, backend: str) -> None:
             f"altar-core {_core_version()}: tag that release or raise the floor"
         )
     packages = [dist] if dist == "altar-conformance" else [dist, "altar-conformance"]
+    packages += WORKSPACE_DEPENDENCIES.get(dist, [])
     for package in packages:
         session.run(
             "uv",

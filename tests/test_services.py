@@ -28,7 +28,10 @@ def test_usage_errors_exit_2_and_unknown_services_name_the_choices() -> None:
     assert _services("sideways").returncode == 2
     unknown = _services("status", "--only", "docker,kubernetes")
     assert unknown.returncode == 1
-    assert "unknown service 'kubernetes' (choose from: docker slurm ssh chromium)" in unknown.stderr
+    assert (
+        "unknown service 'kubernetes' (choose from: docker slurm ssh chromium podman)"
+        in unknown.stderr
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root")

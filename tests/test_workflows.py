@@ -259,7 +259,7 @@ def test_slurm_workflow_runs_the_slurm_integration_session() -> None:
     assert step["env"]["PROVIDER"] == "${{ matrix.provider }}"
     assert 'nox -s "integration($PROVIDER)"' in step["run"]
     runs = "\n".join(s.get("run", "") for s in job["steps"])
-    assert "scripts/services up --only slurm,ssh" in runs
+    assert "scripts/services up --only docker,podman,slurm,ssh" in runs
 
 
 def test_kind_workflow_covers_several_kubernetes_versions() -> None:

@@ -84,6 +84,10 @@ def _directive_value(key: str, value: str) -> str:
     return escaped
 
 
+# The public name other Slurm clients of this runtime (altar-backend-slurm) use.
+directive_value = _directive_value
+
+
 def batch_script(argv: Sequence[str], settings: Mapping[str, Any], workspace: str) -> str:
     """The manager's sbatch script; its one command line comes from ``shell_command``."""
     lines = [

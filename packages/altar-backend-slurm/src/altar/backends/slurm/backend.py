@@ -1,0 +1,467 @@
+"""``SlurmExecutionBackend``: each task one Slurm batch job running one container."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
+
+from altar.backends.slurm import commands
+from altar.backends.slurm.classify import (
+    Observation,
+    QueueRow,
+    from_accounting,
+    from_queue,
+    from_queue_alone,
+    missing,
+)
+from altar.backends.slurm.render import (
+    CONTAINER_RUNTIMES,
+    ContainerRuntime,
+    JobLayout,
+    SlurmPlacement,
+    batch_script,
+    job_name,
+    parse_comment,
+    runtime_command,
+    spec_hash,
+    submission_key,
+)
+from altar.backends.slurm.runtime import LoginNode
+from altar.backends.slurm.sdk_runtime import LocalLoginNode, SshLoginNode
+from altar.execution import (
+    CONTAINER_MOUNT_ROOT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
+    Capacity,
+    ContainerTaskSpec,
+    ExecutionBackend,
+    PathResolver,
+    TaskFailure,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+    UnsupportedCapabilityError,
+)
+from altar.execution.handles import mint_handle
+from altar.execution.uris import local_path
+
+__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "SCRATCH_DIR", "SlurmExecutionBackend"]
+
+DATA_ROOT_ENV = "ALTAR_SLURM_DATA_ROOT"
+LOG_TAIL_LINES = 20
+#: Per-job directories (script, stdout, stderr) under the data root.
+SCRATCH_DIR = ".altar-slurm/jobs"
+_EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
+
+
+def _run_tag(run: str | None) -> str:
+    import hashlib
+
+    return hashlib.sha256((run or "").encode()).hexdigest()[:16]
+
+
+def _directives(
+    value: Mapping[str, str | None] | Iterable[tuple[str, str | None]] | None,
+) -> tuple[tuple[str, str | None], ...]:
+    if value is None:
+        return ()
+    items = list(value.items()) if isinstance(value, Mapping) else list(value)
+    pairs: list[tuple[str, str | None]] = []
+    for item in items:
+        option, directive = item
+        if not isinstance(option, str) or not (directive is None or isinstance(directive, str)):
+            raise ValueError(f"extra_directives: {item!r} is not an option and a string value")
+        pairs.append((option if option.startswith("--") else f"--{option}", directive))
+    return tuple(pairs)
+
+
+class SlurmExecutionBackend(ExecutionBackend):
+    """Runs each task as one Slurm batch job that runs one container.
+
+    Options (keyword-only; ``[backend] options`` in a plan):
+
+    - ``ssh_host`` (+ ``ssh_port``, ``ssh_user``, ``ssh_config``, ``ssh_identity_file``): the
+      login node to reach over ssh; without it ``sbatch`` and friends run on this machine;
+    - ``partition``, ``account``, ``qos``: where jobs are queued (cluster defaults otherwise);
+    - ``extra_directives``: more ``#SBATCH`` options from :data:`~.render.ALLOWED_DIRECTIVES`,
+      as ``{"--constraint": "avx2", "--exclusive": null}``;
+    - ``data_root``: a directory on the cluster's shared filesystem, bound at ``/mnt/volume``
+      (default ``$ALTAR_SLURM_DATA_ROOT``, else ``./.altar-slurm-data`` on this machine);
+    - ``container_runtime``: ``apptainer`` (default), ``podman`` or ``docker``;
+      ``runtime_options``: words between the runtime and its subcommand (``["-H", url]``);
+      ``runtime_env``: environment of the runtime process only (``CONTAINERS_CONF``), never
+      forwarded into the container;
+    - ``container_user`` (docker/podman): None runs as the job's uid:gid, "" as the image's;
+    - ``network`` (docker/podman): default ``"none"``;
+    - ``gpu_types``: GPU pool -> Slurm GRES type (None: any type); default ``{"gpu": None}``;
+    - ``trust_verification_records``: the in-task digest check accepts current records;
+    - ``login_environment``: jobs load the user's login environment (``--export=NONE``, e.g.
+      for ``module load`` in a profile; a login shell per job); default: a clean environment;
+    - ``cancel_wait_s``: how long ``cancel`` waits for Slurm to end the job (default 15);
+    - ``query_timeout_s``: how long squeue/sacct/scontrol/scancel may take before the poll
+      raises ``BackendUnavailableError`` (default 20; None: no bound);
+    - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake).
+    """
+
+    name: ClassVar[str] = "slurm"
+    input_digest_verification = "task"
+    adopts_submissions: ClassVar[bool] = True
+    # One squeue (and rarely one sacct) answers for every handle.
+    poll_interval_s: ClassVar[float] = 0.5
+
+    def __init__(
+        self,
+        *,
+        ssh_host: str | None = None,
+        ssh_port: int | None = None,
+        ssh_user: str | None = None,
+        ssh_config: str | None = None,
+        ssh_identity_file: str | None = None,
+        partition: str | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        extra_directives: Mapping[str, str | None] | None = None,
+        data_root: str | os.PathLike[str] | None = None,
+        container_runtime: ContainerRuntime = "apptainer",
+        runtime_options: list[str] | tuple[str, ...] = (),
+        runtime_env: Mapping[str, str] | None = None,
+        container_user: str | None = None,
+        network: str = "none",
+        gpu_types: Mapping[str, str | None] | None = None,
+        trust_verification_records: bool = True,
+        login_environment: bool = False,
+        cancel_wait_s: float = 15.0,
+        query_timeout_s: float | None = commands.DEFAULT_QUERY_TIMEOUT_S,
+        runtime: LoginNode | None = None,
+    ) -> None:
+        if container_runtime not in CONTAINER_RUNTIMES:
+            raise ValueError(
+                f"container_runtime must be one of {', '.join(CONTAINER_RUNTIMES)}, "
+                f"got {container_runtime!r}"
+            )
+        if not all(isinstance(word, str) for word in runtime_options):
+            raise ValueError("runtime_options must be a list of strings")
+        if runtime is None:
+            runtime = (
+                SshLoginNode(
+                    ssh_host,
+                    user=ssh_user,
+                    port=ssh_port,
+                    ssh_config=ssh_config,
+                    identity_file=ssh_identity_file,
+                )
+                if ssh_host
+                else LocalLoginNode()
+            )
+        self.node: LoginNode = runtime
+        root = data_root if data_root is not None else os.environ.get(DATA_ROOT_ENV)
+        if root is None and self.node.remote:
+            raise ValueError(
+                "the slurm backend over ssh needs data_root: an absolute directory on the "
+                "cluster's shared filesystem"
+            )
+        root_text = os.fspath(root or ".altar-slurm-data")
+        if self.node.remote:
+            if not posixpath.isabs(root_text):
+                raise ValueError(f"data_root {root_text!r} must be absolute on the cluster")
+            self.data_root = posixpath.normpath(root_text)
+        else:
+            self.data_root = os.path.abspath(root_text)
+        self.placement = SlurmPlacement(
+            partition=partition,
+            account=account,
+            qos=qos,
+            extra_directives=_directives(extra_directives),
+            gpu_types=dict(gpu_types) if gpu_types is not None else {"gpu": None},
+            login_environment=login_environment,
+        )
+        self.container_runtime: ContainerRuntime = container_runtime
+        self.runtime_options = list(runtime_options)
+        self.runtime_env = dict(runtime_env or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.runtime_env.items()):
+            raise ValueError("runtime_env must map names to string values")
+        self.container_user = container_user
+        self.network = network
+        self.trust_verification_records = trust_verification_records
+        self.cancel_wait_s = cancel_wait_s
+        if query_timeout_s is not None and not query_timeout_s > 0:
+            raise ValueError(f"query_timeout_s must be positive or None, got {query_timeout_s!r}")
+        self.query_timeout_s = query_timeout_s
+        self.scratch = f"{self.data_root}/{SCRATCH_DIR}"
+        self._max_time: tuple[int | None] | None = None
+        self._cancelled: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"SlurmExecutionBackend(node={self.node!r}, data_root={self.data_root!r})"
+
+    def path_resolver(self) -> PathResolver:
+        return PathResolver(CONTAINER_MOUNT_ROOT)
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def _layout(self, token: str) -> JobLayout:
+        return JobLayout(self.data_root, f"{self.scratch}/{token}")
+
+    def _ours(self, work_dir: str) -> str | None:
+        """The token of a job whose working directory is one of this data root's job dirs."""
+        parent, token = posixpath.split(work_dir.rstrip("/"))
+        if parent != self.scratch or not _EXTERNAL_ID.fullmatch(f"0:{token}"):
+            return None
+        return token
+
+    def _handle(self, job_id: str, token: str, spec: ContainerTaskSpec) -> TaskHandle:
+        return mint_handle(self.name, spec, f"{job_id}:{token}")
+
+    def _find_existing(self, spec: ContainerTaskSpec, digest: str) -> tuple[str, str] | None:
+        """An earlier job of this submission to adopt: (job id, token), or None.
+
+        A keyed spec adopts its job in any state (the exactly-once contract); a spec without
+        a key adopts only a job of the same spec hash that is still pending or running.
+        """
+        name = job_name(spec, digest)
+        keyed = submission_key(spec) is not None
+        found: list[tuple[int, str]] = []
+        for row in commands.queue(self.node, names=[name], timeout_s=self.query_timeout_s):
+            token = self._ours(row.work_dir)
+            if token is None or row.name != name:
+                continue
+            if not keyed:
+                parsed = parse_comment(row.comment)
+                observed = from_queue(row)
+                if parsed is None or parsed[0] != digest:
+                    continue
+                if observed is None or observed.state.is_terminal:
+                    continue
+            found.append((int(row.job_id), token))
+        if not found and keyed:
+            for acct in commands.accounting(
+                self.node, names=[name], steps=False, timeout_s=self.query_timeout_s
+            ):
+                token = self._ours(acct.work_dir)
+                if token is not None and acct.name == name and acct.job_id.isdigit():
+                    found.append((int(acct.job_id), token))
+        if not found:
+            return None
+        job_id, token = max(found)
+        return str(job_id), token
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def _check_timeout(self, spec: ContainerTaskSpec) -> None:
+        if spec.timeout_s is None:
+            return
+        if self._max_time is None:
+            self._max_time = (
+                commands.max_time_s(
+                    self.node, self.placement.partition, timeout_s=self.query_timeout_s
+                ),
+            )
+        (cap,) = self._max_time
+        if cap is not None and spec.timeout_s > cap:
+            where = self.placement.partition or "the default partition"
+            raise UnsupportedCapabilityError(
+                f"timeout_s={spec.timeout_s} exceeds {where}'s MaxTime of {cap} s; "
+                f"use timeout_s <= {cap} or a partition that allows longer jobs",
+                capability="timeout",
+            )
+
+    def render(self, spec: ContainerTaskSpec, token: str) -> str:
+        """The batch script for ``spec`` in job directory ``token`` (pure)."""
+        layout = self._layout(token)
+        command = runtime_command(
+            spec,
+            runtime=self.container_runtime,
+            layout=layout,
+            runtime_options=self.runtime_options,
+            runtime_env=self.runtime_env,
+            container_user=self.container_user,
+            network=self.network,
+        )
+        return batch_script(
+            spec,
+            layout=layout,
+            placement=self.placement,
+            command=command,
+            runtime=self.container_runtime,
+            trust_records=self.trust_verification_records,
+        )
+
+    def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        digest = spec_hash(spec)
+        token = f"{_run_tag(spec.labels.get(LABEL_RUN))}-{digest[:16]}-{secrets.token_hex(4)}"
+        script = self.render(spec, token)  # refuses what cannot be represented, first
+        self._check_timeout(spec)
+        existing = self._find_existing(spec, digest)
+        if existing is not None:
+            return self._handle(*existing, spec)
+        job_id = commands.submit(
+            self.node, self._layout(token).job_dir, script, gpu=spec.resources.gpu is not None
+        )
+        return self._handle(job_id, token, spec)
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        return await asyncio.to_thread(lambda: self._submit(spec))
+
+    # -- observation --------------------------------------------------------------------------
+
+    def _observe(self, job_ids: list[str]) -> dict[str, Observation]:
+        queued: dict[str, QueueRow] = {
+            row.job_id: row
+            for row in commands.queue(self.node, job_ids=job_ids, timeout_s=self.query_timeout_s)
+        }
+        seen: dict[str, Observation] = {}
+        undecided = []
+        for job_id in job_ids:
+            row = queued.get(job_id)
+            observed = from_queue(row) if row is not None else None
+            if observed is None:
+                undecided.append(job_id)
+            else:
+                seen[job_id] = observed
+        if undecided:
+            rows = commands.accounting(self.node, job_ids=undecided, timeout_s=self.query_timeout_s)
+            for job_id in undecided:
+                observed = from_accounting(job_id, rows)
+                if observed is None:
+                    row = queued.get(job_id)
+                    observed = from_queue_alone(row) if row is not None else missing(job_id)
+                seen[job_id] = observed
+        return seen
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        ids = sorted(
+            {m.group(1) for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))},
+            key=int,
+        )
+        observations = await asyncio.to_thread(lambda: self._observe(ids)) if ids else {}
+        statuses = []
+        for handle in handles:
+            match = _EXTERNAL_ID.fullmatch(handle.external_id)
+            if match is None:
+                observation = missing(handle.external_id)
+            else:
+                observation = observations[match.group(1)]
+                if match.group(1) in self._cancelled and not observation.state.is_terminal:
+                    # scancel was accepted; Slurm is still tearing the job down.
+                    observation = Observation(
+                        TaskState.FAILED,
+                        _cancelled_failure(match.group(1)),
+                    )
+            statuses.append(TaskStatus(handle, observation.state, observation.failure))
+        return statuses
+
+    async def capacity(self) -> Capacity:
+        """Unknown: Slurm queues what it cannot start yet, so the runner may submit freely."""
+        return Capacity()
+
+    async def failure_detail(self, handle: TaskHandle) -> str | None:
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is None:
+            return None
+        layout = self._layout(match.group(2))
+        text = await asyncio.to_thread(
+            lambda: commands.tail(self.node, [layout.stdout, layout.stderr], LOG_TAIL_LINES)
+        )
+        lines = text.splitlines()[-LOG_TAIL_LINES:]
+        return "\n".join(lines) if lines else None
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        """One handle per job of ``run`` that this data root's jobs directory holds."""
+        tag = _run_tag(run)
+
+        def collect() -> list[TaskHandle]:
+            found: dict[str, TaskHandle] = {}
+            for row in commands.queue(self.node, timeout_s=self.query_timeout_s):
+                token = self._ours(row.work_dir)
+                parsed = parse_comment(row.comment)
+                if token is None or parsed is None or parsed[1].get(LABEL_RUN) != run:
+                    continue
+                found[row.job_id] = TaskHandle(self.name, f"{row.job_id}:{token}", parsed[1])
+            for acct in commands.accounting(self.node, steps=False, timeout_s=self.query_timeout_s):
+                token = self._ours(acct.work_dir)
+                if token is None or not token.startswith(tag) or acct.job_id in found:
+                    continue
+                labels = {LABEL_RUN: run}
+                if acct.name.startswith("altar-") and not acct.name.startswith("altar-spec-"):
+                    labels[LABEL_SUBMISSION] = acct.name.removeprefix("altar-")
+                found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
+            return [found[k] for k in sorted(found, key=int)]
+
+        return await asyncio.to_thread(collect)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _cancel(self, job_id: str) -> None:
+        commands.cancel(self.node, job_id, timeout_s=self.query_timeout_s)
+        self._cancelled.add(job_id)
+        deadline = time.monotonic() + self.cancel_wait_s
+        while time.monotonic() < deadline:
+            rows = [
+                r
+                for r in commands.queue(self.node, job_ids=[job_id], timeout_s=self.query_timeout_s)
+                if r.job_id == job_id
+            ]
+            observed = from_queue(rows[0]) if rows else None
+            if observed is None or observed.state.is_terminal:
+                return
+            time.sleep(0.2)
+
+    async def cancel(self, handle: TaskHandle) -> None:
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is not None:
+            await asyncio.to_thread(lambda: self._cancel(match.group(1)))
+
+    async def cleanup(self, handles: list[TaskHandle]) -> None:
+        """Remove the job directories of finished tasks (never a running job's, nor others')."""
+        statuses = await self.poll(handles)
+        for status in statuses:
+            match = _EXTERNAL_ID.fullmatch(status.handle.external_id)
+            if match is None or not status.state.is_terminal:
+                continue
+            if status.failure is not None and status.failure.reason == "container_missing":
+                continue
+            job_dir = self._layout(match.group(2)).job_dir
+            await asyncio.to_thread(lambda d=job_dir: commands.remove_dir(self.node, d))  # type: ignore[misc]
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def _host_path(self, logical_path: str) -> str:
+        return self._layout("-").host_path(logical_path)
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        """Copy inputs to the data root (rsync over ssh: only what differs).
+
+        Digests are not checked here: each job checks its own inputs on the cluster.
+        """
+        moves = _unique(
+            (local_path(t.uri, backend=self.name), self._host_path(t.logical_path))
+            for t in transfers
+        )
+        for source, destination in moves:
+            await asyncio.to_thread(lambda s=source, d=destination: self.node.push(s, d))  # type: ignore[misc]
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        for transfer in transfers:
+            source = self._host_path(transfer.logical_path)
+            destination = local_path(transfer.uri, backend=self.name)
+            await asyncio.to_thread(lambda s=source, d=destination: self.node.pull(s, d))  # type: ignore[misc]
+
+
+def _cancelled_failure(job_id: str) -> TaskFailure:
+    return TaskFailure("cancelled", f"job {job_id} was cancelled")
+
+
+def _unique(moves: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for source, destination in moves:
+        known = seen.setdefault(destination, source)
+        if os.path.abspath(known) != os.path.abspath(source):
+            raise ValueError(f"two inputs claim {destination!r}: {known!r} and {source!r}")
+    return [(s, d) for d, s in seen.items()]

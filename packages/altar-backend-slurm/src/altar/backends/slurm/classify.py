@@ -1,0 +1,243 @@
+"""Pure reading of Slurm's answers: squeue/sacct rows, outage texts, and task states.
+
+``squeue`` knows pending and running jobs and, for ``MinJobAge`` seconds, finished ones;
+``sacct`` (slurmdbd) knows finished jobs with one row per step. A job is classified from
+squeue when that is enough (active, or COMPLETED), otherwise from its sacct rows: the job
+row, the batch step, and the marker steps a job records for an in-task digest failure or a
+container OOM kill. A job neither knows is missing, never succeeded; a command that could
+not reach the controller or the database is an outage, never a job state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from altar.backends.slurm.render import INPUT_MISMATCH_STEP, OOM_STEP
+from altar.execution import TaskFailure, TaskState
+
+__all__ = [
+    "SACCT_FIELDS",
+    "SQUEUE_FIELDS",
+    "AcctRow",
+    "Observation",
+    "QueueRow",
+    "from_accounting",
+    "from_queue",
+    "is_outage",
+    "missing",
+    "no_such_job",
+    "parse_sacct",
+    "parse_squeue",
+]
+
+#: ``squeue -O`` fields; ``:|`` makes ``|`` the separator with no padding or truncation.
+SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,Name:|,Comment:|,WorkDir:|"
+#: ``sacct -P -o`` fields (``|``-separated); the working directory last, as it may hold ``|``.
+SACCT_FIELDS = "JobID,State,ExitCode,JobName,WorkDir"
+
+PENDING_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+     "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
+)  # fmt: skip
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
+RETRYABLE_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED"})
+
+# What Slurm's clients print when the controller or the database cannot answer.
+_OUTAGE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Transient error|"
+    r"Connection refused|Connection timed out|Problem talking to the database|"
+    r"slurm_persist_conn_open|Zero Bytes were transmitted|Communication connection failure|"
+    r"Slurm backup controller in standby mode|Resource temporarily unavailable",
+    re.IGNORECASE,
+)
+
+
+def is_outage(stderr: str) -> bool:
+    """True when a failed squeue/sacct/sbatch/scancel could not reach Slurm."""
+    return _OUTAGE.search(stderr) is not None
+
+
+def no_such_job(stderr: str) -> bool:
+    """squeue's (and scancel's) answer for an id the controller does not know."""
+    return "Invalid job id specified" in stderr
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    job_id: str
+    state: str
+    reason: str
+    exit_status: int | None  # the raw wait status (exit << 8 | signal)
+    name: str
+    comment: str
+    work_dir: str
+
+
+@dataclass(frozen=True)
+class AcctRow:
+    job_id: str  # "12", "12.batch", "12.0", "12.extern"
+    state: str  # "CANCELLED by 0" keeps its suffix
+    exit_code: str  # "exit:signal"
+    name: str
+    work_dir: str
+
+    @property
+    def job(self) -> str:
+        return self.job_id.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class Observation:
+    state: TaskState
+    failure: TaskFailure | None = None
+
+
+def parse_squeue(text: str) -> list[QueueRow]:
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.removesuffix("|").split("|", 6)
+        if len(parts) != 7:
+            continue
+        job_id, state, reason, status, name, comment, work_dir = parts
+        rows.append(
+            QueueRow(
+                job_id.strip(),
+                state.strip(),
+                reason,
+                int(status) if status.strip().isdigit() else None,
+                name,
+                "" if comment == "(null)" else comment,
+                work_dir,
+            )
+        )
+    return rows
+
+
+def parse_sacct(text: str) -> list[AcctRow]:
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) == 5 and parts[0]:
+            rows.append(AcctRow(*parts))
+    return rows
+
+
+def missing(job_id: str) -> Observation:
+    return Observation(
+        TaskState.FAILED,
+        TaskFailure(
+            "container_missing",
+            f"Slurm knows no job {job_id}: neither squeue nor sacct reports it",
+        ),
+    )
+
+
+def _base_state(state: str) -> str:
+    # "CANCELLED by 0" -> "CANCELLED"; sacct may also print "RUNNING+" style suffixes.
+    return state.split(" ", 1)[0].rstrip("+")
+
+
+def _active(job_id: str, state: str) -> Observation | None:
+    if state in PENDING_STATES:
+        return Observation(TaskState.PENDING)
+    if state in RUNNING_STATES:
+        return Observation(TaskState.RUNNING)
+    return None
+
+
+def from_queue(row: QueueRow) -> Observation | None:
+    """What squeue alone can say; None for a FAILED job, whose steps (the marker steps of an
+    in-job digest failure or a container OOM kill) only sacct lists."""
+    state = _base_state(row.state)
+    if state == "COMPLETED":
+        return Observation(TaskState.SUCCEEDED)
+    active = _active(row.job_id, state)
+    if active is not None:
+        return active
+    if state == "FAILED":
+        return None
+    if state in _TERMINAL:
+        return from_queue_alone(row)  # the state says it all: cancelled, timeout, OOM, ...
+    # A state this backend does not know, on a job the controller still holds: not finished.
+    return Observation(TaskState.PENDING)
+
+
+def from_queue_alone(row: QueueRow) -> Observation:
+    """A finished job squeue still shows and accounting does not know (no slurmdbd)."""
+    exit_code, signal = divmod(row.exit_status or 0, 256)
+    return _terminal(row.job_id, _base_state(row.state), row.state, exit_code, signal & 0x7F, [])
+
+
+_TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED"}).union(
+    RETRYABLE_STATES
+)
+
+
+def from_accounting(job_id: str, rows: list[AcctRow]) -> Observation | None:
+    """Classify from the job's sacct rows (job + steps); None when sacct has no job row."""
+    mine = [r for r in rows if r.job == job_id]
+    job = next((r for r in mine if r.job_id == job_id), None)
+    if job is None:
+        return None
+    state = _base_state(job.state)
+    active = _active(job_id, state)
+    if active is not None:
+        return active
+    exit_part, _, signal_part = job.exit_code.partition(":")
+    exit_code = int(exit_part) if exit_part.isdigit() else 0
+    signal = int(signal_part) if signal_part.isdigit() else 0
+    steps = [r for r in mine if r is not job]
+    return _terminal(job_id, state, job.state, exit_code, signal, steps)
+
+
+def _terminal(
+    job_id: str, state: str, shown: str, exit_code: int, signal: int, steps: list[AcctRow]
+) -> Observation:
+    names = {step.name for step in steps}
+    if INPUT_MISMATCH_STEP in names:
+        return _failed(
+            "input_digest_mismatch",
+            f"job {job_id}: an input failed its digest check before the task ran "
+            "(see failure_detail)",
+            deterministic=True,
+        )
+    if (
+        state == "OUT_OF_MEMORY"
+        or OOM_STEP in names
+        or any(_base_state(s.state) == "OUT_OF_MEMORY" for s in steps)
+    ):
+        return _failed(
+            "oom_killed", f"job {job_id} was killed for exceeding its memory limit ({shown})"
+        )
+    if state == "COMPLETED":
+        return Observation(TaskState.SUCCEEDED)
+    if state == "TIMEOUT":
+        return _failed("timeout", f"job {job_id} ran past its time limit and Slurm ended it")
+    if state == "CANCELLED":
+        return _failed("cancelled", f"job {job_id} was cancelled ({shown})")
+    if state in RETRYABLE_STATES:
+        return _failed(
+            "job_failed", f"job {job_id} ended {state}, not through its task (retryable)"
+        )
+    if state == "FAILED" and exit_code > 0:
+        return Observation(
+            TaskState.FAILED,
+            TaskFailure(
+                f"exit_{exit_code}",
+                f"job {job_id}: the task exited with code {exit_code}",
+                deterministic=True,
+                exit_code=exit_code,
+            ),
+        )
+    if state == "FAILED":
+        how = f"killed by signal {signal}" if signal else "failed without an exit code"
+        return _failed("job_failed", f"job {job_id} {how} ({shown})")
+    # UNKNOWN, SPECIAL_EXIT or anything newer: never read as success.
+    return _failed("job_failed", f"job {job_id} ended in state {shown!r}, which is not a success")
+
+
+def _failed(reason: str, detail: str, *, deterministic: bool = False) -> Observation:
+    return Observation(TaskState.FAILED, TaskFailure(reason, detail, deterministic=deterministic))

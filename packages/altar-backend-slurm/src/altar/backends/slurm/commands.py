@@ -1,0 +1,240 @@
+"""The Slurm commands the backend runs on the login node, and what their answers mean.
+
+Each function is one remote command (one ssh round trip over the multiplexed connection):
+submit (place the script and ``sbatch`` it), ``squeue`` and ``sacct`` for any number of jobs,
+``scancel``, the partition's ``MaxTime``, a log tail, and removing a job's scratch directory.
+An answer that says Slurm could not be reached raises
+:class:`~altar.execution.BackendUnavailableError`; it is never read as a job state.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from altar.backends.slurm.classify import (
+    SACCT_FIELDS,
+    SQUEUE_FIELDS,
+    AcctRow,
+    QueueRow,
+    is_outage,
+    no_such_job,
+    parse_sacct,
+    parse_squeue,
+)
+from altar.backends.slurm.runtime import CommandResult, LoginNode
+from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
+
+__all__ = [
+    "DEFAULT_QUERY_TIMEOUT_S",
+    "LOOKUP_WINDOW",
+    "MAX_LISTED_JOBS",
+    "SUBMIT_PROGRAM",
+    "SlurmRefusedError",
+    "accounting",
+    "bounded",
+    "cancel",
+    "max_time_s",
+    "parse_duration",
+    "queue",
+    "remove_dir",
+    "submit",
+    "tail",
+]
+
+#: How far back ``sacct --name`` looks for an earlier job of the same submission.
+LOOKUP_WINDOW = "now-30days"
+
+#: Places the batch script in the job's directory and submits it, in one round trip.
+#: ``$1`` is the directory, ``$2`` the script text (both single words, never parsed).
+#: sbatch runs with a cleared environment (``env -i``, keeping only what finding programs and
+#: Slurm needs), so nothing of the submitting process (tokens, keys) is stored with the job,
+#: and the job need not load a login environment (``--export=NONE`` runs a login shell per
+#: job, about a second each).
+SUBMIT_PROGRAM = (
+    'set -eu; mkdir -p -- "$1"; printf "%s" "$2" > "$1/job.sbatch"; '
+    'exec env -i PATH="$PATH" HOME="${HOME:-/}" ${USER:+"USER=$USER"} '
+    '${SLURM_CONF:+"SLURM_CONF=$SLURM_CONF"} sbatch --parsable "$1/job.sbatch"'
+)
+
+_JOB_ID = re.compile(r"\d+")
+_GRES_REFUSAL = re.compile(r"gres|generic resource", re.IGNORECASE)
+
+
+class SlurmRefusedError(RuntimeError):
+    """Slurm understood a request and refused it (not an outage)."""
+
+
+def _raise_outage(what: str, result: CommandResult) -> None:
+    if is_outage(result.stderr):
+        raise BackendUnavailableError(f"{what}: Slurm cannot be reached: {result.stderr.strip()}")
+
+
+def submit(node: LoginNode, job_dir: str, script: str, *, gpu: bool = False) -> str:
+    """Place ``script`` in ``job_dir`` and sbatch it; the new job's id."""
+    result = node.run(["sh", "-c", SUBMIT_PROGRAM, "altar-submit", job_dir, script])
+    if not result.ok:
+        _raise_outage("sbatch", result)
+        message = result.stderr.strip() or f"exit status {result.returncode}"
+        if gpu and _GRES_REFUSAL.search(message):
+            raise UnsupportedCapabilityError(
+                f"the cluster refused the GPU request: {message}; a GPU task is never run "
+                "on CPU instead",
+                capability="gpu",
+            )
+        raise UnsupportedCapabilityError(f"sbatch refused the job: {message}")
+    job_id = result.stdout.strip().split(";", 1)[0]
+    if not _JOB_ID.fullmatch(job_id):
+        raise SlurmRefusedError(f"sbatch printed no job id: {result.stdout.strip()!r}")
+    return job_id
+
+
+#: How long a query (squeue, sacct, scontrol, scancel) may take before it counts as an outage.
+#: With slurmctld down, squeue itself retries for about 18 s before it says so.
+DEFAULT_QUERY_TIMEOUT_S = 20.0
+#: More job ids than this are not listed on the command line.
+MAX_LISTED_JOBS = 5000
+#: ``timeout``'s exit status when it stopped the command (124), or killed it after the grace.
+_TIMED_OUT = (124, 137)
+
+
+def bounded(argv: Sequence[str], timeout_s: float | None) -> list[str]:
+    """``argv`` under coreutils ``timeout`` on the login node (None: unbounded)."""
+    if timeout_s is None:
+        return list(argv)
+    return ["timeout", "--kill-after=2", f"{timeout_s:g}", *argv]
+
+
+def _raise_timeout(what: str, result: CommandResult, timeout_s: float | None) -> None:
+    if timeout_s is not None and result.returncode in _TIMED_OUT:
+        raise BackendUnavailableError(f"{what} did not answer within {timeout_s:g} s")
+
+
+def queue(
+    node: LoginNode,
+    *,
+    job_ids: Sequence[str] = (),
+    names: Sequence[str] = (),
+    timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S,
+) -> list[QueueRow]:
+    """One ``squeue`` for the given jobs (or, by name, this user's jobs), finished ones too.
+
+    Past :data:`MAX_LISTED_JOBS` ids the list would not fit one argument (``MAX_ARG_STRLEN``),
+    so this user's jobs are listed instead and filtered here: still one command.
+    """
+    if len(job_ids) > MAX_LISTED_JOBS:
+        wanted = set(job_ids)
+        rows = queue(node, timeout_s=timeout_s)
+        return [row for row in rows if row.job_id in wanted]
+    argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FIELDS}"]
+    if job_ids:
+        argv.append(f"--jobs={','.join(job_ids)}")
+    if names:
+        argv += ["--me", f"--name={','.join(names)}"]
+    if not job_ids and not names:
+        argv.append("--me")
+    result = node.run(bounded(argv, timeout_s))
+    if not result.ok:
+        _raise_timeout("squeue", result, timeout_s)
+        if no_such_job(result.stderr):
+            return []  # the one id asked about is unknown to the controller
+        _raise_outage("squeue", result)
+        raise BackendUnavailableError(f"squeue failed: {result.stderr.strip()}")
+    return parse_squeue(result.stdout)
+
+
+def accounting(
+    node: LoginNode,
+    *,
+    job_ids: Sequence[str] = (),
+    names: Sequence[str] = (),
+    steps: bool = True,
+    timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S,
+) -> list[AcctRow]:
+    """One ``sacct`` for the given jobs (with their steps), or jobs by name in the window."""
+    argv = ["sacct", "--noheader", "--parsable2", f"--format={SACCT_FIELDS}"]
+    if not steps:
+        argv.append("--allocations")
+    if job_ids:
+        argv.append(f"--jobs={','.join(job_ids)}")
+    else:
+        argv.append(f"--starttime={LOOKUP_WINDOW}")
+        if names:
+            argv.append(f"--name={','.join(names)}")
+    result = node.run(bounded(argv, timeout_s))
+    if not result.ok:
+        _raise_timeout("sacct", result, timeout_s)
+        _raise_outage("sacct", result)
+        raise BackendUnavailableError(f"sacct failed: {result.stderr.strip()}")
+    return parse_sacct(result.stdout)
+
+
+def cancel(
+    node: LoginNode, job_id: str, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
+) -> None:
+    """``scancel`` one job; a job that already ended or is unknown is not an error."""
+    result = node.run(bounded(["scancel", job_id], timeout_s))
+    if not result.ok and not no_such_job(result.stderr):
+        _raise_timeout("scancel", result, timeout_s)
+        _raise_outage("scancel", result)
+        if "already completing or completed" not in result.stderr:
+            raise SlurmRefusedError(f"scancel {job_id} failed: {result.stderr.strip()}")
+
+
+def parse_duration(text: str) -> int | None:
+    """Seconds in a Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``);
+    None for ``UNLIMITED``/``INFINITE``."""
+    text = text.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days = 0
+    if "-" in text:
+        head, _, text = text.partition("-")
+        days = int(head)
+        parts = [int(p) for p in text.split(":")]
+        parts += [0] * (3 - len(parts))
+        hours, minutes, seconds = parts
+    else:
+        parts = [int(p) for p in text.split(":")]
+        if len(parts) == 1:
+            hours, minutes, seconds = 0, parts[0], 0
+        elif len(parts) == 2:
+            hours, minutes, seconds = 0, parts[0], parts[1]
+        else:
+            hours, minutes, seconds = parts
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def max_time_s(
+    node: LoginNode, partition: str | None, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
+) -> int | None:
+    """The partition's ``MaxTime`` in seconds (the default partition without a name)."""
+    argv = ["scontrol", "--oneliner", "show", "partition"]
+    if partition is not None:
+        argv.append(partition)
+    result = node.run(bounded(argv, timeout_s))
+    if not result.ok:
+        _raise_timeout("scontrol", result, timeout_s)
+        _raise_outage("scontrol", result)
+        raise UnsupportedCapabilityError(
+            f"cannot read partition {partition or '(default)'}: {result.stderr.strip()}"
+        )
+    for line in result.stdout.splitlines():
+        fields = dict(word.partition("=")[::2] for word in line.split())
+        if partition is None and fields.get("Default") != "YES":
+            continue
+        if "MaxTime" in fields:
+            return parse_duration(fields["MaxTime"])
+    if partition is None:
+        return None  # no default partition: sbatch will say what is wrong
+    raise UnsupportedCapabilityError(f"Slurm reports no partition {partition!r}")
+
+
+def tail(node: LoginNode, paths: Sequence[str], lines: int) -> str:
+    """The last ``lines`` of each file, concatenated (missing files are skipped)."""
+    result = node.run(["tail", "-q", "-n", str(lines), "--", *paths])
+    return result.stdout
+
+
+def remove_dir(node: LoginNode, path: str) -> None:
+    node.run(["rm", "-rf", "--", path])

@@ -1,0 +1,436 @@
+"""An in-memory Slurm login node for tests: ``sbatch``/``squeue``/``sacct``/``scancel`` as 22.05.
+
+:class:`FakeLoginNode` implements :class:`~altar.backends.slurm.runtime.LoginNode` over a real
+local directory (the "shared filesystem"), so staging, job directories and logs are real
+files. It answers the commands the backend runs with the output formats, job ids, error texts
+and exit statuses of Slurm 22.05.8 (checked against the real one on the test machine):
+
+- ids count up from 1; ``sbatch --parsable`` prints the id; a job starts RUNNING at once;
+- ``squeue`` shows finished jobs for ``min_job_age`` seconds (its ``MinJobAge``), then
+  forgets them; a lone unknown ``--jobs`` id answers ``slurm_load_jobs error: Invalid job id
+  specified`` (exit 1), an unknown id among known ones is silently left out;
+- ``sacct`` keeps every job with one row per step (``N``, ``N.batch``, ``N.extern``, steps
+  the job ran); ``--allocations`` keeps only job rows;
+- with ``available = False`` every command fails as with slurmctld down; with
+  ``accounting_available = False`` only ``sacct`` fails (slurmdbd down); with
+  ``unreachable = True`` the node itself cannot be reached (ssh refused).
+
+Tests script jobs through :meth:`finish`, :meth:`expire`, :meth:`oom_kill`,
+:meth:`fail_verification`, :meth:`end`, :meth:`write_log` and :meth:`advance` (the clock).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from altar.backends.slurm.commands import SUBMIT_PROGRAM, parse_duration
+from altar.backends.slurm.render import INPUT_MISMATCH_STEP, OOM_STEP
+from altar.backends.slurm.runtime import CommandResult, LoginNodeUnreachableError
+from altar.backends.slurm.sdk_runtime import LocalLoginNode
+
+__all__ = ["FakeJob", "FakeLoginNode", "ReadScript", "read_script"]
+
+CONTROLLER_DOWN = "Unable to contact slurm controller (connect failure)"
+DATABASE_DOWN = (
+    "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection "
+    "to host:localhost:6819: Connection refused\n"
+    "sacct: error: Sending PersistInit msg: Connection refused\n"
+    "sacct: error: Problem talking to the database: Connection refused\n"
+)
+_ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
+
+
+@dataclass
+class FakeJob:
+    job_id: int
+    name: str
+    comment: str
+    work_dir: str
+    script: str
+    directives: dict[str, str | None]
+    time_limit_s: int | None
+    state: str = "RUNNING"
+    exit_code: str = "0:0"
+    raw_status: int = 0
+    steps: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, name, state, exit
+    ended_at: float | None = None
+    in_queue: bool = True
+
+
+@dataclass(frozen=True)
+class ReadScript:
+    """What a batch script asks for, read back the way sbatch and a shell would."""
+
+    directives: dict[str, str | None]
+    env: dict[str, str]
+    argv: list[str]  # the container runtime's argv
+
+
+def _directives(script: str) -> dict[str, str | None]:
+    """``#SBATCH`` options up to the first command line, split with sbatch's quoting rules."""
+    out: dict[str, str | None] = {}
+    for line in script.splitlines()[1:]:
+        if not line.startswith("#"):
+            if line.strip():
+                break
+            continue
+        if not line.startswith("#SBATCH "):
+            continue
+        for word in _sbatch_words(line[len("#SBATCH ") :]):
+            option, eq, value = word.partition("=")
+            out[option] = value if eq else None
+    return out
+
+
+def _sbatch_words(text: str) -> list[str]:
+    """Split a ``#SBATCH`` line as sbatch does: quotes group, a backslash escapes the next
+    character (inside quotes too), an unquoted ``#`` ends the line."""
+    words: list[str] = []
+    word: list[str] | None = None
+    quote: str | None = None
+    chars = iter(text)
+    for ch in chars:
+        if ch == "\\":
+            word = (word or []) + [next(chars, "")]
+        elif quote is not None:
+            if ch == quote:
+                quote = None
+            else:
+                word = (word or []) + [ch]
+        elif ch in "'\"":
+            quote, word = ch, word or []
+        elif ch == "#":
+            break
+        elif ch.isspace():
+            if word is not None:
+                words.append("".join(word))
+            word = None
+        else:
+            word = (word or []) + [ch]
+    if word is not None:
+        words.append("".join(word))
+    return words
+
+
+def read_script(script: str) -> ReadScript:
+    """The container command of a script rendered by :func:`~.render.batch_script`."""
+    line = next((text for text in logical_lines(script) if _is_container_line(text)), None)
+    if line is None:
+        raise ValueError("no container command in the batch script")
+    words = shlex.split(line.removeprefix("exec ").removesuffix(" &"))
+    env: dict[str, str] = {}
+    if words[:2] == ["env", "--"]:
+        words = words[2:]
+        while words and "=" in words[0]:
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
+    return ReadScript(_directives(script), env, words)
+
+
+def _is_container_line(text: str) -> bool:
+    """The line that starts the container: ``[exec] [env -- ...] <runtime> ...``."""
+    words = text.removeprefix("exec ").split(" ", 2)
+    first = words[0]
+    if first == "env":
+        return True
+    return first in ("docker", "podman", "apptainer") and (
+        text.startswith("exec ") or text.endswith(" &")
+    )
+
+
+def logical_lines(script: str) -> list[str]:
+    """Lines of a shell script, joining those a quoted newline continues."""
+    lines: list[str] = []
+    pending = ""
+    for raw in script.splitlines():
+        pending = f"{pending}\n{raw}" if pending else raw
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:
+            continue  # an open quote: the command goes on
+        lines.append(pending)
+        pending = ""
+    return lines
+
+
+class FakeLoginNode(LocalLoginNode):
+    """A single-node Slurm answering on this machine's filesystem (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        partitions: dict[str, int | None] | None = None,
+        default_partition: str = "debug",
+        gpus: dict[str | None, int] | None = None,
+        min_job_age: float = 300.0,
+    ) -> None:
+        super().__init__()
+        self.partitions = partitions if partitions is not None else {"debug": None}
+        self.default_partition = default_partition
+        self.gpus = gpus if gpus is not None else {}
+        self.min_job_age = min_job_age
+        self.jobs: dict[int, FakeJob] = {}
+        self.calls: list[list[str]] = []
+        self.available = True
+        self.accounting_available = True
+        self.unreachable = False
+        #: The controller accepts connections but does not answer (a query under ``timeout``
+        #: is stopped; one without waits as long as the real client would, then reports it).
+        self.hung = False
+        #: Jobs slurmdbd has not recorded yet (accounting lags the controller).
+        self.unaccounted: set[int] = set()
+        self.clock = 0.0
+        self._next_id = 1
+
+    # -- scripting ----------------------------------------------------------------------------
+
+    def job(self, job_id: str | int) -> FakeJob:
+        return self.jobs[int(str(job_id).split(":", 1)[0])]
+
+    def advance(self, seconds: float) -> None:
+        self.clock += seconds
+
+    def end(self, job_id: str | int, state: str, exit_code: str, *, raw: int = 0) -> None:
+        job = self.job(job_id)
+        job.state, job.exit_code, job.raw_status = state, exit_code, raw
+        job.ended_at = self.clock
+        batch_state = (
+            "CANCELLED" if state in ("TIMEOUT",) or state.startswith("CANCELLED") else state
+        )
+        job.steps.insert(0, (f"{job.job_id}.batch", "batch", batch_state, exit_code))
+        job.steps.append((f"{job.job_id}.extern", "extern", "COMPLETED", "0:0"))
+
+    def finish(self, job_id: str | int, exit_code: int) -> None:
+        state = "COMPLETED" if exit_code == 0 else "FAILED"
+        self.end(job_id, state, f"{exit_code}:0", raw=exit_code << 8)
+
+    def expire(self, job_id: str | int) -> None:
+        self.end(job_id, "TIMEOUT", "0:0")
+
+    def oom_kill(self, job_id: str | int) -> None:
+        self.end(job_id, "OUT_OF_MEMORY", "0:125", raw=125)
+
+    def _marker(self, job_id: str | int, name: str) -> None:
+        job = self.job(job_id)
+        job.steps.append((f"{job.job_id}.{len(job.steps)}", name, "COMPLETED", "0:0"))
+
+    def fail_verification(self, job_id: str | int) -> None:
+        self._marker(job_id, INPUT_MISMATCH_STEP)
+        self.finish(job_id, 1)
+
+    def container_oom(self, job_id: str | int) -> None:
+        """docker's own memory limit killed the container: exit 137 and the marker step."""
+        self._marker(job_id, OOM_STEP)
+        self.end(job_id, "FAILED", "137:0", raw=137 << 8)
+
+    def write_log(self, job_id: str | int, lines: Sequence[str], *, stream: str = "stdout") -> None:
+        path = Path(self.job(job_id).work_dir) / stream
+        with path.open("a") as handle:
+            handle.writelines(f"{line}\n" for line in lines)
+
+    def launched(self, job_id: str | int) -> ReadScript:
+        return read_script(self.job(job_id).script)
+
+    # -- the login node -----------------------------------------------------------------------
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        self.calls.append(list(argv))
+        if self.unreachable:
+            raise LoginNodeUnreachableError(
+                "ssh: connect to host login port 22: Connection refused"
+            )
+        bounded = argv[0] == "timeout"
+        if bounded:  # coreutils `timeout --kill-after=K SECONDS command...`
+            argv = argv[3:]
+            if self.hung and argv[0] in ("squeue", "sacct", "scontrol", "scancel"):
+                return CommandResult(124, "", "")
+        program = argv[0]
+        if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_PROGRAM]:
+            return self._sbatch(argv[4], argv[5])
+        handler = {
+            "squeue": self._squeue,
+            "sacct": self._sacct,
+            "scancel": self._scancel,
+            "scontrol": self._scontrol,
+        }.get(program)
+        if handler is not None:
+            return handler(list(argv[1:]))
+        if program in ("tail", "rm"):
+            return super().run(argv)
+        return CommandResult(127, "", f"sh: 1: {program}: not found\n")
+
+    def _down(self, program: str) -> CommandResult | None:
+        if self.available and not self.hung:
+            return None
+        if program == "sbatch":
+            text = f"sbatch: error: Batch job submission failed: {CONTROLLER_DOWN}\n"
+        elif program == "squeue":
+            text = f"slurm_load_jobs error: {CONTROLLER_DOWN}\n"
+        elif program == "scancel":
+            text = f"scancel: error: Kill job error: {CONTROLLER_DOWN}\n"
+        else:
+            text = f"slurm_load_partitions: {CONTROLLER_DOWN}\n"
+        return CommandResult(1, "", text)
+
+    def _refuse(self, reason: str) -> CommandResult:
+        return CommandResult(1, "", f"sbatch: error: Batch job submission failed: {reason}\n")
+
+    def _sbatch(self, job_dir: str, script: str) -> CommandResult:
+        down = self._down("sbatch")
+        if down is not None:
+            return down
+        if "\r\n" in script:
+            return CommandResult(
+                1, "", "sbatch: error: Batch script contains DOS line breaks (\\r\\n)\n"
+            )
+        options = _directives(script)
+        partition = options.get("--partition") or self.default_partition
+        if partition not in self.partitions:
+            return self._refuse("Invalid partition name specified")
+        cap = self.partitions[partition]
+        requested = options.get("--time")
+        limit = parse_duration(requested) if requested else cap
+        if limit is not None and cap is not None and limit > cap:
+            return self._refuse("Requested time limit is invalid (missing or exceeds some limit)")
+        gres = options.get("--gres")
+        if gres is not None:
+            parts = gres.split(":")
+            kind, count = (parts[1] if len(parts) == 3 else None), int(parts[-1])
+            have = sum(self.gpus.values()) if kind is None else self.gpus.get(kind, 0)
+            if count > have:
+                return self._refuse("Invalid generic resource (gres) specification")
+        os.makedirs(job_dir, exist_ok=True)
+        Path(job_dir, "job.sbatch").write_text(script)
+        job = FakeJob(
+            job_id=self._next_id,
+            name=options.get("--job-name") or "job.sbatch",
+            comment=options.get("--comment") or "",
+            work_dir=options.get("--chdir") or job_dir,
+            script=script,
+            directives=options,
+            time_limit_s=limit,
+        )
+        self._next_id += 1
+        self.jobs[job.job_id] = job
+        return CommandResult(0, f"{job.job_id}\n", "")
+
+    def _visible(self, job: FakeJob) -> bool:
+        if job.ended_at is None:
+            return True
+        return self.clock - job.ended_at < self.min_job_age
+
+    @staticmethod
+    def _options(args: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for arg in args:
+            key, _, value = arg.partition("=")
+            out[key] = value
+        return out
+
+    def _squeue(self, args: list[str]) -> CommandResult:
+        down = self._down("squeue")
+        if down is not None:
+            return down
+        options = self._options(args)
+        jobs = [j for j in self.jobs.values() if self._visible(j)]
+        if "--states" not in options:
+            jobs = [j for j in jobs if j.state in _ACTIVE]
+        if "--jobs" in options:
+            wanted = options["--jobs"].split(",")
+            if len(wanted) == 1 and not any(str(j.job_id) == wanted[0] for j in jobs):
+                return CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
+            jobs = [j for j in jobs if str(j.job_id) in wanted]
+        if "--name" in options:
+            names = options["--name"].split(",")
+            jobs = [j for j in jobs if j.name in names]
+        fields = [f.split(":", 1)[0] for f in options.get("--Format", "JobID:|").split(",")]
+        lines = []
+        for job in jobs:
+            values = {
+                "JobID": str(job.job_id),
+                "State": job.state.split(" ", 1)[0],
+                "Reason": "None",
+                "exit_code": str(job.raw_status),
+                "Name": job.name,
+                "Comment": job.comment or "(null)",
+                "WorkDir": job.work_dir,
+            }
+            lines.append("".join(f"{values[f]}|" for f in fields))
+        return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
+
+    def _sacct(self, args: list[str]) -> CommandResult:
+        if not self.accounting_available:
+            return CommandResult(1, "", DATABASE_DOWN)
+        options = self._options(args)
+        jobs = [j for j in self.jobs.values() if j.job_id not in self.unaccounted]
+        if "--jobs" in options:
+            wanted = options["--jobs"].split(",")
+            jobs = [j for j in jobs if str(j.job_id) in wanted]
+        if "--name" in options:
+            names = options["--name"].split(",")
+            jobs = [j for j in jobs if j.name in names]
+        fields = options.get("--format", "JobID,State").split(",")
+        lines = []
+        for job in jobs:
+            rows = [(str(job.job_id), job.name, job.state, job.exit_code)]
+            if "--allocations" not in options:
+                rows += job.steps
+            for step_id, name, state, exit_code in rows:
+                values = {
+                    "JobID": step_id,
+                    "State": state,
+                    "ExitCode": exit_code,
+                    "JobName": name,
+                    "WorkDir": job.work_dir if step_id == str(job.job_id) else "",
+                }
+                lines.append("|".join(values[f] for f in fields))
+        return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
+
+    def _scancel(self, args: list[str]) -> CommandResult:
+        down = self._down("scancel")
+        if down is not None:
+            return down
+        job = self.jobs.get(int(args[0])) if args[0].isdigit() else None
+        if job is None:
+            return CommandResult(
+                1,
+                "",
+                f"scancel: error: Kill job error on job id {args[0]}: Invalid job id specified\n",
+            )
+        if job.state in _ACTIVE:
+            self.end(job.job_id, "CANCELLED by 0", "0:0")
+        return CommandResult(0, "", "")
+
+    def _scontrol(self, args: list[str]) -> CommandResult:
+        down = self._down("scontrol")
+        if down is not None:
+            return down
+        names = [a for a in args if not a.startswith("-") and a not in ("show", "partition")]
+        wanted = names or list(self.partitions)
+        lines = []
+        for name in wanted:
+            if name not in self.partitions:
+                return CommandResult(1, "", f"Partition {name} not found\n")
+            cap = self.partitions[name]
+            shown = "UNLIMITED" if cap is None else _slurm_time(cap)
+            default = "YES" if name == self.default_partition else "NO"
+            lines.append(f"PartitionName={name} Default={default} MaxTime={shown} State=UP")
+        return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
+
+    def forget(self, job_id: str | int) -> None:
+        """Purge a job from the controller and the database (a lost job)."""
+        del self.jobs[self.job(job_id).job_id]
+
+    def remove_scratch(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _slurm_time(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock

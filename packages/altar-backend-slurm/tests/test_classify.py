@@ -1,0 +1,163 @@
+"""Reading squeue/sacct answers, with rows as Slurm 22.05 printed them on the test machine."""
+
+from __future__ import annotations
+
+import pytest
+from altar.backends.slurm.classify import (
+    from_accounting,
+    from_queue,
+    from_queue_alone,
+    is_outage,
+    no_such_job,
+    parse_sacct,
+    parse_squeue,
+)
+from altar.backends.slurm.commands import parse_duration
+from altar.execution import TaskState
+
+SQUEUE = (
+    '8|FAILED|NonZeroExitCode|768|probe-a|altar {"a": "b c"}|/tmp/slurmprobe|\n'
+    "9|FAILED|NonZeroExitCode|35072|m.sbatch|(null)|/tmp/a|b dir|\n"
+    "10|RUNNING|None|0|x|(null)|/w|\n"
+    "11|PENDING|Resources|0|x|(null)|/w|\n"
+    "12|COMPLETED|None|0|x|(null)|/w|\n"
+)
+
+
+def test_parse_squeue_keeps_separators_in_the_last_field() -> None:
+    rows = parse_squeue(SQUEUE)
+    assert [r.job_id for r in rows] == ["8", "9", "10", "11", "12"]
+    assert rows[1].work_dir == "/tmp/a|b dir"
+    assert rows[0].exit_status == 768
+    assert rows[1].comment == ""
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ("PENDING", TaskState.PENDING),
+        ("CONFIGURING", TaskState.PENDING),
+        ("RUNNING", TaskState.RUNNING),
+        ("COMPLETING", TaskState.RUNNING),
+        ("COMPLETED", TaskState.SUCCEEDED),
+        ("SOMETHING_NEW", TaskState.PENDING),
+    ],
+)
+def test_queue_states(state: str, expected: TaskState) -> None:
+    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|/w|\n")
+    observed = from_queue(row)
+    assert observed is not None
+    assert observed.state is expected
+
+
+def test_queue_leaves_a_failed_job_to_sacct_for_its_steps() -> None:
+    (row,) = parse_squeue("1|FAILED|NonZeroExitCode|256|n|(null)|/w|\n")
+    assert from_queue(row) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("TIMEOUT", "timeout"),
+        ("CANCELLED", "cancelled"),
+        ("OUT_OF_MEMORY", "oom_killed"),
+        ("PREEMPTED", "job_failed"),
+        ("NODE_FAIL", "job_failed"),
+    ],
+)
+def test_queue_settles_endings_that_need_no_steps(state: str, reason: str) -> None:
+    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|/w|\n")
+    observed = from_queue(row)
+    assert observed is not None
+    assert observed.failure is not None
+    assert observed.failure.reason == reason
+
+
+def test_queue_alone_reads_the_raw_exit_status() -> None:
+    row = parse_squeue(SQUEUE)[1]
+    observed = from_queue_alone(row)
+    assert observed.failure is not None
+    assert (observed.failure.reason, observed.failure.exit_code) == ("exit_137", 137)
+
+
+def _acct(text: str, job: str = "5") -> tuple[str, bool, int | None]:
+    observed = from_accounting(job, parse_sacct(text))
+    assert observed is not None
+    if observed.failure is None:
+        return observed.state.value, False, None
+    return observed.failure.reason, observed.failure.deterministic, observed.failure.exit_code
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ("5|COMPLETED|0:0|j|/w\n5.batch|COMPLETED|0:0|batch|\n", ("succeeded", False, None)),
+        ("5|FAILED|3:0|j|/w\n5.batch|FAILED|3:0|batch|\n", ("exit_3", True, 3)),
+        ("5|TIMEOUT|0:0|j|/w\n5.batch|CANCELLED|0:15|batch|\n", ("timeout", False, None)),
+        (
+            "5|OUT_OF_MEMORY|0:125|j|/w\n5.batch|OUT_OF_MEMORY|0:125|batch|\n",
+            ("oom_killed", False, None),
+        ),
+        # linuxproc + OverMemoryKill: the job reads FAILED 0:9, the step OUT_OF_MEMORY
+        ("5|FAILED|0:9|j|/w\n5.batch|OUT_OF_MEMORY|0:9|batch|\n", ("oom_killed", False, None)),
+        ("5|FAILED|9:0|j|/w\n5.0|COMPLETED|0:0|altar-oom-killed|\n", ("oom_killed", False, None)),
+        (
+            "5|FAILED|1:0|j|/w\n5.0|COMPLETED|0:0|altar-input-digest-mismatch|\n",
+            ("input_digest_mismatch", True, None),
+        ),
+        ("5|CANCELLED by 0|0:0|j|/w\n", ("cancelled", False, None)),
+        ("5|PREEMPTED|0:0|j|/w\n", ("job_failed", False, None)),
+        ("5|NODE_FAIL|0:0|j|/w\n", ("job_failed", False, None)),
+        ("5|BOOT_FAIL|0:0|j|/w\n", ("job_failed", False, None)),
+        ("5|FAILED|0:9|j|/w\n", ("job_failed", False, None)),
+        ("5|UNKNOWN|0:0|j|/w\n", ("job_failed", False, None)),
+        ("5|RUNNING|0:0|j|/w\n", ("running", False, None)),
+        ("5|PENDING|0:0|j|/w\n", ("pending", False, None)),
+    ],
+)
+def test_accounting_states(rows: str, expected: tuple[str, bool, int | None]) -> None:
+    assert _acct(rows) == expected
+
+
+def test_accounting_ignores_other_jobs_rows_and_knows_when_it_knows_nothing() -> None:
+    rows = parse_sacct("50|FAILED|3:0|j|/w\n5|COMPLETED|0:0|j|/w\n")
+    observed = from_accounting("5", rows)
+    assert observed is not None
+    assert observed.state is TaskState.SUCCEEDED
+    assert from_accounting("6", rows) is None
+
+
+@pytest.mark.parametrize(
+    "stderr",
+    [
+        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n",
+        "squeue: error: Socket timed out on send/recv operation\n",
+        "sbatch: error: Batch job submission failed: Transient error\n",
+        "sacct: error: Problem talking to the database: Connection refused\n",
+    ],
+)
+def test_outage_texts(stderr: str) -> None:
+    assert is_outage(stderr)
+
+
+def test_an_unknown_job_is_not_an_outage() -> None:
+    text = "slurm_load_jobs error: Invalid job id specified\n"
+    assert no_such_job(text)
+    assert not is_outage(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("UNLIMITED", None),
+        ("INFINITE", None),
+        ("30", 1800),
+        ("30:15", 1815),
+        ("2:00:00", 7200),
+        ("1-00:00:00", 86400),
+        ("2-12", 216000),
+        ("1-02:03", 93780),
+    ],
+)
+def test_slurm_durations(text: str, seconds: int | None) -> None:
+    assert parse_duration(text) == seconds

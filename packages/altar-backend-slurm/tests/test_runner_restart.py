@@ -1,0 +1,79 @@
+"""A runner killed while it submits, then resumed: every task runs as exactly one Slurm job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
+
+TASKS = 3
+
+
+def _plan(path: Path, image: str) -> Path:
+    tasks = "".join(
+        f'[[tasks]]\nid = "t{i}"\nkind = "sleep"\nimage = "{image}"\n'
+        f'command = ["sleep", "15"]\nlabels = {{ n = "{i}" }}\n\n'
+        for i in range(TASKS)
+    )
+    path.write_text(f'max_parallel = {TASKS}\n\n[backend]\ntype = "slurm"\n\n{tasks}')
+    return path
+
+
+def _our_jobs(scratch: str) -> list[tuple[str, str]]:
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-S", "now-1hour", "-o", "JobID,State,WorkDir"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split("|", 2) for line in out.splitlines()]
+    return [(r[0], r[1]) for r in rows if len(r) == 3 and r[2].startswith(scratch)]
+
+
+def _queued(scratch: str) -> int:
+    out = subprocess.run(
+        ["squeue", "-h", "--me", "-o", "%Z"], capture_output=True, text=True, check=True
+    ).stdout
+    return sum(1 for line in out.splitlines() if line.startswith(scratch))
+
+
+def test_a_runner_killed_during_submit_resumes_without_a_second_job(
+    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
+) -> None:
+    image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
+    plan = _plan(tmp_path / "plan.toml", image)
+    data_root = tmp_path / "data"
+    scratch = f"{data_root}/.altar-slurm/jobs/"
+    altar = shutil.which("altar", path=os.path.dirname(sys.executable)) or "altar"
+    argv = [
+        altar, "run", str(plan), "--run-dir", str(tmp_path / "run"),
+        "--option", 'container_runtime="docker"',
+        "--option", f"runtime_options={json.dumps(['-H', docker_host])}",
+        "--option", f"partition={json.dumps(slurm_cluster['partition'])}",
+        "--option", f"data_root={json.dumps(str(data_root))}",
+    ]  # fmt: skip
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while _queued(scratch) == 0 and first.poll() is None:
+            assert time.monotonic() < deadline, "the runner submitted nothing"
+            time.sleep(0.05)
+    finally:
+        first.send_signal(signal.SIGKILL)  # mid-submit: some jobs queued, maybe not journaled
+        first.wait()
+    resumed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    deadline = time.monotonic() + 60
+    while len(jobs := _our_jobs(scratch)) < TASKS and time.monotonic() < deadline:
+        time.sleep(1)  # accounting learns of the last end a moment later
+    assert len(jobs) == TASKS, f"expected one job per task, Slurm ran {jobs}"
+    assert {state for _, state in jobs} == {"COMPLETED"}
