@@ -403,6 +403,58 @@ def test_start_manager_refuses_when_httk_is_missing_on_the_target(
     assert not list(workspace.rglob("*.sbatch"))
 
 
+@pytest.mark.slurm
+@pytest.mark.parametrize("httk_command", [None, "/nonexistent/httk", "/bin/false"])
+def test_local_slurm_start_manager_refuses_when_httk_is_missing(
+    env, set_queue, slurm_cluster, monkeypatch, httk_command: str | None
+) -> None:
+    # No httk on PATH and none importable: the adapter must not fall back to a job that exits 127.
+    monkeypatch.setenv("PATH", _path_without_httk())
+    bundle = add_remote("batch", template="local-slurm")
+    workspace = env.root / "ws"
+    settings: dict[str, object] = {
+        "workspace": str(workspace),
+        "partition": slurm_cluster["partition"],
+    }
+    if httk_command is not None:
+        settings["httk_command"] = httk_command
+    set_queue(bundle, **settings)
+    argv = ["httk", "workflow", "manager", "run", str(workspace)]
+    before = _my_jobs()
+    with pytest.raises(AdapterRefused, match="pipx install httk-workflow"):
+        run_adapter(bundle, "start-manager", {"queue": "default", "argv": argv})
+    assert not list(workspace.rglob("*.sbatch"))
+    assert _my_jobs() == before
+
+
+@pytest.mark.parametrize("httk_command", [None, "/nonexistent/httk", "/bin/false"])
+def test_local_start_manager_refuses_when_httk_is_missing(
+    env, set_queue, monkeypatch, httk_command: str | None
+) -> None:
+    monkeypatch.setenv("PATH", _path_without_httk())
+    bundle = add_remote("here", template="local")
+    if httk_command is not None:
+        set_queue(bundle, httk_command=httk_command)
+    argv = ["httk", "workflow", "manager", "run", str(env.root / "ws")]
+    with pytest.raises(AdapterRefused, match="pipx install httk-workflow"):
+        run_adapter(bundle, "start-manager", {"queue": "default", "argv": argv})
+
+
+def _path_without_httk() -> str:
+    kept = [
+        part
+        for part in os.environ["PATH"].split(os.pathsep)
+        if part and not os.path.exists(os.path.join(part, "httk"))
+    ]
+    return os.pathsep.join(kept)
+
+
+def _my_jobs() -> str:
+    return subprocess.run(
+        ["squeue", "--me", "-h", "-o", "%i"], capture_output=True, text=True, check=True
+    ).stdout
+
+
 @pytest.mark.ssh
 def test_a_single_file_is_pulled_as_a_file(env, over_ssh) -> None:
     remote = env.root / "far" / "result.txt"

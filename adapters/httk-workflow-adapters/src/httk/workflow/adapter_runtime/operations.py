@@ -246,6 +246,10 @@ def start_manager(kind: str, request: Mapping[str, Any]) -> Values:
     settings = settings_of(request)
     argv = batch.with_workers(argv_of(request, "start-manager"), workers_of(settings))
     target = target_for(kind, settings)
+    if argv[0] == "httk":
+        # Every kind alike: a manager whose httk does not answer is refused before anything
+        # is started or submitted.
+        _check_manager_program(target, target.httk(["httk"]))
     if isinstance(target, LocalTarget) and kind == "local":
         count = count_of(request)
         pids = []
@@ -266,16 +270,15 @@ def start_manager(kind: str, request: Mapping[str, Any]) -> Values:
     command = target.httk(argv)
     script = batch.batch_script(command, settings, workspace)
     count = count_of(request)
-    if argv[0] == "httk":
-        _check_manager_program(target, target.httk(["httk"]))
     return batch.submit(target, script, workspace, count)
 
 
 def _check_manager_program(target: Target, program: list[str]) -> None:
     """Refuse before submitting when the manager's httk does not answer on the target.
 
-    Otherwise sbatch accepts the job, "submitted" is printed, and the job fails at once
-    with exit status 127 where nobody is looking.
+    Otherwise sbatch accepts the job (or the local kind starts a detached process),
+    "submitted" or "started" is printed, and the manager fails at once with exit status
+    127 where nobody is looking.
     """
     try:
         answer = target.run([*program, "--version"])
