@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 import time
@@ -250,3 +251,82 @@ def test_progress_is_shown_when_asked(env, over_ssh) -> None:
     assert done.stdout == f"{env.root / 'there'}\n"
     quiet = _cli(env, "transfer", "push", "hpc", str(source), str(env.root / "again"))
     assert "100%" not in quiet.stderr
+
+
+def _big_tree(root: Path) -> Path:
+    source = root / "big"
+    (source / "sub").mkdir(parents=True)
+    (source / "blob").write_bytes(os.urandom(3 << 20))
+    (source / "sub" / "small").write_bytes(b"s" * 1000)
+    (source / "link").symlink_to("blob")
+    return source
+
+
+TOTAL = f"{(3 << 20) + 1000:,}"
+
+
+@pytest.mark.parametrize("kind", ["local", "local-slurm"])
+def test_local_kinds_show_progress_when_asked(env, kind: str) -> None:
+    add_remote("here", template=kind)
+    source = _big_tree(env.root)
+    done = _cli(env, "transfer", "push", "here", str(source), str(env.root / "there"), "--progress")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{env.root / 'there'}\n"
+    # Lines are redrawn after "\r"; text mode reads each "\r" as a line end.
+    last = done.stderr.splitlines()[-1]
+    assert last.split() == [TOTAL, "100%", "2/2", "files"], done.stderr
+    assert (env.root / "there" / "blob").read_bytes() == (source / "blob").read_bytes()
+    assert (env.root / "there" / "link").readlink() == Path("blob")
+    # --file: each listed name counts, a symlink as a link; pull of one file counts its bytes.
+    picked = _cli(
+        env, "transfer", "push", "here", str(source), str(env.root / "picked"),
+        "--file", "sub/small", "--file", "link", "--progress",
+    )  # fmt: skip
+    assert picked.stderr.splitlines()[-1].split() == ["1,000", "100%", "2/2", "files"]
+    pulled = _cli(
+        env, "transfer", "pull", "here", str(source / "blob"), str(env.root / "one"), "--progress"
+    )
+    assert pulled.stderr.splitlines()[-1].split() == [f"{3 << 20:,}", "100%", "1/1", "files"]
+    quiet = _cli(env, "transfer", "push", "here", str(source), str(env.root / "quiet"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert "100%" not in quiet.stderr
+    asked_not = _cli(
+        env, "transfer", "push", "here", str(source), str(env.root / "no"), "--no-progress"
+    )
+    assert "100%" not in asked_not.stderr
+
+
+def test_local_progress_is_on_by_default_on_a_terminal(env) -> None:
+    add_remote("here", template="local")
+    source = _big_tree(env.root)
+    leader, follower = pty.openpty()
+    argv = ["transfer", "push", "here", str(source), str(env.root / "there")]
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-m", "httk.workflow.adapters", *argv],
+            cwd=env.project,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            stdin=subprocess.DEVNULL,
+        ) as process:
+            os.close(follower)
+            follower = -1
+            seen = b""
+            while True:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # EIO: the last holder of the terminal's other side is gone
+                    break
+                if not data:
+                    break
+                seen += data
+            assert process.stdout is not None
+            out = process.stdout.read()
+            assert process.wait() == 0, seen
+        assert out == f"{env.root / 'there'}\n".encode()
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    # The terminal turns "\n" into "\r\n".
+    assert seen.split(b"\r")[-2].split() == [TOTAL.encode(), b"100%", b"2/2", b"files"], seen

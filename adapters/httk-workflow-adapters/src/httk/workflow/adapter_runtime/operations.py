@@ -209,7 +209,12 @@ def transfer(kind: str, request: Mapping[str, Any], operation: str) -> Values:
     push = operation == "push"
     if kind != "ssh-slurm":
         resolved = Path(destination).expanduser().resolve()
-        copy_local(Path(source).expanduser().resolve(), resolved, files)
+        copy_local(
+            Path(source).expanduser().resolve(),
+            resolved,
+            files,
+            progress=request.get("progress") is True,
+        )
         return {"path": str(resolved)}
     target = SshTarget(settings_of(request))
     if push:

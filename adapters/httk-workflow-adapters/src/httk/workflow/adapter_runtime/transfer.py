@@ -12,10 +12,21 @@ from pathlib import Path
 
 from .targets import SshTarget
 
+# Typing names only: importing typing costs every adapter call start-up time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .progress import Progress
+
 MANIFEST = Path(".httk-transfer") / "manifest.json"
 
 
-def _replace_file(source: Path, destination: Path, *, follow_symlinks: bool = True) -> None:
+def _replace_file(
+    source: Path,
+    destination: Path,
+    *,
+    follow_symlinks: bool = True,
+    progress: Progress | None = None,
+) -> None:
     """Copy one file (a symlink as a link, without ``follow_symlinks``) onto ``destination``.
 
     The copy is made under a temporary name beside the destination and renamed over it:
@@ -32,6 +43,10 @@ def _replace_file(source: Path, destination: Path, *, follow_symlinks: bool = Tr
         if link:
             staging.unlink()
             os.symlink(os.readlink(source), staging)
+            if progress is not None:
+                progress.file_done()
+        elif progress is not None:
+            progress.copy(source, staging)
         else:
             shutil.copy2(source, staging)
         os.replace(staging, destination)
@@ -40,13 +55,32 @@ def _replace_file(source: Path, destination: Path, *, follow_symlinks: bool = Tr
         raise
 
 
-def copy_local(source: Path, destination: Path, files: list[str] | None = None) -> None:
-    """Copy a tree, a file, or a batch of files; an identical finished copy is a no-op."""
+def copy_local(
+    source: Path, destination: Path, files: list[str] | None = None, *, progress: bool = False
+) -> None:
+    """Copy a tree, a file, or a batch of files; an identical finished copy is a no-op.
+
+    With ``progress`` a line like rsync's ``--info=progress2`` is redrawn on stderr while
+    the copy runs, and ends with the totals (a no-op copy draws nothing).
+    """
+    shown: Progress | None = None
+    if progress:
+        from .progress import Progress
+
+        shown = Progress.of(source, files)
+    _copy_local(source, destination, files, shown)
+    if shown is not None and shown.files:
+        shown.finish()
+
+
+def _copy_local(
+    source: Path, destination: Path, files: list[str] | None, progress: Progress | None
+) -> None:
     if files is not None:
         for item in files:
             target = destination / item
             target.parent.mkdir(parents=True, exist_ok=True)
-            _replace_file(source / item, target, follow_symlinks=False)
+            _replace_file(source / item, target, follow_symlinks=False, progress=progress)
         return
     if source.is_dir():
         if destination.exists():
@@ -64,7 +98,12 @@ def copy_local(source: Path, destination: Path, files: list[str] | None = None) 
         # for a finished one.
         staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
         try:
-            shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True)
+            if progress is None:
+                shutil.copytree(source, staging, symlinks=True, dirs_exist_ok=True)
+            else:
+                shutil.copytree(
+                    source, staging, symlinks=True, dirs_exist_ok=True, copy_function=progress.copy
+                )
             staging.chmod(source.stat().st_mode & 0o7777)
             staging.rename(destination)
         except BaseException:
@@ -76,7 +115,7 @@ def copy_local(source: Path, destination: Path, files: list[str] | None = None) 
     if destination.is_dir():
         destination = destination / source.name  # as cp (and shutil.copy2) would
     destination.parent.mkdir(parents=True, exist_ok=True)
-    _replace_file(source, destination)
+    _replace_file(source, destination, progress=progress)
 
 
 @functools.cache
