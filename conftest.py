@@ -137,3 +137,18 @@ class ReferenceFiles:
 def reference_files(pytestconfig: pytest.Config) -> ReferenceFiles:
     """Saved reference files for pure renderers (see ``--update-references``)."""
     return ReferenceFiles(bool(pytestconfig.getoption("--update-references")))
+
+
+# --- Tests that disturb a shared service -------------------------------------------------------
+# A test marked `serial` (it restarts slurmctld, say) would break the Slurm calls of tests running
+# beside it, so an xdist worker never runs one: `scripts/test` runs them in a second pytest run of
+# their own, after the parallel run. A plain `pytest` (no -n) runs them in order like any test.
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    serial = [item for item in items if item.get_closest_marker("serial")]
+    if serial:
+        config.hook.pytest_deselected(items=serial)
+        items[:] = [item for item in items if not item.get_closest_marker("serial")]
