@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,3 +138,44 @@ class ReferenceFiles:
 def reference_files(pytestconfig: pytest.Config) -> ReferenceFiles:
     """Saved reference files for pure renderers (see ``--update-references``)."""
     return ReferenceFiles(bool(pytestconfig.getoption("--update-references")))
+
+
+# --- Tests that disturb a shared service -------------------------------------------------------
+# A test marked `serial` (it restarts slurmctld, say) would break the Slurm calls of tests running
+# beside it, so an xdist worker never runs one: `scripts/test` runs them in a second pytest run of
+# their own, after the parallel run. A plain `pytest` (no -n) runs them in order like any test.
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    serial = [item for item in items if item.get_closest_marker("serial")]
+    if serial:
+        config.hook.pytest_deselected(items=serial)
+        items[:] = [item for item in items if not item.get_closest_marker("serial")]
+
+
+# --- xdist_group under pytest >= 9.2 -------------------------------------------------------------
+# `--dist loadgroup` (scripts/test, noxfile) groups tests by a "@<group>" suffix that the worker's
+# pytest-xdist (3.8) appends to each grouped item's id by writing `item._nodeid`. pytest 9.2 keeps
+# the id in `item._id` (a structured NodeId) and no longer reads `_nodeid`, so the suffix is lost
+# and every grouped test is scheduled on its own (pytest-dev/pytest-xdist#1386, unfixed in any
+# release as of 2026-12). Copying xdist's id into `_id` restores the grouping. It does nothing
+# where xdist's write took effect (pytest < 9.2), without `-n`, or once xdist stops writing
+# `_nodeid`; delete it when a pytest-xdist release fixes #1386 (tests/test_xdist_grouping.py).
+
+
+# Its own name (pluggy `specname`) so it stays apart from the `serial` hook above.
+@pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_xdist_groups(
+    items: list[pytest.Item],
+) -> Generator[None, None, None]:
+    """After every plugin's hook (xdist's renames run there): give xdist's ids back to pytest."""
+    yield
+    for item in items:
+        renamed = getattr(item, "_nodeid", None)
+        if isinstance(renamed, str) and renamed != item.nodeid:
+            # Imported only here: a private module, present in the pytest versions that need this.
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(renamed)

@@ -10,9 +10,9 @@ write on the data root, not from the journal. The counts are printed in the term
 The seed is random and printed; ``ALTAR_CRASH_SEED=<n>`` replays one (the kill moments are
 triggered by events, so a seed gives the same schedule, not the same timings).
 The tests share one xdist group: run beside each other on a 2-core machine, both would
-measure the machine rather than the runner. With pytest 9.2 and pytest-xdist 3.8,
-``--dist loadgroup`` does not group (xdist renames ``item._nodeid``, which pytest 9 no longer
-reads), so a lock file also keeps them apart (:func:`one_at_a_time`).
+measure the machine rather than the runner. A lock file also keeps them apart
+(:func:`one_at_a_time`): pytest 9.2 with pytest-xdist 3.8 stopped grouping (pytest-xdist#1386;
+the root conftest.py restores it), and the lock holds whatever the scheduler does.
 """
 
 from __future__ import annotations
