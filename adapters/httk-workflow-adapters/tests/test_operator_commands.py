@@ -198,16 +198,44 @@ def test_manager_jobs_are_listed_and_cancelled(env, set_queue, slurm_cluster) ->
     started = _cli(env, "transfer", "start-manager", "batch", "--count", "2", "--json")
     assert started.returncode == 0, started.stderr
     ids = json.loads(started.stdout)["job_ids"]
+    # A job of the same user that is not a manager: a fixed id such as 1 could be another test's
+    # manager on a fresh cluster, so the stranger is made here.
+    other = (
+        subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--job-name=not-a-manager",
+                f"--partition={slurm_cluster['partition']}",
+                f"--chdir={env.root}",
+                "--output=/dev/null",
+                "--wrap=sleep 300",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
     try:
         listed = json.loads(_cli(env, "manager", "list", "batch", "--json").stdout)
         mine = [job for job in listed if job["job_id"] in ids]
         assert len(mine) == 2
         assert {job["workdir"] for job in mine} == {str(env.root / "ws")}
-        stranger = _cli(env, "manager", "cancel", "batch", "1")
-        assert (stranger.returncode, "not a pending or running manager job" in stranger.stderr) == (
+        assert other not in {job["job_id"] for job in listed}
+        stranger = _cli(env, "manager", "cancel", "batch", other, ids[1])
+        assert (stranger.returncode, f"manager job of yours: {other}" in stranger.stderr) == (
             2,
             True,
         )
+        still = subprocess.run(
+            ["squeue", "--noheader", "--format=%i", f"--jobs={other},{ids[1]}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert sorted(still) == sorted([other, ids[1]]), "a refused cancel cancelled something"
         done = _cli(env, "manager", "cancel", "batch", ids[0], "--json")
         assert json.loads(done.stdout) == {"cancelled": [ids[0]]}
         deadline = time.monotonic() + 30
@@ -220,7 +248,7 @@ def test_manager_jobs_are_listed_and_cancelled(env, set_queue, slurm_cluster) ->
             time.sleep(0.5)
         assert left == [ids[1]]
     finally:
-        subprocess.run(["scancel", *ids], check=False)
+        subprocess.run(["scancel", *ids, other], check=False)
 
 
 @pytest.mark.ssh

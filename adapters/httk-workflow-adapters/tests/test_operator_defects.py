@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -272,11 +273,14 @@ def test_a_wrong_host_key_is_a_refusal_shown_on_several_lines(
     (wrong / "known_hosts").write_text(
         f"[127.0.0.1]:2222,[localhost]:2222,[{ssh_target.host}]:2222 {' '.join(public)}\n"
     )
-    config = (
-        Path(ssh_target.config)
-        .read_text()
-        .replace("/tmp/altar-services/ssh/known_hosts", str(wrong / "known_hosts"))
+    # The services state dir differs between machines (CI uses a fresh one), so rewrite whatever
+    # file the config names rather than a fixed path.
+    config, rewritten = re.subn(
+        r"(?m)^(\s*UserKnownHostsFile\s+).*$",
+        lambda m: m.group(1) + str(wrong / "known_hosts"),
+        Path(ssh_target.config).read_text(),
     )
+    assert rewritten, "the test ssh config names no UserKnownHostsFile"
     (wrong / "config").write_text(config)
     (wrong / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {wrong / "config"} "$@"\n')
     (wrong / "ssh").chmod(0o755)

@@ -199,6 +199,28 @@ async def test_exit_code_and_log_tail(backend: LocalDockerExecutionBackend) -> N
     assert detail.splitlines() == [f"log line {i}" for i in range(80, 100)]
 
 
+def engine_saw_oom(api: docker.APIClient, container_id: str, *, events: bool) -> bool:
+    """Whether the engine itself reported the OOM kill, on the channel the backend reads."""
+    if api.inspect_container(container_id)["State"]["OOMKilled"]:
+        return True
+    if not events:
+        return False
+    found = api.events(
+        since=int(time.time()) - 600,
+        until=int(time.time()) + 1,
+        filters={"container": container_id, "event": "oom"},
+        decode=True,
+    )
+    return any(True for _ in found)
+
+
+# Docker 20.10 loses a few OOM reports under load: with 60 containers OOM-killed at once on this
+# machine, 1-3 had neither the OOMKilled flag nor an "oom" event (the cgroup's notification races
+# the container's exit in containerd). The backend cannot know what the engine never said, so a
+# run the engine lost is repeated; what is asserted is the backend's reading of a reported kill.
+_OOM_TRIES = 4
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("use_events", [True, False], ids=["events", "inspect"])
 @pytest.mark.parametrize(
@@ -209,12 +231,24 @@ async def test_exit_code_and_log_tail(backend: LocalDockerExecutionBackend) -> N
 async def test_oom_kill_is_oom_killed(
     tmp_path: Path, api: docker.APIClient, use_events: bool, command: list[str], exit_code: int
 ) -> None:
-    runtime = CountingRuntime()
-    backend = LocalDockerExecutionBackend(
-        data_root=tmp_path, watchdog=False, use_events=use_events, runtime=runtime
-    )
-    handle = await backend.submit(spec(command, resources=ResourceRequest(memory_gb=64 / 1024)))
-    status = await settle(backend, handle)
+    for _ in range(_OOM_TRIES):
+        runtime = CountingRuntime()
+        backend = LocalDockerExecutionBackend(
+            data_root=tmp_path, watchdog=False, use_events=use_events, runtime=runtime
+        )
+        try:
+            handle = await backend.submit(
+                spec(command, resources=ResourceRequest(memory_gb=64 / 1024))
+            )
+            status = await settle(backend, handle)
+        finally:
+            backend.close()
+        if engine_saw_oom(api, handle.external_id, events=use_events):
+            break
+        # The engine lost this one: the backend must not invent a reason it was never given.
+        assert status.failure is None or status.failure.reason != "oom_killed"
+    else:
+        pytest.fail(f"the engine reported none of {_OOM_TRIES} OOM kills")
     assert status.state is TaskState.FAILED
     assert status.failure is not None
     assert (status.failure.reason, status.failure.exit_code) == ("oom_killed", exit_code)
@@ -222,7 +256,6 @@ async def test_oom_kill_is_oom_killed(
     # The path under test really was the one taken: the followed events, or one inspect.
     assert runtime.calls["inspect"] == (0 if use_events else 1)
     assert runtime.calls["exit_events"] == 0
-    backend.close()
 
 
 @pytest.mark.asyncio
