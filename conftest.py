@@ -12,11 +12,34 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+
+def _ignore_nothing_in_children() -> None:
+    """Let the processes tests start receive SIGINT, SIGHUP and SIGQUIT.
+
+    A test command started in the background (``cmd &`` in a script ignores SIGINT and SIGQUIT)
+    or under ``nohup`` (SIGHUP) hands those dispositions down to every process it starts, and
+    the tests that signal an ``altar run`` or an adapter then see nothing happen. A handled
+    signal is reset to its default by ``exec``, so handling them here gives the children the
+    defaults, while this process keeps ignoring hangups as it was asked to.
+    """
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            handler = signal.default_int_handler if signum == signal.SIGINT else _ignored
+            signal.signal(signum, handler)
+
+
+def _ignored(signum: int, frame: object) -> None:
+    """Still ignored here, but not in the children (see above)."""
+
+
+_ignore_nothing_in_children()
 
 # The default matches scripts/services; the directory holds sockets, not secrets.
 SERVICES_DIR = Path(os.environ.get("ALTAR_SERVICES_DIR", "/tmp/altar-services"))  # noqa: S108

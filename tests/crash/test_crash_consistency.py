@@ -74,7 +74,15 @@ def _problems(counts: Counts) -> list[str]:
         )
     if counts.final_status != 0:
         problems.append(f"the run ended with status {counts.final_status}")
+    problems.extend(_attempts_problem(counts))
     return problems
+
+
+def _attempts_problem(counts: Counts) -> list[str]:
+    """Issue 13 item 6: the results table's ATTEMPTS is the ledger's count of executions."""
+    if not counts.attempts_mismatch:
+        return []
+    return [f"ATTEMPTS differs from the ledger: {counts.attempts_mismatch}"]
 
 
 def _coverage(counts: Counts) -> list[str]:
@@ -168,4 +176,5 @@ def test_docker_engine_killed_during_submits_runs_nothing_twice_and_leaves_nothi
         )
     if counts.stuck:
         problems.append(f"{counts.stuck} stuck run(s)")
+    problems.extend(_attempts_problem(counts))
     _check(counts, log, problems)

@@ -250,9 +250,13 @@ async def test_submit_errors(tmp_path, provider, fake_backend_class):
     gpu, down, boom = result.tasks
     assert (gpu.status, gpu.reason) == ("failed", "submit_rejected")
     assert "cannot run a a100 GPU" in gpu.detail
-    # an unreachable provider does not use up attempts
+    # an unreachable provider does not use up attempts; a submit that raised ran nothing, so
+    # ATTEMPTS (executions) counts only the attempt that ran, though a retry was used
     assert (down.status, down.attempts) == ("succeeded", 1)
-    assert (boom.status, boom.attempts) == ("succeeded", 2)
+    assert (boom.status, boom.attempts) == ("succeeded", 1)
+    assert [
+        a.failure.reason for a in Journal.load(tmp_path / "run").tasks["boom"].attempts[:1]
+    ] == ["submit_failed"]
 
 
 @pytest.mark.asyncio

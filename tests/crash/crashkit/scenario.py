@@ -120,6 +120,23 @@ def _reported_attempts(records: dict[str, dict[str, object]]) -> dict[str, int]:
     return found
 
 
+def _attempt_story(record: dict[str, object]) -> str:
+    """Each attempt's state and failure reason, for a report that must say why counts differ."""
+    attempts = record.get("attempts") or []
+    assert isinstance(attempts, list)
+    parts = []
+    for attempt in attempts:
+        failure = attempt.get("failure") or {}
+        reason = failure.get("reason") if isinstance(failure, dict) else None
+        message = str(failure.get("detail", ""))[:160] if isinstance(failure, dict) else ""
+        parts.append(
+            f"#{attempt.get('number')} {attempt.get('state')}"
+            + (f" {reason}: {message}" if reason else "")
+            + (f" (reexecuted {attempt['reexecuted']})" if attempt.get("reexecuted") else "")
+        )
+    return " | ".join(parts)
+
+
 def count(
     setup: Setup, drive: Drive, rerun_executions: int, *, excuse_retries: bool = False
 ) -> Counts:
@@ -140,7 +157,8 @@ def count(
     reported = _reported_attempts(view.records)
     counts.reported_attempts = sum(reported.values())
     counts.attempts_mismatch = {
-        task: f"ATTEMPTS {n}, ledger {len(executions.started.get(task, []))}"
+        task: f"ATTEMPTS {n}, ledger {len(executions.started.get(task, []))}; "
+        + _attempt_story(view.records[task])
         for task, n in reported.items()
         if n != len(executions.started.get(task, []))
     }

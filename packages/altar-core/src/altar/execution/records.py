@@ -22,6 +22,7 @@ __all__ = [
     "RUNNING",
     "SKIPPED",
     "SUBMITTING",
+    "SUBMIT_FAILURES",
     "SUCCEEDED",
     "Attempt",
     "TaskRecord",
@@ -35,6 +36,8 @@ FINAL_STATES = frozenset({SUCCEEDED, FAILED, SKIPPED, CANCELLED})
 #: An attempt whose submit never answered (the runner died or gave up waiting), to submit again
 #: with its journaled key; its task is ``queued`` meanwhile.
 IN_DOUBT = "in_doubt"
+#: Failure reasons of an attempt whose ``submit`` raised: the backend started nothing.
+SUBMIT_FAILURES = frozenset({"submit_rejected", "submit_failed"})
 
 
 def spec_digest(spec: ContainerTaskSpec) -> str:
@@ -88,8 +91,17 @@ class Attempt:
 
     @property
     def executions(self) -> int:
-        """How many times this attempt may have run on the provider."""
-        return 1 + self.reexecuted
+        """How many times this attempt may have run on the provider.
+
+        A submit that raised (``submit_rejected``/``submit_failed``) started nothing: the
+        contract says a submit either returns a handle or leaves nothing running.
+        """
+        refused = (
+            self.handle is None
+            and self.failure is not None
+            and self.failure.reason in SUBMIT_FAILURES
+        )
+        return (0 if refused else 1) + self.reexecuted
 
     @property
     def duration_s(self) -> float | None:
