@@ -110,14 +110,22 @@ def _lost(setup: Setup, view: JournalView, executions: Executions) -> list[str]:
     return lost
 
 
-def _reported_attempts(records: dict[str, dict[str, object]]) -> dict[str, int]:
-    """Task -> its ATTEMPTS in the results table (executions, by the journal)."""
-    found = {}
-    for task, record in records.items():
-        attempts = record.get("attempts") or []
-        assert isinstance(attempts, list)
-        found[task] = sum(1 + int(a.get("reexecuted") or 0) for a in attempts)
-    return found
+def _reported_attempts(setup: Setup) -> dict[str, int]:
+    """Task -> its ATTEMPTS in the results table, as ``altar status --json`` reports it."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [altar_command(), "status", str(setup.run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        env=setup.env,
+        check=False,
+        timeout=120,
+    )
+    if done.returncode not in (0, 1):  # 1: some task failed, still a full report
+        raise RuntimeError(f"altar status exited {done.returncode}: {done.stderr.strip()}")
+    return {task["id"]: int(task["attempts"]) for task in json.loads(done.stdout)["tasks"]}
 
 
 def _attempt_story(record: dict[str, object]) -> str:
@@ -154,7 +162,7 @@ def count(
     counts.executions = executions.total
     counts.doubles = executions.doubles(retried if excuse_retries else None)
     counts.retried = sum(retried.values())
-    reported = _reported_attempts(view.records)
+    reported = _reported_attempts(setup)
     counts.reported_attempts = sum(reported.values())
     counts.attempts_mismatch = {
         task: f"ATTEMPTS {n}, ledger {len(executions.started.get(task, []))}; "
