@@ -38,6 +38,12 @@ def _fresh(backend: SlurmExecutionBackend) -> SlurmExecutionBackend:
     )
 
 
+def _fresh_on(backend: SlurmExecutionBackend, **options: str) -> SlurmExecutionBackend:
+    return SlurmExecutionBackend(
+        data_root=backend.data_root, container_runtime="docker", runtime=backend.node, **options
+    )
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
@@ -176,6 +182,27 @@ async def test_submit_during_an_outage_raises_unavailable(
     with pytest.raises(BackendUnavailableError):
         await backend.submit(SPEC)
     assert not node.jobs
+
+
+async def test_a_submit_retried_after_an_outage_reuses_its_job_directory(
+    backend: SlurmExecutionBackend, node: FakeLoginNode
+) -> None:
+    jobs = f"{backend.data_root}/.altar-slurm/jobs"
+    node.lost_at_sbatch = True
+    with pytest.raises(BackendUnavailableError):
+        await backend.submit(_keyed("run-1", "a"))
+    (left,) = _listing(jobs)  # the job may exist after all, so its directory stays
+    handle = await _fresh(backend).submit(_keyed("run-1", "a"))
+    assert _listing(jobs) == [left]
+    assert handle.external_id.endswith(f":{left}")
+
+
+async def test_a_refused_job_leaves_no_directory(
+    backend: SlurmExecutionBackend, node: FakeLoginNode
+) -> None:
+    with pytest.raises(UnsupportedCapabilityError, match="Invalid partition"):
+        await _fresh_on(backend, partition="nope").submit(_keyed("run-1", "a"))
+    assert _listing(f"{backend.data_root}/.altar-slurm/jobs") == []
 
 
 async def test_a_keyed_submission_is_adopted_in_any_state_never_run_twice(

@@ -49,6 +49,7 @@ def test_sbatch_refusals_and_outages(tmp_path: Path, node: LocalLoginNode) -> No
     )
     with pytest.raises(UnsupportedCapabilityError, match="never run on CPU"):
         submit(node, str(tmp_path / "j1"), "#!/bin/sh\n", gpu=True)
+    assert not (tmp_path / "j1").exists()  # a refused job leaves no directory
     _sbatch(
         tmp_path,
         'echo "sbatch: error: Batch job submission failed: Unable to contact '
@@ -56,3 +57,5 @@ def test_sbatch_refusals_and_outages(tmp_path: Path, node: LocalLoginNode) -> No
     )
     with pytest.raises(BackendUnavailableError):
         submit(node, str(tmp_path / "j2"), "#!/bin/sh\n")
+    # after an outage the job may exist all the same, and it runs in this directory
+    assert (tmp_path / "j2" / "job.sbatch").is_file()

@@ -80,6 +80,16 @@ async def test_exit_code_and_log_tail(local: SlurmExecutionBackend) -> None:
     assert "to-stderr" in detail
 
 
+@pytest.mark.asyncio
+async def test_a_job_slurm_refuses_leaves_no_job_directory(local: SlurmExecutionBackend) -> None:
+    # More memory than the test node has: sbatch refuses the job outright.
+    too_big = _spec(["true"], resources=ResourceRequest(memory_gb=100_000))
+    with pytest.raises(ValueError, match="sbatch refused the job"):
+        await local.submit(too_big)
+    jobs = Path(local.data_root) / ".altar-slurm" / "jobs"
+    assert not jobs.exists() or not any(jobs.iterdir())
+
+
 HOSTILE = ["two  spaces", "'q' \"d\" `t`", "$(touch /mnt/volume/injected) ${HOME}", "", "a\nb"]
 
 

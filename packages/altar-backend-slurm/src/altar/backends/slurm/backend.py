@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import posixpath
 import re
@@ -295,7 +296,11 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         digest = spec_hash(spec)
-        token = f"{_run_tag(spec.labels.get(LABEL_RUN))}-{digest[:16]}-{secrets.token_hex(4)}"
+        # A keyed submission always gets the same directory, so the retry of a submit that met
+        # an outage reuses the one it left instead of leaving it behind.
+        key = spec.labels.get(LABEL_SUBMISSION)
+        unique = hashlib.sha256(key.encode()).hexdigest()[:8] if key else secrets.token_hex(4)
+        token = f"{_run_tag(spec.labels.get(LABEL_RUN))}-{digest[:16]}-{unique}"
         script = self.render(spec, token)  # refuses what cannot be represented, first
         self._check_timeout(spec)
         existing = self._find_existing(spec, digest)

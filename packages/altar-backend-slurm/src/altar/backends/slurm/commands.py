@@ -71,10 +71,15 @@ def _raise_outage(what: str, result: CommandResult) -> None:
 
 
 def submit(node: LoginNode, job_dir: str, script: str, *, gpu: bool = False) -> str:
-    """Place ``script`` in ``job_dir`` and sbatch it; the new job's id."""
+    """Place ``script`` in ``job_dir`` and sbatch it; the new job's id.
+
+    A refused job leaves no directory behind. After an outage the directory stays: the job
+    may exist after all (its resubmit finds it by key) and needs its working directory.
+    """
     result = node.run(["sh", "-c", SUBMIT_PROGRAM, "altar-submit", job_dir, script])
     if not result.ok:
         _raise_outage("sbatch", result)
+        remove_dir(node, job_dir)
         message = result.stderr.strip() or f"exit status {result.returncode}"
         if gpu and _GRES_REFUSAL.search(message):
             raise UnsupportedCapabilityError(

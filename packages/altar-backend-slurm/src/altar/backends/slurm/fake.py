@@ -177,6 +177,9 @@ class FakeLoginNode(LocalLoginNode):
         self.jobs: dict[int, FakeJob] = {}
         self.calls: list[list[str]] = []
         self.available = True
+        #: The controller goes away between the backend's lookups and its sbatch: the next
+        #: sbatch reports it down (then this resets).
+        self.lost_at_sbatch = False
         self.accounting_available = True
         self.unreachable = False
         #: The controller accepts connections but does not answer (a query under ``timeout``
@@ -281,7 +284,15 @@ class FakeLoginNode(LocalLoginNode):
         return CommandResult(1, "", f"sbatch: error: Batch job submission failed: {reason}\n")
 
     def _sbatch(self, job_dir: str, script: str) -> CommandResult:
+        # The submit program places the script before sbatch runs, whatever sbatch answers.
+        os.makedirs(job_dir, exist_ok=True)
+        Path(job_dir, "job.sbatch").write_text(script)
         down = self._down("sbatch")
+        if self.lost_at_sbatch:
+            self.lost_at_sbatch = False
+            down = CommandResult(
+                1, "", f"sbatch: error: Batch job submission failed: {CONTROLLER_DOWN}\n"
+            )
         if down is not None:
             return down
         if "\r\n" in script:
@@ -304,8 +315,6 @@ class FakeLoginNode(LocalLoginNode):
             have = sum(self.gpus.values()) if kind is None else self.gpus.get(kind, 0)
             if count > have:
                 return self._refuse("Invalid generic resource (gres) specification")
-        os.makedirs(job_dir, exist_ok=True)
-        Path(job_dir, "job.sbatch").write_text(script)
         job = FakeJob(
             job_id=self._next_id,
             name=options.get("--job-name") or "job.sbatch",
