@@ -755,17 +755,22 @@ async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
     tmp_path, provider, fake_backend_class
 ):
     # a's outputs cannot be collected for a while (provider down), b holds the only slot and c
-    # waits for it: the run must wait between tries, not spin on collect_outputs and capacity
+    # waits for it: the run must wait between tries, not spin on collect_outputs and capacity.
+    # On a fake clock only the run's own waits move time, so a busy loop never gets past the
+    # outage and the call cap below ends it.
     from altar.execution import BackendUnavailableError
 
     provider.slots = 1
     provider.duration = 2
-    calls = []
+    timeline = Timeline(fake_backend_class)
+    entries = timeline.entries
 
-    class DownForAWhile(fake_backend_class):
+    class DownForAWhile(timeline.backend_class):
         async def collect_outputs(self, transfers):
-            calls.append(asyncio.get_running_loop().time())
-            if calls[-1] - calls[0] < 0.3:
+            entries.append(("collect", timeline.clock.time))
+            if sum(1 for e in entries if e[0] == "collect") > 200:
+                raise AssertionError("collect_outputs called 200 times: a busy loop")
+            if timeline.clock.time < 0.3:
                 raise BackendUnavailableError("fake provider is down")
             await super().collect_outputs(transfers)
 
@@ -784,14 +789,16 @@ async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
             run_dir=tmp_path / "r",
             poll_interval_s=0.01,
             max_poll_interval_s=0.04,
+            clock=timeline.clock,
         ),
-        10,
+        30,  # a hang guard, not a measurement
     )
     assert result.ok
-    gaps = [round(b - a, 4) for a, b in itertools.pairwise(calls)]
-    waits = sum(gap >= 0.005 for gap in gaps)  # the run paused between these calls
+    collects = sum(1 for e in entries if e[0] == "collect")
+    pauses = sum(1 for e in entries if e[0] == "wait" and e[1] > 0 and not e[2])
     # at most two collects per tick of three tasks; a busy loop makes hundreds without a pause
-    assert len(calls) <= 6 * (waits + 1), f"{len(calls)} collect calls, {waits} pauses: {gaps}"
+    assert collects <= 6 * (pauses + 1), f"{collects} collect calls, {pauses} pauses"
+    assert pauses >= 0.3 / 0.04  # the outage was waited out, at most max_poll_interval_s a time
 
 
 def one_output_plan(tmp_path) -> Plan:
