@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,10 @@ import pytest
     ],
 )
 def test_old_module_names_reexport_the_new_ones(old: str, new: str, names: list[str]) -> None:
-    old_module = __import__(f"altar.backends.local.{old}", fromlist=names)
-    new_module = __import__(f"altar.backends.local.{new}", fromlist=names)
+    sys.modules.pop(f"altar.backends.local.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"altar.backends.local.{old} is deprecated"):
+        old_module = importlib.import_module(f"altar.backends.local.{old}")
+    new_module = importlib.import_module(f"altar.backends.local.{new}")
     for name in names:
         assert getattr(old_module, name) is getattr(new_module, name)
     assert set(old_module.__all__) <= set(new_module.__all__)

@@ -1,8 +1,20 @@
-"""Import shim, kept for one release: the real runtime moved to :mod:`.sdk_runtime`.
+"""Deprecated module name, kept for one release: import from
+``altar.backends.kubernetes.sdk_runtime``.
 
-This module will be removed in the next release.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 
 __all__ = ["ClientRuntime"]
+
+warnings.warn(
+    "altar.backends.kubernetes.client is deprecated; "
+    "import from altar.backends.kubernetes.sdk_runtime",
+    DeprecationWarning,
+    stacklevel=2,
+)

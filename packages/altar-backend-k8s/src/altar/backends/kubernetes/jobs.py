@@ -1,8 +1,12 @@
-"""Import shim, kept for one release: the values, wire parsers and classifier moved.
+"""Deprecated module name, kept for one release: import from
+``altar.backends.kubernetes.values`` (and its siblings).
 
-Values live in :mod:`.values`, API JSON parsing in :mod:`.wire`, the state mapping and
-failure classification in :mod:`.classify`. This module will be removed in the next release.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.kubernetes.classify import classify_failure, job_state
 from altar.backends.kubernetes.values import ContainerExit, JobCondition, K8sJobInfo, K8sPodInfo
@@ -18,3 +22,10 @@ __all__ = [
     "job_state",
     "pod_info_from_object",
 ]
+
+warnings.warn(
+    "altar.backends.kubernetes.jobs is deprecated; "
+    "import from altar.backends.kubernetes.values, .wire and .classify",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,7 +1,12 @@
-"""Import shim, kept for one release: the renderer moved to :mod:`.render`.
+"""Deprecated module name, kept for one release: import from
+``altar.backends.kubernetes.render`` (and its siblings).
 
-This module will be removed in the next release.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.kubernetes.render import (
     CPU_POOL,
@@ -37,3 +42,10 @@ __all__ = [
     "plain_json",
     "render_manifest",
 ]
+
+warnings.warn(
+    "altar.backends.kubernetes.manifest is deprecated; "
+    "import from altar.backends.kubernetes.render and .values",
+    DeprecationWarning,
+    stacklevel=2,
+)

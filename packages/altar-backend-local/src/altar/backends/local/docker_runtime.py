@@ -1,10 +1,20 @@
-"""Old name of :mod:`altar.backends.local.sdk_runtime`, kept for one release (altar 0.4).
+"""Deprecated module name, kept for one release: import from
+``altar.backends.local.sdk_runtime``.
 
-Import from ``altar.backends.local.sdk_runtime`` (or ``altar.backends.local``) instead. No
-warning is raised; the module goes away in the release after next. Importing it imports the
-docker SDK, as the old module did.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.local.sdk_runtime import DockerSdkRuntime, describe_engine
 
 __all__ = ["DockerSdkRuntime", "describe_engine"]
+
+warnings.warn(
+    "altar.backends.local.docker_runtime is deprecated; "
+    "import from altar.backends.local.sdk_runtime",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,8 +1,12 @@
-"""Old name of :mod:`altar.backends.local.render`, kept for one release (altar 0.4).
+"""Deprecated module name, kept for one release: import from
+``altar.backends.local.render``.
 
-Import from ``altar.backends.local.render`` instead. No warning is raised; the module goes away
-in the release after next.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.local.render import (
     BACKEND_LABEL,
@@ -29,3 +33,9 @@ __all__ = [
     "render_request",
     "timeout_from_labels",
 ]
+
+warnings.warn(
+    "altar.backends.local.mapping is deprecated; import from altar.backends.local.render",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,8 +1,12 @@
-"""Old name of :mod:`altar.backends.local.classify`, kept for one release (altar 0.4).
+"""Deprecated module name, kept for one release: import from
+``altar.backends.local.classify``.
 
-Import from ``altar.backends.local.classify`` instead. No warning is raised; the module goes
-away in the release after next.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.local.classify import (
     DEADLINE_SLACK_S,
@@ -25,3 +29,9 @@ __all__ = [
     "terminal_failure",
     "timeout_failure",
 ]
+
+warnings.warn(
+    "altar.backends.local.states is deprecated; import from altar.backends.local.classify",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -1,7 +1,12 @@
-"""Import shim, kept for one release: the fake API server moved to :mod:`.apiserver`.
+"""Deprecated module name, kept for one release: import from
+``altar.backends.kubernetes.testing.apiserver``.
 
-This module will be removed in the next release.
+Importing it warns (``DeprecationWarning``); it is removed in the release after next.
 """
+
+from __future__ import annotations
+
+import warnings
 
 from altar.backends.kubernetes.testing.apiserver import (
     FakeApiServer,
@@ -18,3 +23,10 @@ __all__ = [
     "parse_selector",
     "running_fake_apiserver",
 ]
+
+warnings.warn(
+    "altar.backends.kubernetes.testing.fake_apiserver is deprecated; "
+    "import from altar.backends.kubernetes.testing.apiserver",
+    DeprecationWarning,
+    stacklevel=2,
+)
