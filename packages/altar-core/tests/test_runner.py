@@ -7,9 +7,9 @@ import errno
 import itertools
 
 import pytest
-from altar.execution import ContainerTaskSpec, ResourceRequest, Transfer, runner
+from altar.execution import ResourceRequest, Transfer, runner
 from altar.execution.clock import Clock
-from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal, open_journal
+from altar.execution.journal import Journal, open_journal
 from altar.execution.labels import submission_key
 from altar.execution.plan import Plan, PlanTask
 from altar.execution.runner import (
@@ -18,21 +18,9 @@ from altar.execution.runner import (
     run_status,
 )
 
+from .runkit import FAST, journal_bytes, run_until, simple_plan, spec
+
 DIGEST = "sha256:" + "ef" * 32
-
-
-FAST = {"poll_interval_s": 0.0, "max_poll_interval_s": 0.0}
-
-
-def spec(task_id: str, kind: str = "fold", **changes) -> ContainerTaskSpec:
-    values = {
-        "kind": kind,
-        "image": "busybox:latest",
-        "command": ["sh", "-c", f"echo {task_id}"],
-        "labels": {"task": task_id, "job_id": "J"},
-    }
-    values.update(changes)
-    return ContainerTaskSpec(**values)
 
 
 def demo_plan(tmp_path, folds: int = 3) -> Plan:
@@ -64,29 +52,6 @@ def demo_plan(tmp_path, folds: int = 3) -> Plan:
         )
     )
     return Plan("fake", {}, tasks)
-
-
-def journal_bytes(run_dir) -> tuple[bytes, bytes]:
-    return (run_dir / JOURNAL_NAME).read_bytes(), (run_dir / LOG_NAME).read_bytes()
-
-
-def simple_plan(*keys: str) -> Plan:
-    return Plan("fake", {}, [PlanTask(k, spec(k)) for k in keys])
-
-
-async def run_until(plan, backend, run_dir, stop_when, poll_interval_s=0.0):
-    """Start a run and cancel its task (a crash, as far as the runner can tell) on an event."""
-    task: asyncio.Task | None = None
-
-    def on_event(event):
-        if stop_when(event) and task is not None:
-            task.cancel()
-
-    task = asyncio.ensure_future(
-        run_plan(plan, backend, run_dir=run_dir, on_event=on_event, poll_interval_s=poll_interval_s)
-    )
-    with pytest.raises(asyncio.CancelledError):
-        await task
 
 
 @pytest.mark.asyncio
