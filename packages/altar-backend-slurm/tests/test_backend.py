@@ -197,6 +197,24 @@ async def test_a_submit_retried_after_an_outage_reuses_its_job_directory(
     assert handle.external_id.endswith(f":{left}")
 
 
+async def test_one_key_under_two_data_roots_names_two_containers(
+    backend: SlurmExecutionBackend, node: FakeLoginNode, tmp_path: Path
+) -> None:
+    # The token names the job's Docker/Podman container; an engine shared by two data roots
+    # must not be asked for one name twice.
+    other = SlurmExecutionBackend(
+        data_root=tmp_path / "other", container_runtime="docker", runtime=node
+    )
+    first = await backend.submit(_keyed("run-1", "a"))
+    second = await other.submit(_keyed("run-1", "a"))
+    tokens = {h.external_id.split(":", 1)[1] for h in (first, second)}
+    assert len(tokens) == 2
+    names = {f"altar-{t}" for t in tokens}
+    assert {n for n in names if n in node.job(first.external_id.split(":")[0]).script} | {
+        n for n in names if n in node.job(second.external_id.split(":")[0]).script
+    } == names
+
+
 async def test_a_refused_job_leaves_no_directory(
     backend: SlurmExecutionBackend, node: FakeLoginNode
 ) -> None:

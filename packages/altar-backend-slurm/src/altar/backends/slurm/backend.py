@@ -296,10 +296,16 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         digest = spec_hash(spec)
-        # A keyed submission always gets the same directory, so the retry of a submit that met
-        # an outage reuses the one it left instead of leaving it behind.
+        # A keyed submission always gets the same directory under this data root, so the retry
+        # of a submit that met an outage reuses the one it left instead of leaving it behind.
+        # The data root is part of it: the token also names Docker/Podman containers, which an
+        # engine shared by several data roots must not see twice.
         key = spec.labels.get(LABEL_SUBMISSION)
-        unique = hashlib.sha256(key.encode()).hexdigest()[:8] if key else secrets.token_hex(4)
+        unique = (
+            hashlib.sha256(f"{self.scratch}\0{key}".encode()).hexdigest()[:8]
+            if key
+            else secrets.token_hex(4)
+        )
         token = f"{_run_tag(spec.labels.get(LABEL_RUN))}-{digest[:16]}-{unique}"
         script = self.render(spec, token)  # refuses what cannot be represented, first
         self._check_timeout(spec)
