@@ -138,3 +138,26 @@ def test_an_earlier_copy_without_a_record_is_verified_once_then_recorded(
     assert stager(root).stage_all([transfer]) == [StageAction.VERIFIED]
     assert has_verification_record(root / "w.bin", digest(b"weights"))
     assert stager(root).stage_all([transfer]) == [StageAction.SKIPPED]
+
+
+def test_a_skipped_input_still_sweeps_what_a_killed_process_left_beside_it(
+    tmp_path: Path, root: Path
+) -> None:
+    # Found by tests/crash: a process killed while writing a verification record left its
+    # temporary file; the resumed run found the input recorded, skipped it, and kept the litter.
+    from altar.execution.atomic import sweeping_for, temp_path
+
+    source = tmp_path / "w.bin"
+    source.write_bytes(b"weights")
+    transfer = Transfer(str(source), "m/w.bin", digest=digest(b"weights"))
+    assert stager(root).stage_all([transfer]) == [StageAction.COPIED]
+    dest = root / "m" / "w.bin"
+    dead, stranger = 999_999_999, 999_999_998
+    theirs = temp_path(dest.with_name(dest.name + ".sha256-verified"), pid=dead)
+    other = temp_path(dest, pid=stranger)
+    theirs.write_text("partial record")
+    other.write_text("someone else's")
+    with sweeping_for([dead]):
+        assert stager(root).stage_all([transfer]) == [StageAction.SKIPPED]
+    assert not theirs.exists()
+    assert other.exists()  # not a process of this run: never touched

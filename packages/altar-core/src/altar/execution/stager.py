@@ -136,6 +136,7 @@ class LocalStager:
         """Materialize one transfer at its logical path (see the module docstring)."""
         source = local_path(transfer.uri, backend=self.backend)
         dest = self.destination(transfer)
+        self._sweep(os.path.dirname(dest))
         with _dest_lock(dest):
             if not self.verify:
                 action = self._stage_unjudged(transfer, source, dest)
@@ -187,19 +188,24 @@ class LocalStager:
         def progress(done: int) -> None:
             report(transfer.logical_path, done, size)
 
-        directory = os.path.dirname(dest)
-        os.makedirs(directory, exist_ok=True)
-        owners = stale_owners()
-        if owners and directory not in self._swept:
-            # what a copy here by a killed earlier process of this run left (see atomic)
-            self._swept.add(directory)
-            remove_stale_temporaries(directory, owners)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
         label = input_label(transfer) if digest is not None else f"input {source!r}"
         result = copy_and_verify(source, dest, digest, label=label, progress=progress)
         if digest is not None and not write_verification_record(dest, digest, result.stat):
             with self._pending_guard:
                 self._pending[dest] = (digest, result.stat)
         return result.stat
+
+    def _sweep(self, directory: str) -> None:
+        """Remove what killed earlier processes of this run left in ``directory`` (see atomic).
+
+        Whatever this transfer then does: a copy's partial file, or a verification record's
+        temporary file when the copy itself was done, are both theirs.
+        """
+        owners = stale_owners()
+        if owners and directory not in self._swept:
+            self._swept.add(directory)
+            remove_stale_temporaries(directory, owners)
 
     def _stage_digest(self, transfer: Transfer, digest: str, source: str, dest: str) -> StageAction:
         if self.trust_records and has_verification_record(dest, digest):
