@@ -131,6 +131,37 @@ async def test_engine_died_after_the_start_the_resubmit_adopts_the_running_conta
 
 
 @pytest.mark.asyncio
+async def test_a_container_restored_as_created_after_an_unanswered_start_is_not_started_again(
+    tmp_path: Path, engine: FakeDockerRuntime
+) -> None:
+    # Found by the engine-kill crash test: dockerd killed between starting the process and
+    # recording it restores the container as "created"; it ran, and a second start ran it twice.
+    backend = fresh(tmp_path, engine)
+    engine.lose_answers.add("start")
+    with pytest.raises(BackendUnavailableError):
+        await backend.submit(spec())
+    (container,) = engine.containers.values()
+    engine.set_state(container.id, "created")  # the restarted engine's view
+    engine.requests.clear()
+    handle = await backend.submit(spec())
+    assert handle.external_id == container.id
+    assert engine.requests["start"] == 0
+    assert container.state == "created"
+    (status,) = await backend.poll([handle])
+    assert status.state is TaskState.FAILED
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.deterministic) == ("job_failed", False)
+    assert "may have run" in status.failure.detail
+    # a task only created, by a submitter that stopped in between, is still started
+    other = spec(task="t2")
+    engine.lose_answers.add("create")
+    with pytest.raises(BackendUnavailableError):
+        await backend.submit(other)
+    adopted = await backend.submit(other)
+    assert engine.containers[adopted.external_id].state == "running"
+
+
+@pytest.mark.asyncio
 async def test_without_a_key_a_start_without_answer_leaves_nothing_behind(
     backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
 ) -> None:

@@ -128,6 +128,19 @@ def _reported_attempts(setup: Setup) -> dict[str, int]:
     return {task["id"]: int(task["attempts"]) for task in json.loads(done.stdout)["tasks"]}
 
 
+def _attempts_agree(reported: int, ran: int, record: dict[str, object]) -> bool:
+    """ATTEMPTS never hides an execution, and exceeds the ledger only where the journal says
+    an attempt's outcome could not be known (it "may have run", or was submitted again)."""
+    attempts = record.get("attempts") or []
+    assert isinstance(attempts, list)
+    uncertain = sum(
+        int(a.get("reexecuted") or 0)
+        + ("may have run" in str((a.get("failure") or {}).get("detail", "")))
+        for a in attempts
+    )
+    return ran <= reported <= ran + uncertain
+
+
 def _attempt_story(record: dict[str, object]) -> str:
     """Each attempt's state and failure reason, for a report that must say why counts differ."""
     attempts = record.get("attempts") or []
@@ -168,7 +181,7 @@ def count(
         task: f"ATTEMPTS {n}, ledger {len(executions.started.get(task, []))}; "
         + _attempt_story(view.records[task])
         for task, n in reported.items()
-        if n != len(executions.started.get(task, []))
+        if not _attempts_agree(n, len(executions.started.get(task, [])), view.records[task])
     }
     counts.lost = _lost(setup, view, executions)
     counts.stuck = drive.stuck

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
 from altar.backends.local.checks import check_request
-from altar.backends.local.classify import DEADLINE_SLACK_S
+from altar.backends.local.classify import DEADLINE_SLACK_S, start_unknown_failure
 from altar.backends.local.events import EventFollower
 from altar.backends.local.launch import Launcher
 from altar.backends.local.logs import LOG_DIR, LogKeeper
@@ -227,6 +227,10 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 ) from error
             raise
         self._launcher.own(spec.labels)
+        if self._launcher.undecided(container_id):
+            failure = start_unknown_failure(container_id)
+            self._poller.remember(container_id, Observation(TaskState.FAILED, failure))
+            return mint_handle(self.name, spec, container_id)
         if self._watchdog is not None and spec.timeout_s is not None:
             # Counted from now, after the container was created (and any image pulled), and a
             # little late: the watchdog must never kill before poll's deadline would.

@@ -15,6 +15,7 @@ __all__ = [
     "deadline",
     "deadline_from_start",
     "live_state",
+    "start_unknown_failure",
     "terminal_failure",
     "timeout_failure",
 ]
@@ -142,4 +143,14 @@ def terminal_failure(summary: ContainerSummary, outcome: Outcome) -> TaskFailure
         f"container {cid} exited with code {code}",
         deterministic=True,
         exit_code=code,
+    )
+
+
+def start_unknown_failure(container_id: str) -> TaskFailure:
+    """A container the engine may have run and then forgot (see :mod:`.launch`)."""
+    return TaskFailure(
+        "job_failed",
+        f"container {container_id} may have run: the Docker engine restarted while starting "
+        "it and restored it as never started, so its outcome is lost; it is not started twice",
+        deterministic=False,
     )

@@ -7,6 +7,12 @@ it was only created (its submitter stopped in between), and adopted as it is oth
 included. A start whose answer never arrived keeps a keyed container for that adoption; an
 unkeyed one (altar 0.3.0 specs) is removed, since nobody could find it again.
 
+One case cannot be decided: an engine killed between starting a container's process and
+recording that it did restores the container as ``created``, with no trace that it ran (found by
+the engine-kill crash test). So a container still ``created`` after a start this instance sent
+and never heard back from is not started again; the backend reports its attempt failed (not
+deterministic), and the runner's retry runs the task under a new key.
+
 Ownership: the :class:`Launcher` remembers which runs it submitted to (or listed) and which keys
 it holds handles for, so ``capacity`` can leave out a killed runner's orphans (issue 13).
 
@@ -55,6 +61,8 @@ class Launcher:
         self._ownership = threading.Lock()
         self._runs: set[str] = set()  # runs this instance submitted to or listed
         self._owned: set[str] = set()  # submission keys it submitted or adopted
+        self._unanswered: set[str] = set()  # keys whose start the engine never answered
+        self._undecided: set[str] = set()  # containers that may or may not have run
 
     def launch(self, spec: ContainerTaskSpec, request: ContainerRequest) -> str:
         """Blocking: create and start, or adopt on a name conflict; the container's id."""
@@ -84,7 +92,10 @@ class Launcher:
                 # rather than leave a task running that no handle observes.
                 with suppress(EngineRefusedError, BackendUnavailableError):
                     self.runtime.remove(container_id)
-            # With a key it stays: the resubmit of this in-doubt submit adopts it by name.
+            else:
+                # With a key it stays: the resubmit of this in-doubt submit adopts it by name.
+                with self._ownership:
+                    self._unanswered.add(request.labels.get(SUBMISSION_LABEL, request.name))
             raise
 
     def _adopt(self, spec: ContainerTaskSpec, request: ContainerRequest) -> str:
@@ -109,13 +120,23 @@ class Launcher:
                 f"not create it for submission {key}; remove it (`docker rm -f {name}`)",
             )
         if detail.state == "created":
-            self._start_created(spec, request, detail.id)  # its submitter stopped in between
+            with self._ownership:
+                unanswered = key in self._unanswered
+                if unanswered:
+                    self._undecided.add(detail.id)
+            if not unanswered:
+                self._start_created(spec, request, detail.id)  # its submitter stopped in between
         elif detail.state == "removing":
             raise BackendUnavailableError(
                 f"container {detail.id} of submission {key} is being removed; submit again "
                 "once it is gone"
             )
         return detail.id
+
+    def undecided(self, container_id: str) -> bool:
+        """Whether ``container_id`` may or may not have run (see the module doc)."""
+        with self._ownership:
+            return container_id in self._undecided
 
     def own(self, labels: dict[str, str]) -> None:
         """Note a submission this instance holds a handle for (``capacity`` counts it)."""
