@@ -216,8 +216,9 @@ def engine_saw_oom(api: docker.APIClient, container_id: str, *, events: bool) ->
 
 # Docker 20.10 loses a few OOM reports under load: with 60 containers OOM-killed at once on this
 # machine, 3 lacked the OOMKilled flag and 2 of those had no "oom" event either (the cgroup's
-# notification races the container's exit in containerd). The backend cannot know what the engine never said, so a
-# run the engine lost is repeated; what is asserted is the backend's reading of a reported kill.
+# notification races the container's exit in containerd). The backend cannot know what the
+# engine never said, so a run the engine lost is repeated; what is asserted is the backend's
+# reading of a reported kill.
 _OOM_TRIES = 4
 
 
