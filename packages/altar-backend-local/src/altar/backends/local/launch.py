@@ -95,7 +95,7 @@ class Launcher:
             else:
                 # With a key it stays: the resubmit of this in-doubt submit adopts it by name.
                 with self._ownership:
-                    self._unanswered.add(request.labels.get(SUBMISSION_LABEL, request.name))
+                    self._unanswered.add(request.labels.get(SUBMISSION_LABEL, ""))
             raise
 
     def _adopt(self, spec: ContainerTaskSpec, request: ContainerRequest) -> str:

@@ -268,7 +268,9 @@ class FakeLoginNode(LocalLoginNode):
         return CommandResult(127, "", f"sh: 1: {program}: not found\n")
 
     def _down(self, program: str) -> CommandResult | None:
-        if self.available and not self.hung:
+        if program == "sbatch" and self.lost_at_sbatch:
+            self.lost_at_sbatch = False  # this one sbatch finds the controller gone
+        elif self.available and not self.hung:
             return None
         if program == "sbatch":
             text = f"sbatch: error: Batch job submission failed: {CONTROLLER_DOWN}\n"
@@ -288,11 +290,6 @@ class FakeLoginNode(LocalLoginNode):
         os.makedirs(job_dir, exist_ok=True)
         Path(job_dir, "job.sbatch").write_text(script)
         down = self._down("sbatch")
-        if self.lost_at_sbatch:
-            self.lost_at_sbatch = False
-            down = CommandResult(
-                1, "", f"sbatch: error: Batch job submission failed: {CONTROLLER_DOWN}\n"
-            )
         if down is not None:
             return down
         if "\r\n" in script:
