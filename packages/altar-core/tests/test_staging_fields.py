@@ -61,7 +61,7 @@ def test_a_missing_input_names_task_and_field(fake_registry, tmp_path, monkeypat
     assert code == 1
     last = err.splitlines()[-1]
     assert last.startswith(f"altar: {plan}: tasks[2].inputs[1] (task t2): staging failed: ")
-    assert last.endswith(f"at {str(tmp_path / 'missing.bin')!r} does not exist")
+    assert f"at {str(tmp_path / 'missing.bin')!r} does not exist; fix it, then run" in last
     assert "regular file" not in last
     assert fake_registry.submits == {}
 

@@ -83,6 +83,7 @@ __all__ = [
     "Attempt",
     "Journal",
     "TaskRecord",
+    "accept_unsubmitted_edits",
     "append_durably",
     "atomic_write",
     "lock_is_held",
@@ -128,6 +129,11 @@ class Journal:
     tasks: dict[str, TaskRecord]
     staged: bool = False
     finished: bool = False
+    #: What staging put in place, per logical path: the uri, digest and source file facts it
+    #: staged (:mod:`altar.execution.staging`); a resume stages again what no longer matches.
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Why the last staging failed, with the fix (None once staging succeeds).
+    staging_error: str | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     seq: int = 0
@@ -138,6 +144,9 @@ class Journal:
     pids: list[int] = field(default_factory=list)
     #: Provider objects of this run the journal did not own, cancelled and cleaned up.
     removed: list[dict[str, Any]] = field(default_factory=list)
+    #: Tasks that changed in the plan before they were ever submitted (not saved: the run's
+    #: start announces them, and their new spec digest is saved with the journal).
+    edited: list[str] = field(default_factory=list, repr=False)
     _changed: dict[str, None] = field(default_factory=dict, repr=False)
     # (length to cut the log back to, newline needed) when replay found a torn last line
     _log_repair: tuple[int, bool] | None = field(default=None, repr=False)
@@ -189,6 +198,8 @@ class Journal:
             "plan": self.plan_source,
             "backend": {"type": self.backend_type, "options": self.backend_options},
             "staged": self.staged,
+            "inputs": self.inputs,
+            "staging_error": self.staging_error,
             "finished": self.finished,
             "run_id": self.run_id,
             "pids": list(self.pids),
@@ -260,6 +271,9 @@ class Journal:
                 plan_source=data.get("plan", ""),
                 tasks={k: TaskRecord.from_dict(k, v) for k, v in data["tasks"].items()},
                 staged=bool(data.get("staged")),
+                # journals before altar-core 0.6 have none: every input is staged again
+                inputs={str(k): dict(v) for k, v in (data.get("inputs") or {}).items()},
+                staging_error=data.get("staging_error"),
                 finished=bool(data.get("finished")),
                 created_at=data.get("created_at", 0.0),
                 updated_at=data.get("updated_at", 0.0),
@@ -375,6 +389,28 @@ def _options_text(options: Mapping[str, Any]) -> str:
     )
 
 
+def accept_unsubmitted_edits(journal: Journal, plan: Plan, digests: Mapping[str, str]) -> None:
+    """Take the plan's new version of tasks not submitted since they were (re)opened.
+
+    Nothing ran under a task's old spec until it was submitted, so an edit (a corrected digest
+    after a staging failure, say) is safe to take; a submitted task's spec is what ran.
+    """
+    kinds = {task.id: task.spec.kind for task in plan.tasks}
+    for task_id, digest in digests.items():
+        record = journal.tasks[task_id]
+        if record.spec_sha256 == digest:
+            continue
+        if not record.editable:
+            raise JournalError(
+                f"{journal.run_dir}: task {task_id!r} changed since this run started, and it "
+                "was submitted; use a new run directory for the changed plan (or, if it "
+                "failed, altar run --retry-failed)"
+            )
+        record.spec_sha256 = digest
+        record.kind = kinds[task_id]
+        journal.edited.append(task_id)
+
+
 def open_journal(plan: Plan, backend_name: str, run_dir: Path, options: dict[str, Any]) -> Journal:
     """The journal of ``plan`` on ``backend_name`` in ``run_dir``: resumed if there, else new.
 
@@ -394,12 +430,7 @@ def open_journal(plan: Plan, backend_name: str, run_dir: Path, options: dict[str
                 f"{run_dir} holds a run of other tasks ({', '.join(journal.tasks)}); "
                 "use a new run directory for this plan"
             )
-        for task_id, digest in digests.items():
-            if journal.tasks[task_id].spec_sha256 != digest:
-                raise JournalError(
-                    f"{run_dir}: task {task_id!r} changed since this run started; "
-                    "use a new run directory for the changed plan"
-                )
+        accept_unsubmitted_edits(journal, plan, digests)
         if _as_stored(options) != _as_stored(journal.backend_options):
             # Another engine, namespace or data root would not find the tasks already
             # submitted (they would be reported missing and run again).

@@ -167,6 +167,11 @@ class TaskRecord:
     def final(self) -> bool:
         return self.state in FINAL_STATES
 
+    @property
+    def editable(self) -> bool:
+        """Queued with no attempt since it was (re)opened: its plan entry may still change."""
+        return self.state == QUEUED and len(self.attempts) <= self.retry_base
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

@@ -2,8 +2,9 @@
 
 Before the run is resumed, under its lock, every ``failed`` task goes back to ``queued`` with
 a fresh retry budget (its earlier attempts stay in the journal, numbered on), and so does every
-``skipped`` task whose skip a reopened task caused. A plan edited only in those tasks is
-accepted for them (their spec digest is updated); any other changed task is refused as before.
+``skipped`` task whose skip a reopened task caused. A plan edited only in those tasks (and in
+tasks never submitted) is accepted for them (their spec digest is updated); any other changed
+task is refused as before. The run then stages what the edits changed (:mod:`.staging`).
 One snapshot write makes the change: a run killed halfway has either reopened them all or none.
 """
 
@@ -39,7 +40,7 @@ def reopen_failed(journal: Journal, plan: Plan) -> list[str]:
                 changed = True
     for task_id, digest in digests.items():
         record = journal.tasks[task_id]
-        if record.spec_sha256 != digest and task_id not in reopened:
+        if record.spec_sha256 != digest and task_id not in reopened and not record.editable:
             raise JournalError(
                 f"{journal.run_dir}: task {task_id!r} changed since this run started and it "
                 f"did not fail ({record.state}); --retry-failed accepts changes to failed "

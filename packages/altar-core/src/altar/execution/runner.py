@@ -79,9 +79,8 @@ from altar.execution.results import (
     one_line,
     results_of,
 )
-from altar.execution.staging_progress import StagingProgress, local_sizes
+from altar.execution.staging import stage_run
 from altar.execution.submitting import Submits
-from altar.execution.transfer_progress import reporting_to
 
 __all__ = [
     "CANCEL_REQUEST",
@@ -171,49 +170,19 @@ class _Run:
         self._landed = True
         _resolve(self._waiter, True)
 
-    def _emit_staging_progress(self, message: str, done: int, total: int | None) -> None:
-        self.emit("staging_progress", message, bytes_done=done, bytes_total=total)
-
     # -- phases -------------------------------------------------------------------------
 
     async def stage(self) -> None:
-        if self.journal.staged:
-            return
-        transfers = self.plan.staged_inputs()
-        if transfers:
-            self.emit("staging", f"staging {len(transfers)} input(s)")
-            tracker = None
-            if self.on_event is not None:
-                sizes = await asyncio.to_thread(local_sizes, transfers)
-                tracker = StagingProgress(
-                    self._emit_staging_progress, asyncio.get_running_loop(), sizes
-                )
-            try:
-                with reporting_to(tracker.report if tracker else None):
-                    await self.backend.stage_inputs(transfers)
-            except (BackendUnavailableError, asyncio.CancelledError):
-                raise
-            except Exception as error:
-                raise StagingError(self._staging_message(error)) from error
-            finally:
-                if tracker is not None:
-                    tracker.close()
-            if tracker is not None:
-                tracker.flush()
-            self.emit("staged", f"staged {len(transfers)} input(s)")
-        self.journal.staged = True
-        self.journal.save()
-
-    def _staging_message(self, error: BaseException) -> str:
-        """The error, led by the plan field of the input it names (``tasks[21].inputs[1]``)."""
-        text = one_line(error)
-        fields = self.plan.input_fields(text)
-        if not fields:
-            return f"staging inputs failed: {text}"
-        more = f" (also {', '.join(fields[1:3])}{', ...' if len(fields) > 3 else ''})"
-        return (
-            f"{self.plan.source}: {fields[0]}: staging failed: {text}"
-            f"{more if len(fields) > 1 else ''}"
+        if self.journal.edited:
+            names = ", ".join(self.journal.edited[:5])
+            more = ", ..." if len(self.journal.edited) > 5 else ""
+            self.emit(
+                "edited",
+                f"{len(self.journal.edited)} task(s) changed in the plan before they were "
+                f"submitted, and run as it now says: {names}{more}",
+            )
+        await stage_run(
+            self.plan, self.backend, self.journal, self.emit, progress=self.on_event is not None
         )
 
     def resume(self) -> None:

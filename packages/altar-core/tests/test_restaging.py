@@ -1,0 +1,195 @@
+"""Every start of a run stages what the plan names now (issue 23: never run on stale bytes)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from altar.execution import Transfer
+from altar.execution.errors import JournalError
+from altar.execution.journal import Journal
+from altar.execution.plan import Plan, PlanTask
+from altar.execution.retrying import reopen_failed_in
+from altar.execution.runner import StagingError, run_plan
+
+from .runkit import FAST, spec
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def one_task_plan(source, digest: str | None, command: str = "echo t") -> Plan:
+    transfer = Transfer(str(source), "in/data.txt", digest=digest)
+    return Plan(
+        "fake", {}, [PlanTask("t", spec("t", inputs=[transfer], command=["sh", "-c", command]))]
+    )
+
+
+def staged_paths(provider) -> list[list[str]]:
+    return [[t.uri for t in call] for call in provider.stage_calls]
+
+
+@pytest.mark.asyncio
+async def test_an_unchanged_plan_is_not_staged_again_on_resume(
+    tmp_path, provider, fake_backend_class
+):
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"good\n")
+    plan = one_task_plan(source, sha(b"good\n"))
+    provider.script = {"t": ["exit_1"]}
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    reopen_failed_in(tmp_path / "r", plan)
+    provider.script = {"t": ["ok"]}
+    result = await run_plan(
+        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
+    )
+    assert result.ok
+    assert len(provider.stage_calls) == 1  # one stat per input, nothing re-sent
+    entry = Journal.load(tmp_path / "r").inputs["in/data.txt"]
+    assert entry["digest"] == sha(b"good\n")
+    assert entry["source"][0] == 5  # its size
+
+
+@pytest.mark.asyncio
+async def test_a_fixed_input_without_digest_is_staged_again_by_retry_failed(
+    tmp_path, provider, fake_backend_class
+):
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"bad\n")
+    plan = one_task_plan(source, None)
+    provider.script = {"t": ["exit_1"]}
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    source.write_bytes(b"good, and longer\n")
+    reopen_failed_in(tmp_path / "r", plan)
+    provider.script = {"t": ["ok"]}
+    events = []
+    await run_plan(
+        plan,
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        on_event=events.append,
+        **FAST,
+    )
+    assert staged_paths(provider) == [[str(source)], [str(source)]]
+    assert any("1 changed since they were staged: 'in/data.txt'" in e.message for e in events)
+
+
+@pytest.mark.asyncio
+async def test_an_edited_uri_and_digest_are_staged_before_the_retry(
+    tmp_path, provider, fake_backend_class
+):
+    old, new = tmp_path / "old.txt", tmp_path / "new.txt"
+    old.write_bytes(b"old\n")
+    new.write_bytes(b"new\n")
+    provider.script = {"t": ["exit_1"]}
+    await run_plan(
+        one_task_plan(old, sha(b"old\n")),
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        **FAST,
+    )
+    edited = one_task_plan(new, sha(b"new\n"))
+    reopen_failed_in(tmp_path / "r", edited)
+    provider.script = {"t": ["ok"]}
+    await run_plan(edited, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    assert provider.stage_calls[-1] == [Transfer(str(new), "in/data.txt", digest=sha(b"new\n"))]
+    # staged before the retry was submitted
+    last = [t for t in provider.tasks.values() if t.key == "t"][-1]
+    assert last.spec.inputs[0].digest == sha(b"new\n")
+
+
+@pytest.mark.asyncio
+async def test_a_replaced_source_under_the_same_digest_is_refused(
+    tmp_path, provider, fake_backend_class
+):
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"good\n")
+    plan = one_task_plan(source, sha(b"good\n"))
+    provider.script = {"t": ["exit_1"]}
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    source.write_bytes(b"other\n")  # same size, new bytes; the plan still names the old digest
+    reopen_failed_in(tmp_path / "r", plan)
+    submits = dict(provider.submits)
+    with pytest.raises(StagingError, match=r"changed since it was staged.*put their digest"):
+        await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    assert provider.submits == submits  # nothing ran on bytes that do not match
+    journal = Journal.load(tmp_path / "r")
+    assert "tasks[0].inputs[0] (task t): staging failed" in (journal.staging_error or "")
+
+
+@pytest.mark.asyncio
+async def test_a_staging_failure_is_journaled_and_a_corrected_digest_resumes(
+    tmp_path, provider, fake_backend_class
+):
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"good\n")
+
+    class Verifying(fake_backend_class):
+        async def stage_inputs(self, transfers):
+            for transfer in transfers:
+                data = await asyncio.to_thread(Path(transfer.uri).read_bytes)
+                if sha(data) != transfer.digest:
+                    raise ValueError(f"{transfer.uri!r} does not match {transfer.digest}")
+            await super().stage_inputs(transfers)
+
+    wrong = one_task_plan(source, sha(b"typo"))
+    with pytest.raises(StagingError):
+        await run_plan(wrong, Verifying(provider=provider), run_dir=tmp_path / "r", **FAST)
+    journal = Journal.load(tmp_path / "r")
+    assert "does not match" in (journal.staging_error or "")
+    assert "run the same `altar run` again" in (journal.staging_error or "")
+    # the corrected digest: the task never ran, so the edit is taken on a plain resume
+    events = []
+    result = await run_plan(
+        one_task_plan(source, sha(b"good\n")),
+        Verifying(provider=provider),
+        run_dir=tmp_path / "r",
+        on_event=events.append,
+        **FAST,
+    )
+    assert result.ok
+    assert Journal.load(tmp_path / "r").staging_error is None
+    assert [e.kind for e in events if e.kind == "edited"] == ["edited"]
+
+
+@pytest.mark.asyncio
+async def test_a_submitted_task_may_still_not_change(tmp_path, provider, fake_backend_class):
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"good\n")
+    await run_plan(
+        one_task_plan(source, None),
+        fake_backend_class(provider=provider),
+        run_dir=tmp_path / "r",
+        **FAST,
+    )
+    with pytest.raises(JournalError, match="changed since this run started, and it was submitted"):
+        await run_plan(
+            one_task_plan(source, None, "echo other"),
+            fake_backend_class(provider=provider),
+            run_dir=tmp_path / "r",
+            **FAST,
+        )
+
+
+@pytest.mark.asyncio
+async def test_a_journal_without_staging_entries_stages_everything_again(
+    tmp_path, provider, fake_backend_class
+):
+    """A run directory of altar-core before 0.6 recorded only ``staged = true``."""
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"good\n")
+    plan = one_task_plan(source, None)
+    provider.script = {"t": ["exit_1"]}
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    journal = Journal.load(tmp_path / "r")
+    journal.inputs = {}
+    journal.save()
+    os.utime(source)  # the same bytes: the backend's own check makes this cheap
+    reopen_failed_in(tmp_path / "r", plan)
+    provider.script = {"t": ["ok"]}
+    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    assert len(provider.stage_calls) == 2
