@@ -8,7 +8,17 @@ import time
 import pytest
 from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
 
-__all__ = ["ACTIVE", "MISSING_TASK_ID", "POLL_BOUND_S", "missing_handle", "poll", "poll_one"]
+__all__ = [
+    "ACTIVE",
+    "MISSING_TASK_ID",
+    "POLL_BOUND_S",
+    "expect_failure",
+    "expect_state",
+    "expect_states",
+    "missing_handle",
+    "poll",
+    "poll_one",
+]
 
 POLL_BOUND_S = 5.0
 """How long one ``poll`` may take before the suite says it waited for a task."""
@@ -63,4 +73,51 @@ async def poll(backend: ExecutionBackend, handles: list[TaskHandle]) -> list[Tas
 
 async def poll_one(backend: ExecutionBackend, handle: TaskHandle) -> TaskStatus:
     (status,) = await poll(backend, [handle])
+    return status
+
+
+def _states(expected: TaskState | tuple[TaskState, ...]) -> tuple[TaskState, ...]:
+    return expected if isinstance(expected, tuple) else (expected,)
+
+
+def expect_state(
+    status: TaskStatus, expected: TaskState | tuple[TaskState, ...], rule: str
+) -> TaskStatus:
+    """Fail, naming ``rule``, what was seen and what was wanted, unless ``status`` is expected."""
+    wanted = _states(expected)
+    failure = status.failure
+    said = "" if failure is None else f" ({failure.reason}: {failure.detail})"
+    assert status.state in wanted, (
+        f"{rule}: task {status.handle.external_id!r} reads as {status.state.name}{said}, "
+        f"expected {' or '.join(s.name for s in wanted)}"
+    )
+    return status
+
+
+def expect_states(
+    statuses: list[TaskStatus], expected: list[TaskState], rule: str
+) -> list[TaskStatus]:
+    """Every status in its expected state, in order (one message names them all)."""
+    seen = [s.state.name for s in statuses]
+    assert seen == [s.name for s in expected], (
+        f"{rule}: the tasks read as {seen}, expected {[s.name for s in expected]}"
+    )
+    return statuses
+
+
+def expect_failure(
+    status: TaskStatus, reason: str, *, deterministic: bool | None, rule: str
+) -> TaskStatus:
+    """A FAILED status with ``reason`` (and ``deterministic``, unless None)."""
+    expect_state(status, TaskState.FAILED, rule)
+    failure = status.failure
+    assert failure is not None, f"{rule}: a FAILED status must carry a TaskFailure"
+    assert failure.reason == reason, (
+        f"{rule}: the failure reason is {failure.reason!r} ({failure.detail}), expected {reason!r}"
+    )
+    if deterministic is not None:
+        assert failure.deterministic is deterministic, (
+            f"{rule}: {reason} is marked deterministic={failure.deterministic}, expected "
+            f"deterministic={deterministic}"
+        )
     return status
