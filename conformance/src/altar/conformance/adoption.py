@@ -96,7 +96,7 @@ class AdoptionChecks:
 
     def test_adopts_submissions_is_a_bool(self, backend: ExecutionBackend) -> None:
         flag = getattr(type(backend), "adopts_submissions", False)
-        assert isinstance(flag, bool), f"adopts_submissions must be a bool, got {flag!r}"
+        assert isinstance(flag, bool), f"adopts_submissions is {flag!r}, expected a bool"
 
     @asyncio_test
     async def test_a_resubmitted_key_adopts_the_running_task(
@@ -107,9 +107,9 @@ class AdoptionChecks:
         first = await backend.submit(submission)
         again = await backend.submit(submission)
         assert again.external_id == first.external_id, (
-            "a submit whose altar.submission label matches a task this backend created must "
-            f"return a handle to that task, not start another ({first.external_id!r}, then "
-            f"{again.external_id!r})"
+            f"the resubmitted key returned {again.external_id!r}, expected {first.external_id!r}:"
+            " a submit whose altar.submission label matches a task this backend created "
+            "returns a handle to that task, never another"
         )
         assert again.labels == submission.labels, (
             f"the adopted handle carries labels {again.labels!r}, expected the submitted "
@@ -153,13 +153,14 @@ class AdoptionChecks:
         outcome = expect_state(await poll_one(backend, first), expected, f"exit {exit_code}")
         again = await backend.submit(submission)
         assert again.external_id == first.external_id, (
-            "a finished task with the same altar.submission key must be adopted, not replaced: "
-            "the runner resubmits after an in-doubt submit, and the task already ran "
-            f"({first.external_id!r}, then {again.external_id!r})"
+            f"the resubmitted key of a finished task returned {again.external_id!r}, expected "
+            f"{first.external_id!r}: a finished task with the same altar.submission key is "
+            "adopted, not replaced (the runner resubmits after an in-doubt submit)"
         )
         adopted = await poll_one(backend, again)
         assert adopted.state is outcome.state, (
-            f"the adopted task reads as {adopted.state}, but it had finished as {outcome.state}"
+            f"the adopted task reads as {adopted.state.name}, expected {outcome.state.name} "
+            "(how it had finished)"
         )
         assert adopted.failure == outcome.failure, (
             f"the adopted task's failure is {adopted.failure!r}, but it had finished with "
@@ -180,9 +181,9 @@ class AdoptionChecks:
             )
         again = await fresh.submit(submission)
         assert again.external_id == first.external_id, (
-            "a restarted process must find the task by its altar.submission label on the "
-            "provider, not in the memory of the process that submitted it "
-            f"({first.external_id!r}, then {again.external_id!r})"
+            f"a restarted process's resubmit returned {again.external_id!r}, expected "
+            f"{first.external_id!r}: find the task by its altar.submission label on the "
+            "provider, not in the memory of the process that submitted it"
         )
         expect_state(await poll_one(fresh, again), ACTIVE, "a restarted process adopts the task")
 
@@ -202,8 +203,9 @@ class AdoptionChecks:
         expect_state(await poll_one(backend, _handle(backend, created, submission)), ACTIVE, rule)
         handle = await backend.submit(submission)
         assert handle.external_id == created, (
-            "a task created under this altar.submission key but never started must be "
-            f"started, not created again ({created!r}, then {handle.external_id!r})"
+            f"the resubmit returned {handle.external_id!r}, expected {created!r}: a task "
+            "created under this altar.submission key but never started is started, not "
+            "created again"
         )
         expect_state(await poll_one(backend, handle), ACTIVE, rule)
         self.finish_task(backend, handle, exit_code=0)
@@ -220,8 +222,8 @@ class AdoptionChecks:
         expect_state(await poll_one(backend, first), TaskState.FAILED, rule)
         second = await backend.submit(keyed(spec, attempt=2))
         assert second.external_id != first.external_id, (
-            "a new attempt carries a new altar.submission key and must run as a new task "
-            f"(both attempts got {first.external_id!r})"
+            f"both attempts got {first.external_id!r}, expected two tasks: a new attempt "
+            "carries a new altar.submission key and runs as a new task"
         )
         expect_state(await poll_one(backend, second), ACTIVE, rule)
 

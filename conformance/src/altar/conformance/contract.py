@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Awaitable
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 from altar.conformance._polling import (
@@ -117,6 +118,8 @@ CONFORMANCE_LABELS = {
 }
 
 asyncio_test = pytest.mark.asyncio
+
+T = TypeVar("T")
 
 
 def _digest(data: bytes) -> str:
@@ -254,8 +257,12 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
                 "reopen hook not implemented, so handle durability across a restart is "
                 "unchecked; return a fresh backend on the same fake provider to check it"
             )
-        assert fresh is not backend, "reopen must build a new backend instance"
-        assert isinstance(fresh, ExecutionBackend), f"reopen returned {fresh!r}"
+        assert fresh is not backend, (
+            "reopen returned the backend under test, expected a new instance"
+        )
+        assert isinstance(fresh, ExecutionBackend), (
+            f"reopen returned {fresh!r}, expected an ExecutionBackend"
+        )
         return fresh
 
     async def _submit_or_skip(
@@ -298,7 +305,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         handle = await backend.submit(replace(spec, plugin_identity=dict(PLUGIN_IDENTITY)))
         assert handle.plugin_identity == PLUGIN_IDENTITY, (
             "submit must copy spec.plugin_identity onto the handle: the runner records which "
-            f"plugin produced a task from it (got {handle.plugin_identity!r})"
+            f"plugin produced a task from it (got {handle.plugin_identity!r}, expected "
+            f"{PLUGIN_IDENTITY!r})"
         )
 
     @asyncio_test
@@ -392,7 +400,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
             # A second, independent task: finishing the first must not finish it.
             status = await poll_one(backend, second)
             assert not status.state.is_terminal, (
-                "a resubmitted task finished together with the first submission"
+                "a resubmitted task finished together with the first submission (it reads as "
+                f"{status.state.name}, expected PENDING or RUNNING until it ends itself)"
             )
             self.finish_task(backend, second, exit_code=0)
             rule = "the second, independent task finishes on its own"
@@ -413,8 +422,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         )
         rerun = await poll_one(backend, again)
         assert not rerun.state.is_terminal, (
-            f"a resubmitted spec must run again, not reuse the finished task's outcome "
-            f"({rerun.state})"
+            "a resubmitted spec must run again, not reuse the finished task's outcome (it reads "
+            f"as {rerun.state.name}, expected PENDING or RUNNING)"
         )
         self.finish_task(backend, again, exit_code=0)
         final = await poll_one(backend, again)
@@ -454,7 +463,9 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
     async def test_failure_detail_of_a_missing_task_does_not_raise(
         self, backend: ExecutionBackend
     ) -> None:
-        detail = await backend.failure_detail(missing_handle(backend))
+        detail = await _quietly(
+            backend.failure_detail(missing_handle(backend)), "failure_detail of a missing task"
+        )
         assert detail is None or isinstance(detail, str), (
             f"failure_detail of a missing task must return a str or None, got {detail!r}"
         )
@@ -553,8 +564,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
                 pytest.fail(
                     f"entry point {misnamed[0].name!r} ({misnamed[0].value}) loads the backend "
                     f"under test, whose name is {backend.name!r}: `altar` finds a backend by "
-                    "its entry-point name and refuses one whose class says otherwise; make "
-                    "the entry-point name and the class attribute `name` the same"
+                    "its entry-point name and refuses one whose class says otherwise; expected "
+                    "the entry-point name and the class attribute `name` to be the same"
                 )
             pytest.skip(
                 f"no installed distribution registers {backend.name!r} under the "
@@ -565,7 +576,7 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         registered = registry.get(backend.name)
         assert isinstance(backend, registered), (
             f"entry point {backend.name!r} loads {registered.__module__}."
-            f"{registered.__qualname__}, not the backend under test "
+            f"{registered.__qualname__}; expected the backend under test "
             f"({type(backend).__module__}.{type(backend).__qualname__})"
         )
 
@@ -598,8 +609,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         )
         images = [self._launched(backend, h, "the image").image for h in (first, second)]
         assert images == [spec.image, other_image], (
-            f"two tasks asked for {spec.image!r} and {other_image!r}; the provider was asked "
-            f"for {images[0]!r} and {images[1]!r}: the image comes from each spec"
+            f"two tasks were launched with images {images[0]!r} and {images[1]!r}, expected "
+            f"{spec.image!r} and {other_image!r}: the image comes from each spec"
         )
 
     @asyncio_test
@@ -639,9 +650,11 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         request = replace(spec, resources=ResourceRequest(cpu=1.5))
         handle = await self._submit_or_skip(backend, request, "a CPU request")
         launched = self._launched(backend, handle, "the CPU request")
-        assert launched.cpu is not None, "1.5 CPUs were requested; the provider got no request"
+        assert launched.cpu is not None, (
+            "1.5 CPUs were requested; the provider got no CPU request, expected 1.5"
+        )
         assert float(launched.cpu) == 1.5, (
-            f"1.5 CPUs were requested; the provider was asked for {launched.cpu}"
+            f"1.5 CPUs were requested; the provider was asked for {launched.cpu}, expected 1.5"
         )
 
     @asyncio_test
@@ -652,8 +665,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         handle = await self._submit_or_skip(backend, request, "a memory request")
         launched = self._launched(backend, handle, "the memory request")
         assert launched.memory_bytes == int(1.5 * GIB), (
-            f"memory_gb=1.5 is {int(1.5 * GIB)} bytes (GiB); the provider was asked for "
-            f"{launched.memory_bytes}"
+            f"memory_gb=1.5 is 1.5 GiB; the provider was asked for {launched.memory_bytes} "
+            f"bytes, expected {int(1.5 * GIB)}"
         )
 
     @asyncio_test
@@ -667,8 +680,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
             return  # refusing a GPU task explicitly is correct
         launched = self._launched(backend, handle, "the GPU request")
         assert launched.gpu_count == 1, (
-            f"a task that requires 1 GPU was launched with {launched.gpu_count}; raise "
-            "UnsupportedCapabilityError instead of running GPU work on CPU"
+            f"a task that requires 1 GPU was launched with {launched.gpu_count}, expected 1 "
+            "or UnsupportedCapabilityError: GPU work never runs on CPU"
         )
 
     @asyncio_test
@@ -679,8 +692,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         handle = await self._submit_or_skip(backend, request, "a 2-GPU request")
         launched = self._launched(backend, handle, "the GPU count")
         assert launched.gpu_count == 2, (
-            f"ResourceRequest.count is the exact number of devices: 2 requested, "
-            f"{launched.gpu_count} launched"
+            f"ResourceRequest.count is the exact number of devices: {launched.gpu_count} "
+            "launched, expected 2"
         )
 
     @asyncio_test
@@ -723,17 +736,16 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         await backend.cancel(handle)
         await backend.cancel(handle)
         status = await poll_one(backend, handle)
-        assert status.state is TaskState.FAILED, (
-            f"a cancelled task must read as FAILED, not {status.state}"
-        )
+        expect_state(status, TaskState.FAILED, "a cancelled task reads as failed")
         fresh = self.reopen(backend)
         if fresh is not None:
             # What the provider says, not what this process remembers: the task must be stopped.
             elsewhere = await poll_one(fresh, handle)
-            assert elsewhere.state is TaskState.FAILED, (
-                f"after cancel, a fresh backend still reads the task as {elsewhere.state}; "
-                "cancel must stop the task at the provider, not only in this process"
+            rule = (
+                "after cancel, a fresh backend reads the task as failed (cancel stops the task "
+                "at the provider, not only in this process)"
             )
+            expect_state(elsewhere, TaskState.FAILED, rule)
 
     @asyncio_test
     async def test_cancel_reaches_the_provider_at_once(
@@ -745,14 +757,15 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         # poll) is lost when the runner stops right after it.
         fresh = self._reopen(backend)
         status = await poll_one(fresh, handle)
-        assert status.state is TaskState.FAILED, (
-            f"after cancel returned, a fresh instance reads the task as {status.state}: cancel "
-            "must stop the task at the provider before it returns"
+        rule = (
+            "right after cancel returned, a fresh instance reads the task as failed (cancel "
+            "stops the task at the provider before it returns)"
         )
+        expect_state(status, TaskState.FAILED, rule)
         assert status.failure is not None, "a FAILED status must carry a TaskFailure"
         assert not status.failure.deterministic, (
-            f"a cancelled task failed with {status.failure.reason!r} marked deterministic; a "
-            "cancel says nothing about the task, so it is never a deterministic failure"
+            f"a cancelled task failed with {status.failure.reason!r} marked deterministic, "
+            "expected deterministic=False: a cancel says nothing about the task"
         )
 
     @asyncio_test
@@ -763,17 +776,15 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         expect_state(await poll_one(backend, handle), ACTIVE, "a submitted task is active")
         await self._reopen(backend).cancel(handle)
         status = await poll_one(self._reopen(backend), handle)
-        assert status.state is TaskState.FAILED, (
-            f"a task cancelled by a restarted process still reads as {status.state}; cancel "
-            "must find the task by its handle alone"
-        )
+        rule = "a task cancelled by a restarted process is failed (cancel finds it by its handle)"
+        expect_state(status, TaskState.FAILED, rule)
         rule = "the submitting instance reads a task another instance cancelled as failed"
         expect_state(await poll_one(backend, handle), TaskState.FAILED, rule)
 
     @asyncio_test
     async def test_cancel_of_a_missing_task_does_not_raise(self, backend: ExecutionBackend) -> None:
-        await backend.cancel(missing_handle(backend))
-        await backend.cancel(missing_handle(backend))
+        for _ in range(2):
+            await _quietly(backend.cancel(missing_handle(backend)), "cancel of a missing task")
 
     @asyncio_test
     async def test_cleanup_is_idempotent(
@@ -790,8 +801,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
     async def test_cleanup_of_a_missing_task_does_not_raise(
         self, backend: ExecutionBackend
     ) -> None:
-        await backend.cleanup([missing_handle(backend)])
-        await backend.cleanup([missing_handle(backend)])
+        for _ in range(2):
+            await _quietly(backend.cleanup([missing_handle(backend)]), "cleanup of a missing task")
 
     @asyncio_test
     async def test_handle_survives_a_restart_while_running(
@@ -800,10 +811,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         handle = await backend.submit(spec)
         fresh = self._reopen(backend)
         status = await poll_one(fresh, handle)
-        assert status.state in ACTIVE, (
-            f"after a restart the running task reads as {status.state} "
-            f"({status.failure}); external_id must be enough to find it again"
-        )
+        rule = "after a restart the running task is found again by its external_id alone"
+        expect_state(status, ACTIVE, rule)
         self.finish_task(fresh, handle, exit_code=0)
         rule = "a fresh instance reads the task's end"
         expect_state(await poll_one(fresh, handle), TaskState.SUCCEEDED, rule)
@@ -857,9 +866,9 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
             return  # transient: the caller polls again later
         terminal = [s for s in statuses if s.state.is_terminal]
         assert not terminal, (
-            f"the provider could not be asked, yet poll reported {terminal[0].state} "
-            f"({terminal[0].failure}); raise BackendUnavailableError instead: the task may "
-            "well be running"
+            f"the provider could not be asked, yet poll reported {terminal[0].state.name} "
+            f"({terminal[0].failure}); expected BackendUnavailableError (or an active state): "
+            "the task may well be running"
         )
 
     @asyncio_test
@@ -881,8 +890,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         _, blocking = await measure_blocking(lambda: backend.submit(spec))
         assert not blocking.blocks, (
             f"every submit kept the event loop from running anything else for at least "
-            f"{blocking.call_s:.3f} s (idle: {blocking.idle_s:.3f} s); run blocking provider "
-            "calls in a thread (asyncio.to_thread) or use an async client"
+            f"{blocking.call_s:.3f} s, expected no more than idle waits ({blocking.idle_s:.3f} "
+            "s); run blocking provider calls in a thread (asyncio.to_thread) or an async client"
         )
 
     @asyncio_test
@@ -897,8 +906,8 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         )
         assert not blocking.blocks, (
             f"every poll kept the event loop from running anything else for at least "
-            f"{blocking.call_s:.3f} s (idle: {blocking.idle_s:.3f} s); run blocking provider "
-            "calls in a thread (asyncio.to_thread) or use an async client"
+            f"{blocking.call_s:.3f} s, expected no more than idle waits ({blocking.idle_s:.3f} "
+            "s); run blocking provider calls in a thread (asyncio.to_thread) or an async client"
         )
 
     @asyncio_test
@@ -998,11 +1007,25 @@ class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
         await backend.stage_inputs([Transfer(str(source), logical, digest=_digest(data))])
         destination = tmp_path / "collected" / "data.bin"
         await backend.collect_outputs([Transfer(str(destination), logical)])
-        assert destination.is_file(), f"collect_outputs did not write {destination}"
+        assert destination.is_file(), (
+            f"collect_outputs wrote nothing at {destination}, expected the {len(data)} bytes "
+            "staged under the same logical path"
+        )
         got = destination.read_bytes()
         assert got == data, (
             f"collect_outputs changed the bytes: {len(data)} staged, {len(got)} collected"
             + ("" if len(got) != len(data) else ", same length, different content")
+        )
+
+
+async def _quietly(call: Awaitable[T], what: str) -> T:
+    """Await ``call``; an exception fails the test, naming it (the rule: never raise)."""
+    try:
+        return await call
+    except Exception as error:
+        pytest.fail(
+            f"{what} raised {type(error).__name__}: {error}; expected it to return quietly "
+            "(a task that no longer exists is not an error)"
         )
 
 
@@ -1047,7 +1070,7 @@ def _entry_points_loading(cls: type, name: str) -> list[metadata.EntryPoint]:
 
 
 _NO_VERIFICATION_MODE = (
-    "{name} declares input_digest_verification = {mode!r}; declare where input digests are "
+    "{name} declares input_digest_verification = {mode!r}, expected where input digests are "
     'verified: "staging" (stage_inputs hashes what it copies and raises '
     'TransferIntegrityError) or "task" (each task checks its inputs and fails with '
     "input_digest_mismatch)"

@@ -78,8 +78,8 @@ class ProviderChecks:
         if held.image is None:
             pytest.skip("provider_task reports no image: the provider cannot say what it runs")
         assert held.image == spec.image, (
-            f"the provider holds image {held.image!r} for a task whose spec asks for "
-            f"{spec.image!r}: pass spec.image to the provider unchanged"
+            f"the provider holds image {held.image!r}, expected {spec.image!r} (the spec's): "
+            "pass spec.image to the provider unchanged"
         )
         try:
             other = await backend.submit(replace(spec, image=other_image))
@@ -87,8 +87,8 @@ class ProviderChecks:
             return  # a host or single-image backend refuses it; the first image was checked
         seen = self._provider_task(backend, other, "the image").image
         assert seen == other_image, (
-            f"the provider holds image {seen!r} for a task whose spec asks for "
-            f"{other_image!r}: the image comes from each spec, not from the backend"
+            f"the provider holds image {seen!r}, expected {other_image!r} (the second task's "
+            "spec): the image comes from each spec, not from the backend"
         )
 
     @asyncio_test

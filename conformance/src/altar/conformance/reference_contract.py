@@ -58,7 +58,9 @@ class InProcessBackendContract(ExecutionBackendContract):
 
     def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
         task = _fabric_of(backend).inspect(handle.external_id)
-        assert task is not None, f"the fabric never launched {handle.external_id}"
+        assert task is not None, (
+            f"the fabric holds no task {handle.external_id}, expected it launched"
+        )
         return task.timeout_s
 
     def fail_input_verification(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
@@ -72,7 +74,9 @@ class InProcessBackendContract(ExecutionBackendContract):
 
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask | None:
         task = _fabric_of(backend).inspect(handle.external_id)
-        assert task is not None, f"the fabric never launched {handle.external_id}"
+        assert task is not None, (
+            f"the fabric holds no task {handle.external_id}, expected it launched"
+        )
         return task.launched
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
@@ -82,7 +86,9 @@ class InProcessBackendContract(ExecutionBackendContract):
     def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask | None:
         # The fabric is the provider: what it recorded is what it runs and limits.
         task = _fabric_of(backend).inspect(handle.external_id)
-        assert task is not None, f"the fabric never launched {handle.external_id}"
+        assert task is not None, (
+            f"the fabric holds no task {handle.external_id}, expected it launched"
+        )
         held = task.launched
         return ProviderTask(image=held.image, cpu=held.cpu, memory_bytes=held.memory_bytes)
 
