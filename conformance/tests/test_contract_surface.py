@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
+import altar.conformance
 import pytest
-from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTask
+from altar.execution import ContainerTaskSpec, ResourceRequest
 
 V030_TESTS = {
     "test_name_is_a_nonempty_discriminator",
@@ -39,6 +43,8 @@ HOOKS = {
     "oom_kill_task": (["backend", "handle"], set()),
     "unsupported_specs": (["spec"], set()),
     "make_provider_unreachable": (["backend"], set()),
+    "provider_task": (["backend", "handle"], set()),
+    "leave_task_created": (["backend", "spec", "key"], set()),
 }
 
 
@@ -81,3 +87,38 @@ def test_launched_task_fields() -> None:
         None,
     )
     assert launched.gpu_count == 0
+
+
+def test_provider_task_fields_default_to_unreported() -> None:
+    assert (ProviderTask().image, ProviderTask().cpu, ProviderTask().memory_bytes) == (None,) * 3
+
+
+def test_launched_task_of_a_spec_is_what_a_faithful_provider_records() -> None:
+    spec = ContainerTaskSpec(
+        kind="k",
+        image="busybox:1.36",
+        command=["sh", "-c", "a b"],
+        env={"E": " v "},
+        labels={"l": "1"},
+        resources=ResourceRequest(cpu=1.5, memory_gb=1.5, gpu="gpu", count=2),
+    )
+    assert LaunchedTask.of(spec) == LaunchedTask(
+        "busybox:1.36", ["sh", "-c", "a b"], {"E": " v "}, {"l": "1"}, 1.5, 1610612736, 2
+    )
+    assert LaunchedTask.of(ContainerTaskSpec(kind="k", image="i", command=[])).gpu_count == 0
+
+
+def _modules_that_assert() -> set[str]:
+    package = Path(altar.conformance.__file__).parent
+    return {
+        f"altar.conformance.{path.stem}"
+        for path in package.glob("*.py")
+        if any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(path.read_text())))
+    }
+
+
+def test_every_module_that_asserts_is_registered_for_assertion_rewriting() -> None:
+    # pytest rewrites plain asserts only in modules registered before their import; a wheel
+    # install of a plugin is not rewritten otherwise, and a failure would show no values.
+    registered = set(altar.conformance._SUITE_MODULES)
+    assert _modules_that_assert() <= registered, sorted(_modules_that_assert() - registered)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTask
 from altar.execution import (
     BackendUnavailableError,
     ContainerTaskSpec,
@@ -130,6 +130,10 @@ class TestSubprocessBackend(ExecutionBackendContract):
         # that dropped or hard-coded the image must fail the image checks.
         process = fake(backend).processes[handle.external_id]
         return LaunchedTask(process.image, process.argv, process.env, process.labels)
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask:
+        # The image the fake will "run"; it limits neither CPU nor memory (those are refused).
+        return ProviderTask(image=fake(backend).processes[handle.external_id].image)
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
         assert isinstance(backend, SubprocessExecutionBackend)

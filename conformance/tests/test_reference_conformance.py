@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from altar.conformance import ExecutionBackendContract, LaunchedTask
-from altar.conformance.processes import ProcessFabric
+from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTask
+from altar.conformance.processes import ProcessFabric, external_id_for_key
 from altar.conformance.reference import InProcessExecutionBackend, InProcessTaskVerifyingBackend
 from altar.conformance.reference_contract import InProcessBackendContract
 from altar.conformance.supervisor import DEADLINE, LOG, OUTCOME
@@ -141,7 +141,19 @@ class TestInProcessBackendWithProcesses(ExecutionBackendContract):
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         return [replace(spec, resources=ResourceRequest(gpu="gpu", count=1))]
 
-    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
-        assert isinstance(backend, InProcessExecutionBackend)
-        launched = backend._launch_record(spec)
-        return _records(backend).launch(spec, launched, spec.timeout_s, [], start=False)
+    def leave_task_created(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec, key: str
+    ) -> str | None:
+        # The records' own create, as a submit killed before its start leaves it; the id it
+        # files the task under is the documented naming rule for the key.
+        created = _records(backend).launch(
+            spec, LaunchedTask.of(spec), spec.timeout_s, [], start=False
+        )
+        assert created == external_id_for_key(key)
+        return created
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask | None:
+        # The records name the image; the host runs the process without CPU or memory limits.
+        task = _records(backend).inspect(handle.external_id)
+        assert task is not None
+        return ProviderTask(image=task.launched.image)

@@ -7,6 +7,7 @@ that slips through (or a check that fails for the wrong reason) shows up here.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -283,14 +284,64 @@ CASES = {
         async def submit(self, spec):
             return replace(await super().submit(spec), plugin_identity=None)
         """,
-        frozenset({"test_plugin_identity_is_kept_on_the_handle"}),
+        frozenset(
+            {
+                "test_plugin_identity_is_kept_on_the_handle",
+                "test_an_adopted_handle_keeps_the_plugin_identity",
+            }
+        ),
     ),
     "hard-codes-the-image": Broken(
         """
         def _launch_record(self, spec):
             return replace(super()._launch_record(spec), image="busybox:latest")
         """,
-        frozenset({"test_each_task_runs_its_own_image"}),
+        frozenset(
+            {"test_each_task_runs_its_own_image", "test_the_spec_image_reaches_the_provider"}
+        ),
+    ),
+    "floors-a-fractional-cpu-request": Broken(
+        """
+        def _launch_record(self, spec):
+            launched = super()._launch_record(spec)
+            if launched.cpu is None:
+                return launched
+            return replace(launched, cpu=float(int(launched.cpu)))
+        """,
+        frozenset(
+            {
+                "test_cpu_request_reaches_the_provider_exactly",
+                "test_cpu_request_is_honoured_at_the_provider",
+            }
+        ),
+    ),
+    "rounds-memory-down-to-whole-gib": Broken(
+        """
+        def _launch_record(self, spec):
+            launched = super()._launch_record(spec)
+            if launched.memory_bytes is None:
+                return launched
+            return replace(launched, memory_bytes=launched.memory_bytes >> 30 << 30)
+        """,
+        frozenset(
+            {
+                "test_memory_request_reaches_the_provider_exactly",
+                "test_memory_request_is_enforced_at_the_provider",
+            }
+        ),
+    ),
+    "drops-the-plugin-identity-of-an-adopted-task": Broken(
+        """
+        async def submit(self, spec):
+            handle = await super().submit(spec)
+            key = spec.labels.get("altar.submission")
+            seen = self.__dict__.setdefault("keys", set())
+            if key is not None and key in seen:
+                return replace(handle, plugin_identity=None)  # built from the found object
+            seen.add(key)
+            return handle
+        """,
+        frozenset({"test_an_adopted_handle_keeps_the_plugin_identity"}),
     ),
     "poll-blocks-the-event-loop-for-0.1-s": Broken(
         """
@@ -374,6 +425,7 @@ CASES = {
         frozenset(
             {
                 "test_a_resubmitted_key_adopts_the_running_task",
+                "test_an_adopted_handle_keeps_the_plugin_identity",
                 "test_a_resubmitted_key_adopts_the_finished_task[0]",
                 "test_a_resubmitted_key_adopts_the_finished_task[3]",
                 "test_a_resubmitted_key_adopts_the_task_after_a_restart",
@@ -428,26 +480,75 @@ def _install_entry_point(pytester: pytest.Pytester, name: str) -> None:
     pytester.syspathinsert()
 
 
-def _failed_tests(pytester: pytest.Pytester, broken: Broken) -> set[str]:
+def _run(pytester: pytest.Pytester, broken: Broken, *extra: str) -> pytest.RunResult:
     pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_broken=broken.module())
     if broken.entry_point:
         _install_entry_point(pytester, broken.entry_point)
-    args = ["-p", "no:cacheprovider"]
+    args = ["-p", "no:cacheprovider", "--tb=line", *extra]
     if broken.select:
         args += ["-k", broken.select]
-    recorder = pytester.inline_run(*args)
-    passed, _, failed = recorder.listoutcomes()
+    return pytester.runpytest_inprocess(*args)
+
+
+def _failed_tests(result: pytest.RunResult, broken: Broken) -> set[str]:
+    passed, _, failed = result.reprec.listoutcomes()  # type: ignore[attr-defined]
     assert passed or broken.select, "the broken backend passed nothing: the module is broken"
     return {report.nodeid.rsplit("::", 1)[-1] for report in failed}
+
+
+def _crash_lines(result: pytest.RunResult) -> list[str]:
+    """The one line ``--tb=line`` prints per failure: ``path:line: message``."""
+    return [line for line in result.outlines if re.match(r"^/\S+\.py:\d+: ", line)]
 
 
 @pytest.mark.parametrize("defect", sorted(CASES))
 def test_suite_fails_a_backend_that_breaks_one_rule(pytester: pytest.Pytester, defect: str) -> None:
     broken = CASES[defect]
-    assert _failed_tests(pytester, broken) == broken.expected_failures
+    result = _run(pytester, broken)
+    assert _failed_tests(result, broken) == broken.expected_failures
+    # Each failure explains itself in the one line --tb=line prints: what the suite saw and
+    # what the contract wants, even with assertion rewriting off (an installed plugin whose
+    # modules pytest did not rewrite).
+    lines = _crash_lines(result)
+    assert len(lines) == len(broken.expected_failures), result.outlines
+    unexplained = [line for line in lines if "expected" not in line.partition(": ")[2]]
+    assert not unexplained, unexplained
+
+
+@pytest.mark.parametrize("defect", ["declares-no-verification-mode", "hard-codes-the-image"])
+def test_failures_explain_themselves_without_assertion_rewriting(
+    pytester: pytest.Pytester, defect: str
+) -> None:
+    broken = CASES[defect]
+    result = _run(pytester, broken, "--assert=plain")
+    assert _failed_tests(result, broken) == broken.expected_failures
+    lines = _crash_lines(result)
+    assert lines, result.outlines
+    unexplained = [line for line in lines if "expected" not in line.partition(": ")[2]]
+    assert not unexplained, unexplained
 
 
 def test_the_unbroken_reference_passes_the_same_harness(pytester: pytest.Pytester) -> None:
     control = Broken("pass", frozenset())
-    assert _failed_tests(pytester, control) == set()
+    assert _failed_tests(_run(pytester, control), control) == set()
+
+
+def test_a_leave_task_created_hook_written_for_0_2_still_works(pytester: pytest.Pytester) -> None:
+    # 0.2's signature (backend, spec), reaching into the backend as 0.2 authors had to.
+    legacy = Broken(
+        "pass",
+        frozenset(),
+        contract_body="""
+        def leave_task_created(self, backend, spec):
+            launched = backend._launch_record(spec)
+            return backend.fabric.launch(spec, launched, None, None, backend.data_root, start=False)
+        """,
+        select="only_created",
+    )
+    result = _run(pytester, legacy, "-rA")
+    passed, _, _ = result.reprec.listoutcomes()  # type: ignore[attr-defined]
+    assert [r.nodeid.rsplit("::", 1)[-1] for r in passed] == [
+        "test_a_resubmitted_key_starts_a_task_that_was_only_created"
+    ], result.outlines
+    result.stdout.fnmatch_lines(["*DeprecationWarning*leave_task_created(backend, spec)*"])

@@ -40,8 +40,25 @@ def test_the_page_shows_the_whole_backend_its_fake_and_its_contract_test() -> No
         "class FakeProcesses:",
         "class TestSubprocessBackend(ExecutionBackendContract):",
         "def launched_task(",
+        # the durable runtime, where the hard problems are, and the test module's imports
+        "class LocalProcesses:",
+        "_SHIM = ",
+        "def _alive(pid: int) -> bool:",
+        "from altar.conformance import ExecutionBackendContract",
     ):
         assert part in shown, f"{PAGE.name} does not show {part!r}"
     # launched_task reports what the fake received, not what the backend was configured with
     assert "LaunchedTask(process.image," in shown
     assert "backend.host_image, process" not in shown
+
+
+def test_the_page_includes_both_files_whole() -> None:
+    # The site shows the complete files as CI runs them; the checkout shows where they are.
+    text = PAGE.read_text()
+    for source in (
+        "../examples/subprocess_backend.py",
+        "../../conformance/tests/test_example_backend.py",
+    ):
+        directive = f"```{{literalinclude}} {source}\n:language: python\n```"
+        assert directive in text, f"{PAGE.name} does not include {source} whole"
+        assert (PAGE.parent / source).resolve().is_file(), f"{source} does not exist"

@@ -43,3 +43,16 @@ def launched_from_template(template: dict[str, Any], launched_task: type) -> Any
         memory_bytes=memory_of(limits.get("memory")),
         gpu_count=int(limits.get("nvidia.com/gpu", "0")),
     )
+
+
+def provider_task_from_template(template: dict[str, Any], provider_task: type) -> Any:
+    """The ``main`` container as the cluster holds it: image, reserved CPUs, memory limit."""
+    [main] = [c for c in template["spec"]["containers"] if c["name"] == "main"]
+    resources = main.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    return provider_task(
+        image=main["image"],
+        cpu=cpu_of(limits.get("cpu") or requests.get("cpu")),
+        memory_bytes=memory_of(limits.get("memory")),
+    )

@@ -22,11 +22,12 @@ from altar.execution import (
     Transfer,
 )
 
-from .launched import launched_from_template
+from .launched import launched_from_template, provider_task_from_template
 
 conformance = pytest.importorskip("altar.conformance")
 ExecutionBackendContract = conformance.ExecutionBackendContract
 LaunchedTask = conformance.LaunchedTask
+ProviderTask = conformance.ProviderTask
 
 
 def _fake(backend: ExecutionBackend) -> FakeApiServer:
@@ -104,6 +105,12 @@ class TestKubernetesBackendContract(ExecutionBackendContract):  # type: ignore[m
         _, _, job = _job(backend, handle)
         template = job["spec"]["template"]
         return launched_from_template(template, LaunchedTask)
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> Any:
+        # The Job the fake apiserver stored: the main container's image, the CPUs the
+        # scheduler reserves (requests) and the memory limit the kubelet enforces.
+        _, _, job = _job(backend, handle)
+        return provider_task_from_template(job["spec"]["template"], ProviderTask)
 
     def unsupported_specs(self, spec: ContainerTaskSpec) -> list[ContainerTaskSpec]:
         digest = "sha256:" + "0" * 64

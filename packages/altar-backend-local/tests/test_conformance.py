@@ -9,7 +9,7 @@ import pytest
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.backends.local.fake import FakeDockerRuntime
 from altar.backends.local.render import timeout_from_labels
-from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTask
 from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
 
 
@@ -53,6 +53,13 @@ class TestLocalBackendConformance(ExecutionBackendContract):
             memory_bytes=request.memory_bytes,
             gpu_count=request.gpu_count,
         )
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask | None:
+        # The create request the engine keeps: NanoCpus is the CFS quota it enforces, and
+        # Memory (with MemorySwap) the limit its OOM killer applies.
+        request = _engine(backend).containers[handle.external_id].request
+        cpu = request.nano_cpus / 1e9 if request.nano_cpus is not None else None
+        return ProviderTask(image=request.image, cpu=cpu, memory_bytes=request.memory_bytes)
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
         assert isinstance(backend, LocalDockerExecutionBackend)

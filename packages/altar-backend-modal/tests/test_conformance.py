@@ -16,6 +16,7 @@ if not hasattr(conformance, "ExecutionBackendContract"):
 
 ExecutionBackendContract = conformance.ExecutionBackendContract
 LaunchedTask = conformance.LaunchedTask
+ProviderTask = conformance.ProviderTask
 
 
 def _fake(backend: ExecutionBackend) -> FakeModalRuntime:
@@ -60,6 +61,16 @@ class TestModalBackendContract(ExecutionBackendContract):  # type: ignore[misc, 
             cpu=request.cpu[1] if request.cpu else None,
             memory_bytes=request.memory_mib[1] * 1024 * 1024 if request.memory_mib else None,
             gpu_count=int(request.gpu.rpartition(":")[2]) if request.gpu else 0,
+        )
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> object:
+        # What the sandbox was created with: the image, and the CPU and memory limits Modal
+        # enforces (the second of each (request, limit) pair).
+        request = _fake(backend).sandboxes[handle.external_id].request
+        return ProviderTask(
+            image=request.image,
+            cpu=request.cpu[1] if request.cpu else None,
+            memory_bytes=request.memory_mib[1] * 1024 * 1024 if request.memory_mib else None,
         )
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:

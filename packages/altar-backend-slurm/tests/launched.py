@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from altar.backends.slurm.fake import ReadScript
 from altar.backends.slurm.render import parse_comment
-from altar.conformance import LaunchedTask
+from altar.conformance import LaunchedTask, ProviderTask
 
 # docker/podman run options that take the next word as their value
 _VALUED = {"--name", "--volume", "--user", "--gpus", "--env", "-H", "--host"}
@@ -38,4 +38,17 @@ def launched_task(script: ReadScript) -> LaunchedTask:
         cpu=cpu,
         memory_bytes=memory,
         gpu_count=int(gres.rsplit(":", 1)[1]) if gres else 0,
+    )
+
+
+def provider_task(script: ReadScript) -> ProviderTask:
+    """The job as Slurm holds it: its allocation (``--cpus-per-task`` is whole cores, ``--mem``
+    MiB) and the image its container runs."""
+    cpus = script.directives.get("--cpus-per-task")
+    mem = script.directives.get("--mem")
+    assert mem is None or mem.endswith("M"), f"unexpected --mem {mem!r}"
+    return ProviderTask(
+        image=launched_task(script).image,
+        cpu=float(cpus) if cpus else None,
+        memory_bytes=int(mem.removesuffix("M")) << 20 if mem else None,
     )

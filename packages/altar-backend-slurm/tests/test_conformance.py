@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 from altar.backends.slurm import SlurmExecutionBackend
 from altar.backends.slurm.fake import FakeLoginNode
-from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTask
 from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
 
 from .conftest import MAX_TIME_S
-from .launched import launched_task
+from .launched import launched_task, provider_task
 
 
 def _node(backend: ExecutionBackend) -> FakeLoginNode:
@@ -51,6 +51,11 @@ class TestSlurmBackendContract(ExecutionBackendContract):
 
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask:
         return launched_task(_node(backend).launched(handle.external_id))
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask:
+        # What sbatch was given: the allocation Slurm makes (whole cores, --mem in MiB) and
+        # the image the job's container runs.
+        return provider_task(_node(backend).launched(handle.external_id))
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
         assert isinstance(backend, SlurmExecutionBackend)

@@ -24,7 +24,7 @@ from altar.backends.slurm import CommandResult, LocalLoginNode, SlurmExecutionBa
 from altar.backends.slurm.fake import read_script
 from altar.backends.slurm.runtime import LoginNode
 from altar.backends.slurm.sdk_runtime import SshLoginNode
-from altar.conformance import ExecutionBackendContract, LaunchedTask
+from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTask
 from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
 
 from .launched import launched_task
@@ -198,6 +198,26 @@ class _RealSlurmContract(ExecutionBackendContract):
 
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask:
         return launched_task(read_script(Path(self._script(backend, handle)).read_text()))
+
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask:
+        # What slurmctld holds for the job (its allocation: whole cores, memory per node),
+        # and the image its batch script runs.
+        job_id, _ = _job(handle)
+        fields = dict(
+            field.split("=", 1)
+            for field in _run(["scontrol", "show", "job", "-o", job_id]).split()
+            if "=" in field
+        )
+        # scontrol prints memory in its own unit, 1536M as "1.50G" (two decimals: exact here)
+        memory = fields.get("MinMemoryNode", "0")
+        unit = {"M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(memory[-1:])
+        assert unit or memory == "0", f"unexpected MinMemoryNode={memory!r}"
+        script = read_script(Path(self._script(backend, handle)).read_text())
+        return ProviderTask(
+            image=launched_task(script).image,
+            cpu=float(fields["MinCPUsNode"]) if "MinCPUsNode" in fields else None,
+            memory_bytes=round(float(memory[:-1]) * unit) if unit else None,
+        )
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend:
         return SlurmExecutionBackend(**self._options)

@@ -17,7 +17,7 @@ from altar.conformance.__about__ import __version__
 if TYPE_CHECKING:
     from altar.conformance.compare import compare_with_reference
     from altar.conformance.contract import ExecutionBackendContract
-    from altar.conformance.launched import LaunchedTask
+    from altar.conformance.launched import LaunchedTask, ProviderTask
     from altar.conformance.reference import InProcessExecutionBackend, InProcessFabric
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "InProcessExecutionBackend",
     "InProcessFabric",
     "LaunchedTask",
+    "ProviderTask",
     "__version__",
     "compare_with_reference",
 ]
@@ -32,12 +33,21 @@ __all__ = [
 _EXPORTS = {
     "ExecutionBackendContract": "altar.conformance.contract",
     "LaunchedTask": "altar.conformance.launched",
+    "ProviderTask": "altar.conformance.launched",
     "InProcessExecutionBackend": "altar.conformance.reference",
     "InProcessFabric": "altar.conformance.reference",
     "compare_with_reference": "altar.conformance.compare",
 }
 
-_SUITE_MODULES = ("altar.conformance.contract", "altar.conformance.reference_contract")
+# Every module of the suite that asserts: pytest rewrites their plain asserts (values shown)
+# whether the distribution is installed as a wheel or editable.
+_SUITE_MODULES = (
+    "altar.conformance._polling",
+    "altar.conformance.adoption",
+    "altar.conformance.contract",
+    "altar.conformance.provider",
+    "altar.conformance.reference_contract",
+)
 
 
 def _register_suite_for_assert_rewriting() -> None:
@@ -59,7 +69,7 @@ def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if module_name == "altar.conformance.contract":
+    if module_name in _SUITE_MODULES:
         _register_suite_for_assert_rewriting()
     # Not cached in this module's globals: the package stays imported (the pytest plugin
     # lives in it) while a pytester session may drop and re-import the suite's modules.

@@ -11,12 +11,15 @@ Backends that do not declare it skip these checks with the reason.
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from altar.conformance._polling import ACTIVE, poll, poll_one
+from altar.conformance._polling import ACTIVE, expect_state, expect_states, poll, poll_one
 from altar.execution import (
+    LABEL_SUBMISSION,
     ContainerTaskSpec,
     ExecutionBackend,
     TaskHandle,
@@ -28,6 +31,9 @@ from altar.execution import (
 __all__ = ["AdoptionChecks", "keyed", "submission_key"]
 
 CONFORMANCE_RUN = "altar-conformance-run"
+
+# A plugin identity as a plan or journal carries it (plain data, not None).
+ADOPTED_IDENTITY = {"plugin": "altar-conformance", "version": "0.2", "kind": "adopted"}
 
 asyncio_test = pytest.mark.asyncio
 
@@ -58,16 +64,39 @@ class AdoptionChecks:
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
         raise NotImplementedError
 
-    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
+    def leave_task_created(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec, key: str
+    ) -> str | None:
         """Make the fake hold a provider object for ``spec`` that was created but never
-        started (a submit killed between create and start), as the backend's own submit
-        would have created it; return its ``external_id``, or None if the provider has no
-        such state (or the hook is not implemented)."""
+        started (a submit killed between create and start), under the submission key ``key``
+        (``spec``'s ``altar.submission`` label), as the provider's create would record it.
+
+        Return the ``external_id`` the backend's ``submit`` returns for that object: the id
+        the fake's create answered, or, for a backend that names objects by key, the name its
+        documented public naming function gives ``key``. None: the provider has no such state
+        (or the hook is not implemented). Overrides written for 0.2's ``(backend, spec)``
+        still work, with a DeprecationWarning.
+        """
         return None
+
+    def _leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
+        hook: Any = self.leave_task_created
+        key = spec.labels[LABEL_SUBMISSION]
+        if len(inspect.signature(hook).parameters) == 2:
+            warnings.warn(
+                f"{type(self).__name__}.leave_task_created(backend, spec) is deprecated; "
+                "accept the submission key too: leave_task_created(backend, spec, key)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            created: str | None = hook(backend, spec)
+            return created
+        created = hook(backend, spec, key)
+        return created
 
     def test_adopts_submissions_is_a_bool(self, backend: ExecutionBackend) -> None:
         flag = getattr(type(backend), "adopts_submissions", False)
-        assert isinstance(flag, bool), f"adopts_submissions must be a bool, got {flag!r}"
+        assert isinstance(flag, bool), f"adopts_submissions is {flag!r}, expected a bool"
 
     @asyncio_test
     async def test_a_resubmitted_key_adopts_the_running_task(
@@ -78,15 +107,38 @@ class AdoptionChecks:
         first = await backend.submit(submission)
         again = await backend.submit(submission)
         assert again.external_id == first.external_id, (
-            "a submit whose altar.submission label matches a task this backend created must "
-            f"return a handle to that task, not start another ({first.external_id!r}, then "
-            f"{again.external_id!r})"
+            f"the resubmitted key returned {again.external_id!r}, expected {first.external_id!r}:"
+            " a submit whose altar.submission label matches a task this backend created "
+            "returns a handle to that task, never another"
         )
-        assert again.labels == submission.labels
-        assert (await poll_one(backend, again)).state in ACTIVE
+        assert again.labels == submission.labels, (
+            f"the adopted handle carries labels {again.labels!r}, expected the submitted "
+            f"spec's {submission.labels!r}"
+        )
+        rule = "a resubmitted key adopts the running task"
+        expect_state(await poll_one(backend, again), ACTIVE, rule)
         self.finish_task(backend, first, exit_code=0)
         statuses = await poll(backend, [first, again])
-        assert [s.state for s in statuses] == [TaskState.SUCCEEDED, TaskState.SUCCEEDED]
+        expect_states(statuses, [TaskState.SUCCEEDED, TaskState.SUCCEEDED], rule)
+
+    @asyncio_test
+    async def test_an_adopted_handle_keeps_the_plugin_identity(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec
+    ) -> None:
+        _require_adoption(backend)
+        submission = replace(keyed(spec), plugin_identity=dict(ADOPTED_IDENTITY))
+        first = await backend.submit(submission)
+        again = await backend.submit(submission)
+        assert again.external_id == first.external_id, (
+            f"the resubmitted key started another task ({first.external_id!r}, then "
+            f"{again.external_id!r}); expected the same one"
+        )
+        assert again.plugin_identity == ADOPTED_IDENTITY, (
+            "a handle returned for an adopted task must carry the spec's plugin_identity, as "
+            f"a fresh submit's does (got {again.plugin_identity!r}, expected "
+            f"{ADOPTED_IDENTITY!r}); return mint_handle(self.name, spec, external_id) on the "
+            "adoption path too"
+        )
 
     @pytest.mark.parametrize("exit_code", [0, 3])
     @asyncio_test
@@ -97,18 +149,23 @@ class AdoptionChecks:
         submission = keyed(spec)
         first = await backend.submit(submission)
         self.finish_task(backend, first, exit_code=exit_code)
-        outcome = await poll_one(backend, first)
-        assert outcome.state.is_terminal
+        expected = TaskState.SUCCEEDED if exit_code == 0 else TaskState.FAILED
+        outcome = expect_state(await poll_one(backend, first), expected, f"exit {exit_code}")
         again = await backend.submit(submission)
         assert again.external_id == first.external_id, (
-            "a finished task with the same altar.submission key must be adopted, not replaced: "
-            "the runner resubmits after an in-doubt submit, and the task already ran"
+            f"the resubmitted key of a finished task returned {again.external_id!r}, expected "
+            f"{first.external_id!r}: a finished task with the same altar.submission key is "
+            "adopted, not replaced (the runner resubmits after an in-doubt submit)"
         )
         adopted = await poll_one(backend, again)
         assert adopted.state is outcome.state, (
-            f"the adopted task reads as {adopted.state}, but it had finished as {outcome.state}"
+            f"the adopted task reads as {adopted.state.name}, expected {outcome.state.name} "
+            "(how it had finished)"
         )
-        assert adopted.failure == outcome.failure
+        assert adopted.failure == outcome.failure, (
+            f"the adopted task's failure is {adopted.failure!r}, but it had finished with "
+            f"{outcome.failure!r}"
+        )
 
     @asyncio_test
     async def test_a_resubmitted_key_adopts_the_task_after_a_restart(
@@ -124,10 +181,11 @@ class AdoptionChecks:
             )
         again = await fresh.submit(submission)
         assert again.external_id == first.external_id, (
-            "a restarted process must find the task by its altar.submission label on the "
+            f"a restarted process's resubmit returned {again.external_id!r}, expected "
+            f"{first.external_id!r}: find the task by its altar.submission label on the "
             "provider, not in the memory of the process that submitted it"
         )
-        assert (await poll_one(fresh, again)).state in ACTIVE
+        expect_state(await poll_one(fresh, again), ACTIVE, "a restarted process adopts the task")
 
     @asyncio_test
     async def test_a_resubmitted_key_starts_a_task_that_was_only_created(
@@ -135,34 +193,39 @@ class AdoptionChecks:
     ) -> None:
         _require_adoption(backend)
         submission = keyed(spec)
-        created = self.leave_task_created(backend, submission)
+        created = self._leave_task_created(backend, submission)
         if created is None:
             pytest.skip(
                 "leave_task_created hook not implemented (or the provider has no created "
                 "state), so adopting a created-but-never-started task is unchecked"
             )
+        rule = "a created-but-never-started task is started by the resubmit"
+        expect_state(await poll_one(backend, _handle(backend, created, submission)), ACTIVE, rule)
         handle = await backend.submit(submission)
         assert handle.external_id == created, (
-            "a task created under this altar.submission key but never started must be "
-            f"started, not created again ({created!r}, then {handle.external_id!r})"
+            f"the resubmit returned {handle.external_id!r}, expected {created!r}: a task "
+            "created under this altar.submission key but never started is started, not "
+            "created again"
         )
-        assert (await poll_one(backend, handle)).state in ACTIVE
+        expect_state(await poll_one(backend, handle), ACTIVE, rule)
         self.finish_task(backend, handle, exit_code=0)
-        assert (await poll_one(backend, handle)).state is TaskState.SUCCEEDED
+        expect_state(await poll_one(backend, handle), TaskState.SUCCEEDED, rule)
 
     @asyncio_test
     async def test_another_attempt_is_another_task(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         _require_adoption(backend)
+        rule = "another attempt is another task"
         first = await backend.submit(keyed(spec, attempt=1))
         self.finish_task(backend, first, exit_code=3)
-        assert (await poll_one(backend, first)).state is TaskState.FAILED
+        expect_state(await poll_one(backend, first), TaskState.FAILED, rule)
         second = await backend.submit(keyed(spec, attempt=2))
         assert second.external_id != first.external_id, (
-            "a new attempt carries a new altar.submission key and must run as a new task"
+            f"both attempts got {first.external_id!r}, expected two tasks: a new attempt "
+            "carries a new altar.submission key and runs as a new task"
         )
-        assert (await poll_one(backend, second)).state in ACTIVE
+        expect_state(await poll_one(backend, second), ACTIVE, rule)
 
     @asyncio_test
     async def test_list_submissions_finds_every_task_of_the_run(
@@ -183,16 +246,26 @@ class AdoptionChecks:
                 "find the provider objects its journal does not know"
             )
         assert isinstance(found, list), f"list_submissions must return a list, got {found!r}"
-        assert all(isinstance(h, TaskHandle) for h in found), found
+        strays = [h for h in found if not isinstance(h, TaskHandle)]
+        assert not strays, f"list_submissions must return TaskHandles, got {strays!r}"
         by_id = {h.external_id: h for h in found}
-        assert set(by_id) == {running.external_id, finished.external_id}, (
+        wanted = {running.external_id, finished.external_id}
+        assert set(by_id) == wanted, (
             "list_submissions(run) must return one handle per provider object labelled "
-            f"altar.run == {CONFORMANCE_RUN!r}, running or finished, and nothing else"
+            f"altar.run == {CONFORMANCE_RUN!r}, running or finished, and nothing else "
+            f"(got {sorted(by_id)}, expected {sorted(wanted)})"
         )
         for mine in (running, finished):
             listed = by_id[mine.external_id]
-            assert listed.backend == backend.name
+            assert listed.backend == backend.name, (
+                f"a listed handle names backend {listed.backend!r}, expected {backend.name!r}"
+            )
             carried = {key: listed.labels.get(key) for key in mine.labels}
             assert carried == mine.labels, (
-                "a listed handle carries the labels its task was submitted with"
+                "a listed handle carries the labels its task was submitted with "
+                f"(got {carried!r}, expected {mine.labels!r})"
             )
+
+
+def _handle(backend: ExecutionBackend, external_id: str, spec: ContainerTaskSpec) -> TaskHandle:
+    return TaskHandle(backend.name, external_id, dict(spec.labels), spec.plugin_identity)

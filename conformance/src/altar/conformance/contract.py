@@ -28,16 +28,21 @@ environment and resources; the image always comes from ``spec``.
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Awaitable
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 from altar.conformance._polling import (
     ACTIVE,
     MISSING_TASK_ID,
     POLL_BOUND_S,
+    expect_failure,
+    expect_state,
+    expect_states,
     missing_handle,
     poll,
     poll_one,
@@ -45,6 +50,7 @@ from altar.conformance._polling import (
 from altar.conformance.adoption import AdoptionChecks
 from altar.conformance.launched import GIB, LaunchedTask
 from altar.conformance.looplag import measure_blocking
+from altar.conformance.provider import ProviderChecks
 from altar.execution import (
     EXECUTION_BACKEND_GROUP,
     BackendUnavailableError,
@@ -113,12 +119,14 @@ CONFORMANCE_LABELS = {
 
 asyncio_test = pytest.mark.asyncio
 
+T = TypeVar("T")
+
 
 def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class ExecutionBackendContract(AdoptionChecks):
+class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
     """Subclass in a test module to run the portability suite against one backend.
 
     Required: the ``backend`` fixture and the hooks ``finish_task``, ``expire_task`` and
@@ -249,8 +257,12 @@ class ExecutionBackendContract(AdoptionChecks):
                 "reopen hook not implemented, so handle durability across a restart is "
                 "unchecked; return a fresh backend on the same fake provider to check it"
             )
-        assert fresh is not backend, "reopen must build a new backend instance"
-        assert isinstance(fresh, ExecutionBackend), f"reopen returned {fresh!r}"
+        assert fresh is not backend, (
+            "reopen returned the backend under test, expected a new instance"
+        )
+        assert isinstance(fresh, ExecutionBackend), (
+            f"reopen returned {fresh!r}, expected an ExecutionBackend"
+        )
         return fresh
 
     async def _submit_or_skip(
@@ -273,10 +285,18 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(spec)
         assert isinstance(handle, TaskHandle), f"submit must return a TaskHandle, got {handle!r}"
-        assert handle.backend == backend.name
-        assert handle.external_id, "the handle needs a non-empty external_id"
-        assert handle.labels == spec.labels
-        assert handle.plugin_identity == spec.plugin_identity
+        assert handle.backend == backend.name, (
+            f"the handle names backend {handle.backend!r}, expected {backend.name!r} (the "
+            "backend's name)"
+        )
+        assert handle.external_id, f"the handle needs a non-empty external_id, got {handle!r}"
+        assert handle.labels == spec.labels, (
+            f"the handle carries labels {handle.labels!r}, expected the spec's {spec.labels!r}"
+        )
+        assert handle.plugin_identity == spec.plugin_identity, (
+            f"the handle carries plugin_identity {handle.plugin_identity!r}, expected the "
+            f"spec's {spec.plugin_identity!r}"
+        )
 
     @asyncio_test
     async def test_plugin_identity_is_kept_on_the_handle(
@@ -285,12 +305,14 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await backend.submit(replace(spec, plugin_identity=dict(PLUGIN_IDENTITY)))
         assert handle.plugin_identity == PLUGIN_IDENTITY, (
             "submit must copy spec.plugin_identity onto the handle: the runner records which "
-            f"plugin produced a task from it (got {handle.plugin_identity!r})"
+            f"plugin produced a task from it (got {handle.plugin_identity!r}, expected "
+            f"{PLUGIN_IDENTITY!r})"
         )
 
     @asyncio_test
     async def test_poll_empty_returns_empty(self, backend: ExecutionBackend) -> None:
-        assert await backend.poll([]) == []
+        statuses = await backend.poll([])
+        assert statuses == [], f"poll([]) must return [], got {statuses!r}"
 
     @asyncio_test
     async def test_poll_returns_one_normalized_status_per_handle(
@@ -298,14 +320,20 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(spec)
         statuses = await poll(backend, [handle])
-        assert len(statuses) == 1
+        assert len(statuses) == 1, f"one handle polled, {len(statuses)} statuses returned"
 
     @asyncio_test
     async def test_capacity_and_path_resolver_types(self, backend: ExecutionBackend) -> None:
-        assert isinstance(await backend.capacity(), Capacity)
+        capacity = await backend.capacity()
+        assert isinstance(capacity, Capacity), (
+            f"capacity() must return a Capacity, got {capacity!r}"
+        )
         resolver = backend.path_resolver()
-        assert isinstance(resolver, PathResolver)
-        assert resolver.resolve("jobs/J/x") == resolver.resolve("jobs/J/x")
+        assert isinstance(resolver, PathResolver), (
+            f"path_resolver() must return a PathResolver, got {resolver!r}"
+        )
+        first, second = resolver.resolve("jobs/J/x"), resolver.resolve("jobs/J/x")
+        assert first == second, f"resolving jobs/J/x twice gave {first!r}, then {second!r}"
 
     @asyncio_test
     async def test_zero_exit_succeeds_without_failure(
@@ -314,8 +342,7 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=0)
         status = await poll_one(backend, handle)
-        assert status.state is TaskState.SUCCEEDED
-        assert status.failure is None
+        expect_state(status, TaskState.SUCCEEDED, "exit 0 is success")
 
     @asyncio_test
     async def test_nonzero_exit_fails_with_stable_exit_reason(
@@ -324,12 +351,15 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=3)
         status = await poll_one(backend, handle)
-        assert status.state is TaskState.FAILED
+        rule = "exit 3 fails with reason exit_3 (an application exit code is deterministic)"
+        expect_failure(status, "exit_3", deterministic=True, rule=rule)
         assert status.failure is not None
-        assert status.failure.reason == "exit_3"
-        assert status.failure.exit_code == 3
-        assert status.failure.deterministic, "an application exit code is deterministic"
-        assert status.failure.detail, "a failure needs a human-readable detail"
+        assert status.failure.exit_code == 3, (
+            f"{rule}: exit_code is {status.failure.exit_code!r}, expected 3"
+        )
+        assert status.failure.detail, (
+            f"a failure needs a human-readable detail, got {status.failure.detail!r}"
+        )
 
     @asyncio_test
     async def test_poll_preserves_handle_order(
@@ -340,8 +370,12 @@ class ExecutionBackendContract(AdoptionChecks):
         self.finish_task(backend, succeeded, exit_code=0)
         self.finish_task(backend, failed, exit_code=1)
         statuses = await poll(backend, [failed, succeeded])
-        assert [s.handle.labels["shard"] for s in statuses] == ["1", "0"]
-        assert [s.state for s in statuses] == [TaskState.FAILED, TaskState.SUCCEEDED]
+        shards = [s.handle.labels.get("shard") for s in statuses]
+        assert shards == ["1", "0"], (
+            f"polled shards ['1', '0'] in that order; the statuses name shards {shards}"
+        )
+        rule = "poll returns the statuses in the order of the handles"
+        expect_states(statuses, [TaskState.FAILED, TaskState.SUCCEEDED], rule)
 
     @asyncio_test
     async def test_resubmitting_an_active_spec_does_not_run_it_twice_at_once(
@@ -349,21 +383,29 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         first = await backend.submit(spec)
         second = await backend.submit(spec)  # must not raise
-        assert second.labels == spec.labels
-        assert second.plugin_identity == spec.plugin_identity
+        assert second.labels == spec.labels, (
+            f"the resubmit's handle carries labels {second.labels!r}, expected {spec.labels!r}"
+        )
+        assert second.plugin_identity == spec.plugin_identity, (
+            f"the resubmit's handle carries plugin_identity {second.plugin_identity!r}, "
+            f"expected {spec.plugin_identity!r}"
+        )
         self.finish_task(backend, first, exit_code=0)
         if second.external_id == first.external_id:
             # Adopted: both handles name the one running task.
             statuses = await poll(backend, [first, second])
-            assert [s.state for s in statuses] == [TaskState.SUCCEEDED, TaskState.SUCCEEDED]
+            rule = "an adopted resubmit names the one task"
+            expect_states(statuses, [TaskState.SUCCEEDED, TaskState.SUCCEEDED], rule)
         else:
             # A second, independent task: finishing the first must not finish it.
             status = await poll_one(backend, second)
             assert not status.state.is_terminal, (
-                "a resubmitted task finished together with the first submission"
+                "a resubmitted task finished together with the first submission (it reads as "
+                f"{status.state.name}, expected PENDING or RUNNING until it ends itself)"
             )
             self.finish_task(backend, second, exit_code=0)
-            assert (await poll_one(backend, second)).state is TaskState.SUCCEEDED
+            rule = "the second, independent task finishes on its own"
+            expect_state(await poll_one(backend, second), TaskState.SUCCEEDED, rule)
 
     @pytest.mark.parametrize("first_exit", [0, 3])
     @asyncio_test
@@ -373,28 +415,25 @@ class ExecutionBackendContract(AdoptionChecks):
         first = await backend.submit(spec)
         self.finish_task(backend, first, exit_code=first_exit)
         expected = TaskState.SUCCEEDED if first_exit == 0 else TaskState.FAILED
-        assert (await poll_one(backend, first)).state is expected
+        expect_state(await poll_one(backend, first), expected, f"exit {first_exit}")
         again = await backend.submit(spec)
-        assert again.labels == spec.labels
+        assert again.labels == spec.labels, (
+            f"the resubmit's handle carries labels {again.labels!r}, expected {spec.labels!r}"
+        )
         rerun = await poll_one(backend, again)
         assert not rerun.state.is_terminal, (
-            f"a resubmitted spec must run again, not reuse the finished task's outcome "
-            f"({rerun.state})"
+            "a resubmitted spec must run again, not reuse the finished task's outcome (it reads "
+            f"as {rerun.state.name}, expected PENDING or RUNNING)"
         )
         self.finish_task(backend, again, exit_code=0)
         final = await poll_one(backend, again)
-        assert final.state is TaskState.SUCCEEDED
-        assert final.failure is None
+        expect_state(final, TaskState.SUCCEEDED, "the rerun succeeds on its own exit code")
 
     @asyncio_test
     async def test_missing_task_is_a_terminal_failure(self, backend: ExecutionBackend) -> None:
         status = await poll_one(backend, missing_handle(backend))
-        assert status.state is TaskState.FAILED, (
-            f"a task the provider cannot find must fail, not stay {status.state}"
-        )
-        assert status.failure is not None
-        assert status.failure.reason == "container_missing"
-        assert not status.failure.deterministic, "a missing task may be retried"
+        rule = "a task the provider cannot find fails as container_missing (it may be retried)"
+        expect_failure(status, "container_missing", deterministic=False, rule=rule)
 
     @asyncio_test
     async def test_failure_detail_returns_the_end_of_a_failed_tasks_log(
@@ -404,32 +443,50 @@ class ExecutionBackendContract(AdoptionChecks):
         lines = [f"log line {i}" for i in range(100)]
         wrote = self.write_task_log(backend, handle, lines)
         self.finish_task(backend, handle, exit_code=3)
-        assert (await poll_one(backend, handle)).state is TaskState.FAILED
+        expect_state(await poll_one(backend, handle), TaskState.FAILED, "exit 3")
         detail = await backend.failure_detail(handle)
-        assert detail is None or isinstance(detail, str)
+        assert detail is None or isinstance(detail, str), (
+            f"failure_detail must return a str or None, got {detail!r}"
+        )
         if wrote:
             assert detail is not None, "the task has a log, so failure_detail must return it"
-            assert detail.rstrip("\n").splitlines()[-1] == "log line 99"
-            assert "log line 0" not in detail, "failure_detail returns the tail of the log"
+            last = (detail.rstrip("\n").splitlines() or [""])[-1]
+            assert last == "log line 99", (
+                f"failure_detail ends with {last!r}, expected the log's last line 'log line 99'"
+            )
+            assert "log line 0" not in detail, (
+                "failure_detail returns the tail of the log, but it holds the first of 100 "
+                f"lines ({len(detail.splitlines())} lines returned)"
+            )
 
     @asyncio_test
     async def test_failure_detail_of_a_missing_task_does_not_raise(
         self, backend: ExecutionBackend
     ) -> None:
-        detail = await backend.failure_detail(missing_handle(backend))
-        assert detail is None or isinstance(detail, str)
+        detail = await _quietly(
+            backend.failure_detail(missing_handle(backend)), "failure_detail of a missing task"
+        )
+        assert detail is None or isinstance(detail, str), (
+            f"failure_detail of a missing task must return a str or None, got {detail!r}"
+        )
 
     @asyncio_test
     async def test_timeout_reaches_the_platform(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         unlimited = await backend.submit(replace(spec, timeout_s=None))
-        assert self.launched_timeout(backend, unlimited) == self.unlimited_timeout_s, (
+        seen = self.launched_timeout(backend, unlimited)
+        assert seen == self.unlimited_timeout_s, (
             "a task without timeout_s must get no limit, or the provider's maximum when it "
-            "caps task lifetime (set unlimited_timeout_s)"
+            f"caps task lifetime (set unlimited_timeout_s): launched with {seen!r}, expected "
+            f"{self.unlimited_timeout_s!r}"
         )
         limited = await backend.submit(replace(spec, timeout_s=CONFORMANCE_TIMEOUT_S))
-        assert self.launched_timeout(backend, limited) == CONFORMANCE_TIMEOUT_S
+        seen = self.launched_timeout(backend, limited)
+        assert seen == CONFORMANCE_TIMEOUT_S, (
+            f"timeout_s={CONFORMANCE_TIMEOUT_S} must reach the provider as the limit; it "
+            f"launched with {seen!r}"
+        )
 
     @asyncio_test
     async def test_expired_task_fails_with_timeout_reason(
@@ -438,13 +495,11 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await backend.submit(replace(spec, timeout_s=CONFORMANCE_TIMEOUT_S))
         self.expire_task(backend, handle)
         status = await poll_one(backend, handle)
-        assert status.state is TaskState.FAILED
-        assert status.failure is not None
-        assert status.failure.reason == "timeout"
-        assert not status.failure.deterministic, (
-            "a timeout is not deterministic: the same task may finish in time on a faster "
-            "machine or a quieter provider"
+        rule = (
+            "an expired task fails as timeout, not deterministic (the same task may finish in "
+            "time on a faster machine or a quieter provider)"
         )
+        expect_failure(status, "timeout", deterministic=False, rule=rule)
 
     @asyncio_test
     async def test_input_digest_mismatch_is_rejected_before_compute(
@@ -484,16 +539,13 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         mode = backend.input_digest_verification
         if mode == "staging":
-            with pytest.raises(TransferIntegrityError, match=match):
-                await backend.stage_inputs([transfer])
+            await _expect_staging_refused(backend, transfer, match)
         elif mode == "task":
             handle = await backend.submit(replace(spec, inputs=[transfer]))
             self.fail_input_verification(backend, handle)
             status = await poll_one(backend, handle)
-            assert status.state is TaskState.FAILED
-            assert status.failure is not None
-            assert status.failure.reason == "input_digest_mismatch"
-            assert status.failure.deterministic, "a digest mismatch is deterministic"
+            rule = "an in-task digest check that fails is input_digest_mismatch, deterministic"
+            expect_failure(status, "input_digest_mismatch", deterministic=True, rule=rule)
         else:
             pytest.fail(_NO_VERIFICATION_MODE.format(name=type(backend).__name__, mode=mode))
 
@@ -512,8 +564,8 @@ class ExecutionBackendContract(AdoptionChecks):
                 pytest.fail(
                     f"entry point {misnamed[0].name!r} ({misnamed[0].value}) loads the backend "
                     f"under test, whose name is {backend.name!r}: `altar` finds a backend by "
-                    "its entry-point name and refuses one whose class says otherwise; make "
-                    "the entry-point name and the class attribute `name` the same"
+                    "its entry-point name and refuses one whose class says otherwise; expected "
+                    "the entry-point name and the class attribute `name` to be the same"
                 )
             pytest.skip(
                 f"no installed distribution registers {backend.name!r} under the "
@@ -524,7 +576,7 @@ class ExecutionBackendContract(AdoptionChecks):
         registered = registry.get(backend.name)
         assert isinstance(backend, registered), (
             f"entry point {backend.name!r} loads {registered.__module__}."
-            f"{registered.__qualname__}, not the backend under test "
+            f"{registered.__qualname__}; expected the backend under test "
             f"({type(backend).__module__}.{type(backend).__qualname__})"
         )
 
@@ -534,25 +586,31 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(replace(spec, command=list(HOSTILE_COMMAND)))
         launched = self._launched(backend, handle, "the image and command")
-        assert launched.image == spec.image, "the image must reach the provider unchanged"
+        assert launched.image == spec.image, (
+            f"the image must reach the provider unchanged: launched {launched.image!r}, "
+            f"expected {spec.image!r}"
+        )
         assert launched.command == HOSTILE_COMMAND, (
             "the command must reach the provider as the same argv: no quoting, joining, "
-            "splitting, prefixing or dropped arguments"
+            f"splitting, prefixing or dropped arguments (launched {launched.command!r}, "
+            f"expected {HOSTILE_COMMAND!r})"
         )
 
     @asyncio_test
     async def test_each_task_runs_its_own_image(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec, other_image: str
     ) -> None:
-        assert other_image != spec.image, "the other_image fixture must differ from spec.image"
+        assert other_image != spec.image, (
+            f"the other_image fixture must differ from spec.image (both are {spec.image!r})"
+        )
         first = await backend.submit(spec)
         second = await self._submit_or_skip(
             backend, replace(spec, image=other_image), f"a second image ({other_image})"
         )
         images = [self._launched(backend, h, "the image").image for h in (first, second)]
         assert images == [spec.image, other_image], (
-            f"two tasks asked for {spec.image!r} and {other_image!r}; the provider was asked "
-            f"for {images[0]!r} and {images[1]!r}: the image comes from each spec"
+            f"two tasks were launched with images {images[0]!r} and {images[1]!r}, expected "
+            f"{spec.image!r} and {other_image!r}: the image comes from each spec"
         )
 
     @asyncio_test
@@ -564,17 +622,26 @@ class ExecutionBackendContract(AdoptionChecks):
         )
         launched = self._launched(backend, handle, "the environment")
         seen = {key: launched.env.get(key) for key in HOSTILE_ENV}
-        assert seen == HOSTILE_ENV, "every env value must reach the provider byte for byte"
+        wrong = {k: (v, HOSTILE_ENV[k]) for k, v in seen.items() if v != HOSTILE_ENV[k]}
+        assert not wrong, (
+            "every env value must reach the provider byte for byte; (launched, expected): "
+            f"{wrong!r}"
+        )
 
     @asyncio_test
     async def test_labels_reach_the_provider_exactly(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         handle = await backend.submit(replace(spec, labels=dict(CONFORMANCE_LABELS)))
-        assert handle.labels == CONFORMANCE_LABELS
+        assert handle.labels == CONFORMANCE_LABELS, (
+            f"the handle carries labels {handle.labels!r}, expected {CONFORMANCE_LABELS!r}"
+        )
         launched = self._launched(backend, handle, "the labels")
         seen = {key: launched.labels.get(key) for key in CONFORMANCE_LABELS}
-        assert seen == CONFORMANCE_LABELS, "every label must reach the provider unchanged"
+        assert seen == CONFORMANCE_LABELS, (
+            f"every label must reach the provider unchanged: launched {seen!r}, expected "
+            f"{CONFORMANCE_LABELS!r}"
+        )
 
     @asyncio_test
     async def test_cpu_request_reaches_the_provider_exactly(
@@ -583,9 +650,11 @@ class ExecutionBackendContract(AdoptionChecks):
         request = replace(spec, resources=ResourceRequest(cpu=1.5))
         handle = await self._submit_or_skip(backend, request, "a CPU request")
         launched = self._launched(backend, handle, "the CPU request")
-        assert launched.cpu is not None, "1.5 CPUs were requested; the provider got no request"
+        assert launched.cpu is not None, (
+            "1.5 CPUs were requested; the provider got no CPU request, expected 1.5"
+        )
         assert float(launched.cpu) == 1.5, (
-            f"1.5 CPUs were requested; the provider was asked for {launched.cpu}"
+            f"1.5 CPUs were requested; the provider was asked for {launched.cpu}, expected 1.5"
         )
 
     @asyncio_test
@@ -596,8 +665,8 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await self._submit_or_skip(backend, request, "a memory request")
         launched = self._launched(backend, handle, "the memory request")
         assert launched.memory_bytes == int(1.5 * GIB), (
-            f"memory_gb=1.5 is {int(1.5 * GIB)} bytes (GiB); the provider was asked for "
-            f"{launched.memory_bytes}"
+            f"memory_gb=1.5 is 1.5 GiB; the provider was asked for {launched.memory_bytes} "
+            f"bytes, expected {int(1.5 * GIB)}"
         )
 
     @asyncio_test
@@ -611,8 +680,8 @@ class ExecutionBackendContract(AdoptionChecks):
             return  # refusing a GPU task explicitly is correct
         launched = self._launched(backend, handle, "the GPU request")
         assert launched.gpu_count == 1, (
-            f"a task that requires 1 GPU was launched with {launched.gpu_count}; raise "
-            "UnsupportedCapabilityError instead of running GPU work on CPU"
+            f"a task that requires 1 GPU was launched with {launched.gpu_count}, expected 1 "
+            "or UnsupportedCapabilityError: GPU work never runs on CPU"
         )
 
     @asyncio_test
@@ -623,8 +692,8 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await self._submit_or_skip(backend, request, "a 2-GPU request")
         launched = self._launched(backend, handle, "the GPU count")
         assert launched.gpu_count == 2, (
-            f"ResourceRequest.count is the exact number of devices: 2 requested, "
-            f"{launched.gpu_count} launched"
+            f"ResourceRequest.count is the exact number of devices: {launched.gpu_count} "
+            "launched, expected 2"
         )
 
     @asyncio_test
@@ -633,7 +702,10 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(replace(spec, resources=ResourceRequest()))
         launched = self._launched(backend, handle, "the GPU count of a CPU task")
-        assert launched.gpu_count == 0, "a task with resources.gpu=None is CPU only"
+        assert launched.gpu_count == 0, (
+            f"a task with resources.gpu=None is CPU only; it launched with {launched.gpu_count} "
+            "GPU(s), expected 0"
+        )
 
     @asyncio_test
     async def test_unsupported_specs_are_rejected_at_submit(
@@ -646,29 +718,34 @@ class ExecutionBackendContract(AdoptionChecks):
                 "specs your provider cannot represent to check that submit refuses them"
             )
         for variant in refused:
-            with pytest.raises(UnsupportedCapabilityError):
-                await backend.submit(variant)
+            try:
+                accepted = await backend.submit(variant)
+            except UnsupportedCapabilityError:
+                continue
+            pytest.fail(
+                f"submit accepted a spec unsupported_specs names ({variant!r}) and returned "
+                f"{accepted!r}; expected UnsupportedCapabilityError"
+            )
 
     @asyncio_test
     async def test_cancel_stops_a_running_task_and_is_idempotent(
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         handle = await backend.submit(spec)
-        assert (await poll_one(backend, handle)).state in ACTIVE
+        expect_state(await poll_one(backend, handle), ACTIVE, "a submitted task is active")
         await backend.cancel(handle)
         await backend.cancel(handle)
         status = await poll_one(backend, handle)
-        assert status.state is TaskState.FAILED, (
-            f"a cancelled task must read as FAILED, not {status.state}"
-        )
+        expect_state(status, TaskState.FAILED, "a cancelled task reads as failed")
         fresh = self.reopen(backend)
         if fresh is not None:
             # What the provider says, not what this process remembers: the task must be stopped.
             elsewhere = await poll_one(fresh, handle)
-            assert elsewhere.state is TaskState.FAILED, (
-                f"after cancel, a fresh backend still reads the task as {elsewhere.state}; "
-                "cancel must stop the task at the provider, not only in this process"
+            rule = (
+                "after cancel, a fresh backend reads the task as failed (cancel stops the task "
+                "at the provider, not only in this process)"
             )
+            expect_state(elsewhere, TaskState.FAILED, rule)
 
     @asyncio_test
     async def test_cancel_reaches_the_provider_at_once(
@@ -680,14 +757,15 @@ class ExecutionBackendContract(AdoptionChecks):
         # poll) is lost when the runner stops right after it.
         fresh = self._reopen(backend)
         status = await poll_one(fresh, handle)
-        assert status.state is TaskState.FAILED, (
-            f"after cancel returned, a fresh instance reads the task as {status.state}: cancel "
-            "must stop the task at the provider before it returns"
+        rule = (
+            "right after cancel returned, a fresh instance reads the task as failed (cancel "
+            "stops the task at the provider before it returns)"
         )
-        assert status.failure is not None
+        expect_state(status, TaskState.FAILED, rule)
+        assert status.failure is not None, "a FAILED status must carry a TaskFailure"
         assert not status.failure.deterministic, (
-            f"a cancelled task failed with {status.failure.reason!r} marked deterministic; a "
-            "cancel says nothing about the task, so it is never a deterministic failure"
+            f"a cancelled task failed with {status.failure.reason!r} marked deterministic, "
+            "expected deterministic=False: a cancel says nothing about the task"
         )
 
     @asyncio_test
@@ -695,21 +773,18 @@ class ExecutionBackendContract(AdoptionChecks):
         self, backend: ExecutionBackend, spec: ContainerTaskSpec
     ) -> None:
         handle = await backend.submit(spec)
-        assert (await poll_one(backend, handle)).state in ACTIVE
+        expect_state(await poll_one(backend, handle), ACTIVE, "a submitted task is active")
         await self._reopen(backend).cancel(handle)
         status = await poll_one(self._reopen(backend), handle)
-        assert status.state is TaskState.FAILED, (
-            f"a task cancelled by a restarted process still reads as {status.state}; cancel "
-            "must find the task by its handle alone"
-        )
-        assert (await poll_one(backend, handle)).state is TaskState.FAILED, (
-            "the submitting instance still reads a task another instance cancelled as active"
-        )
+        rule = "a task cancelled by a restarted process is failed (cancel finds it by its handle)"
+        expect_state(status, TaskState.FAILED, rule)
+        rule = "the submitting instance reads a task another instance cancelled as failed"
+        expect_state(await poll_one(backend, handle), TaskState.FAILED, rule)
 
     @asyncio_test
     async def test_cancel_of_a_missing_task_does_not_raise(self, backend: ExecutionBackend) -> None:
-        await backend.cancel(missing_handle(backend))
-        await backend.cancel(missing_handle(backend))
+        for _ in range(2):
+            await _quietly(backend.cancel(missing_handle(backend)), "cancel of a missing task")
 
     @asyncio_test
     async def test_cleanup_is_idempotent(
@@ -717,7 +792,7 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(spec)
         self.finish_task(backend, handle, exit_code=0)
-        assert (await poll_one(backend, handle)).state is TaskState.SUCCEEDED
+        expect_state(await poll_one(backend, handle), TaskState.SUCCEEDED, "exit 0")
         await backend.cleanup([handle])
         await backend.cleanup([handle])
         await poll(backend, [handle])  # still one well-formed status per handle
@@ -726,8 +801,8 @@ class ExecutionBackendContract(AdoptionChecks):
     async def test_cleanup_of_a_missing_task_does_not_raise(
         self, backend: ExecutionBackend
     ) -> None:
-        await backend.cleanup([missing_handle(backend)])
-        await backend.cleanup([missing_handle(backend)])
+        for _ in range(2):
+            await _quietly(backend.cleanup([missing_handle(backend)]), "cleanup of a missing task")
 
     @asyncio_test
     async def test_handle_survives_a_restart_while_running(
@@ -736,12 +811,11 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await backend.submit(spec)
         fresh = self._reopen(backend)
         status = await poll_one(fresh, handle)
-        assert status.state in ACTIVE, (
-            f"after a restart the running task reads as {status.state} "
-            f"({status.failure}); external_id must be enough to find it again"
-        )
+        rule = "after a restart the running task is found again by its external_id alone"
+        expect_state(status, ACTIVE, rule)
         self.finish_task(fresh, handle, exit_code=0)
-        assert (await poll_one(fresh, handle)).state is TaskState.SUCCEEDED
+        rule = "a fresh instance reads the task's end"
+        expect_state(await poll_one(fresh, handle), TaskState.SUCCEEDED, rule)
 
     @pytest.mark.parametrize("exit_code", [0, 3])
     @asyncio_test
@@ -752,12 +826,11 @@ class ExecutionBackendContract(AdoptionChecks):
         self.finish_task(backend, handle, exit_code=exit_code)
         fresh = self._reopen(backend)
         status = await poll_one(fresh, handle)
+        rule = "after a restart, a finished task reads as it finished"
         if exit_code == 0:
-            assert status.state is TaskState.SUCCEEDED
+            expect_state(status, TaskState.SUCCEEDED, rule)
         else:
-            assert status.state is TaskState.FAILED
-            assert status.failure is not None
-            assert status.failure.reason == f"exit_{exit_code}"
+            expect_failure(status, f"exit_{exit_code}", deterministic=None, rule=rule)
 
     @asyncio_test
     async def test_deadline_survives_a_restart(
@@ -765,16 +838,17 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(replace(spec, timeout_s=CONFORMANCE_TIMEOUT_S))
         fresh = self._reopen(backend)
-        assert self.launched_timeout(fresh, handle) == CONFORMANCE_TIMEOUT_S
+        seen = self.launched_timeout(fresh, handle)
+        assert seen == CONFORMANCE_TIMEOUT_S, (
+            f"after a restart the task's limit reads as {seen!r}, expected {CONFORMANCE_TIMEOUT_S}"
+        )
         self.expire_task(fresh, handle)
         status = await poll_one(fresh, handle)
-        assert status.state is TaskState.FAILED
-        assert status.failure is not None
-        assert status.failure.reason == "timeout", (
+        rule = (
             "the deadline must live with the provider (or the handle), not in the process "
-            "that submitted the task"
+            "that submitted the task; a timeout is not deterministic"
         )
-        assert not status.failure.deterministic, "a timeout is not deterministic"
+        expect_failure(status, "timeout", deterministic=False, rule=rule)
 
     @asyncio_test
     async def test_an_unreachable_provider_is_not_a_missing_task(
@@ -792,9 +866,9 @@ class ExecutionBackendContract(AdoptionChecks):
             return  # transient: the caller polls again later
         terminal = [s for s in statuses if s.state.is_terminal]
         assert not terminal, (
-            f"the provider could not be asked, yet poll reported {terminal[0].state} "
-            f"({terminal[0].failure}); raise BackendUnavailableError instead: the task may "
-            "well be running"
+            f"the provider could not be asked, yet poll reported {terminal[0].state.name} "
+            f"({terminal[0].failure}); expected BackendUnavailableError (or an active state): "
+            "the task may well be running"
         )
 
     @asyncio_test
@@ -804,9 +878,10 @@ class ExecutionBackendContract(AdoptionChecks):
         handle = await backend.submit(spec)
         # _poll fails if one poll takes POLL_BOUND_S; a running task must read as active.
         statuses = await poll(backend, [handle, missing_handle(backend), handle])
-        assert statuses[0].state in ACTIVE
-        assert statuses[1].state is TaskState.FAILED
-        assert statuses[2].state in ACTIVE
+        rule = "a running task reads as active and a missing one as failed, in one prompt poll"
+        expect_state(statuses[0], ACTIVE, rule)
+        expect_state(statuses[1], TaskState.FAILED, rule)
+        expect_state(statuses[2], ACTIVE, rule)
 
     @asyncio_test
     async def test_submit_does_not_block_the_event_loop(
@@ -815,8 +890,8 @@ class ExecutionBackendContract(AdoptionChecks):
         _, blocking = await measure_blocking(lambda: backend.submit(spec))
         assert not blocking.blocks, (
             f"every submit kept the event loop from running anything else for at least "
-            f"{blocking.call_s:.3f} s (idle: {blocking.idle_s:.3f} s); run blocking provider "
-            "calls in a thread (asyncio.to_thread) or use an async client"
+            f"{blocking.call_s:.3f} s, expected no more than idle waits ({blocking.idle_s:.3f} "
+            "s); run blocking provider calls in a thread (asyncio.to_thread) or an async client"
         )
 
     @asyncio_test
@@ -825,11 +900,14 @@ class ExecutionBackendContract(AdoptionChecks):
     ) -> None:
         handle = await backend.submit(spec)
         results, blocking = await measure_blocking(lambda: backend.poll([handle]))
-        assert all(len(statuses) == 1 for statuses in results)
+        counts = [len(statuses) for statuses in results]
+        assert all(n == 1 for n in counts), (
+            f"each poll of one handle must return one status; they returned {counts}"
+        )
         assert not blocking.blocks, (
             f"every poll kept the event loop from running anything else for at least "
-            f"{blocking.call_s:.3f} s (idle: {blocking.idle_s:.3f} s); run blocking provider "
-            "calls in a thread (asyncio.to_thread) or use an async client"
+            f"{blocking.call_s:.3f} s, expected no more than idle waits ({blocking.idle_s:.3f} "
+            "s); run blocking provider calls in a thread (asyncio.to_thread) or an async client"
         )
 
     @asyncio_test
@@ -843,8 +921,20 @@ class ExecutionBackendContract(AdoptionChecks):
                 "task lifetime"
             )
         # UnsupportedCapabilityError is a ValueError; the message names the maximum.
-        with pytest.raises(ValueError, match=str(cap)):
-            await backend.submit(replace(spec, timeout_s=cap + 1))
+        try:
+            accepted = await backend.submit(replace(spec, timeout_s=cap + 1))
+        except ValueError as error:
+            refusal = str(error)
+        else:
+            pytest.fail(
+                f"timeout_s={cap + 1} is above the provider's maximum of {cap} s, yet submit "
+                f"accepted it ({accepted.external_id!r}, launched with "
+                f"{self.launched_timeout(backend, accepted)!r}); expected "
+                "UnsupportedCapabilityError"
+            )
+        assert str(cap) in refusal, (
+            f"the refusal of timeout_s={cap + 1} must name the maximum {cap}: {refusal}"
+        )
 
     @asyncio_test
     async def test_timeout_at_the_provider_maximum_is_accepted(
@@ -857,7 +947,8 @@ class ExecutionBackendContract(AdoptionChecks):
                 "task lifetime"
             )
         handle = await backend.submit(replace(spec, timeout_s=cap))
-        assert self.launched_timeout(backend, handle) == cap
+        seen = self.launched_timeout(backend, handle)
+        assert seen == cap, f"timeout_s={cap} (the maximum) launched as {seen!r}, expected {cap}"
 
     @asyncio_test
     async def test_oom_kill_is_reported_as_oom_killed(
@@ -873,12 +964,8 @@ class ExecutionBackendContract(AdoptionChecks):
                 "fake report a memory kill the way the provider does and return True"
             )
         status = await poll_one(backend, handle)
-        assert status.state is TaskState.FAILED
-        assert status.failure is not None
-        assert status.failure.reason == "oom_killed", (
-            f"a memory kill must read as oom_killed, not {status.failure.reason!r}"
-        )
-        assert not status.failure.deterministic, "an OOM kill may succeed on a bigger machine"
+        rule = "a memory kill reads as oom_killed, not deterministic (a bigger machine may do)"
+        expect_failure(status, "oom_killed", deterministic=False, rule=rule)
 
     @asyncio_test
     async def test_rejected_input_leaves_the_source_untouched(
@@ -893,9 +980,11 @@ class ExecutionBackendContract(AdoptionChecks):
             logical_path="models/conformance/untouched.bin",
             digest=_digest(b"expected bytes"),
         )
-        with pytest.raises(TransferIntegrityError):
-            await backend.stage_inputs([mismatched])
-        assert source.read_bytes() == b"actual bytes", "staging must never alter its source"
+        await _expect_staging_refused(backend, mismatched)
+        after = source.read_bytes()
+        assert after == b"actual bytes", (
+            f"staging must never alter its source: it held b'actual bytes', now {after[:40]!r}"
+        )
 
     @asyncio_test
     async def test_collect_outputs_moves_the_bytes(
@@ -918,8 +1007,51 @@ class ExecutionBackendContract(AdoptionChecks):
         await backend.stage_inputs([Transfer(str(source), logical, digest=_digest(data))])
         destination = tmp_path / "collected" / "data.bin"
         await backend.collect_outputs([Transfer(str(destination), logical)])
-        assert destination.is_file(), f"collect_outputs did not write {destination}"
-        assert destination.read_bytes() == data, "collect_outputs changed the bytes"
+        assert destination.is_file(), (
+            f"collect_outputs wrote nothing at {destination}, expected the {len(data)} bytes "
+            "staged under the same logical path"
+        )
+        got = destination.read_bytes()
+        assert got == data, (
+            f"collect_outputs changed the bytes: {len(data)} staged, {len(got)} collected"
+            + ("" if len(got) != len(data) else ", same length, different content")
+        )
+
+
+async def _quietly(call: Awaitable[T], what: str) -> T:
+    """Await ``call``; an exception fails the test, naming it (the rule: never raise)."""
+    try:
+        return await call
+    except Exception as error:
+        pytest.fail(
+            f"{what} raised {type(error).__name__}: {error}; expected it to return quietly "
+            "(a task that no longer exists is not an error)"
+        )
+
+
+async def _expect_staging_refused(
+    backend: ExecutionBackend, transfer: Transfer, match: str | None = None
+) -> None:
+    """``stage_inputs([transfer])`` raises TransferIntegrityError (whose message has ``match``)."""
+    what = f"input {transfer.uri!r} (declared digest {transfer.digest})"
+    try:
+        await backend.stage_inputs([transfer])
+    except TransferIntegrityError as error:
+        refusal = str(error)
+    except Exception as error:
+        pytest.fail(
+            f"staging {what} raised {type(error).__name__}({error}); expected "
+            'TransferIntegrityError: a "staging" backend verifies digests while it copies'
+        )
+    else:
+        pytest.fail(
+            f'staging {what} succeeded; expected TransferIntegrityError: a "staging" backend '
+            "hashes what it copies and refuses a mismatch or a directory before any task reads it"
+        )
+    assert match is None or re.search(match, refusal), (
+        f"staging {what} raised TransferIntegrityError({refusal}); expected its message to "
+        f"say {match!r}"
+    )
 
 
 def _entry_points_loading(cls: type, name: str) -> list[metadata.EntryPoint]:
@@ -938,7 +1070,7 @@ def _entry_points_loading(cls: type, name: str) -> list[metadata.EntryPoint]:
 
 
 _NO_VERIFICATION_MODE = (
-    "{name} declares input_digest_verification = {mode!r}; declare where input digests are "
+    "{name} declares input_digest_verification = {mode!r}, expected where input digests are "
     'verified: "staging" (stage_inputs hashes what it copies and raises '
     'TransferIntegrityError) or "task" (each task checks its inputs and fails with '
     "input_digest_mismatch)"

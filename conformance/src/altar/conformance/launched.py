@@ -1,13 +1,18 @@
-"""What a provider was asked to run, as a conformance hook reports it back."""
+"""What a provider was asked to run, and what it holds, as conformance hooks report them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GIB", "LaunchedTask"]
+from altar.execution import ContainerTaskSpec
+
+__all__ = ["GIB", "MIB", "LaunchedTask", "ProviderTask"]
 
 GIB = 1 << 30
 """Bytes in one GiB: ``ResourceRequest.memory_gb`` counts GiB."""
+
+MIB = 1 << 20
+"""Bytes in one MiB, the coarsest unit a provider may round a memory limit up to."""
 
 
 @dataclass(frozen=True)
@@ -27,3 +32,33 @@ class LaunchedTask:
     cpu: float | None = None
     memory_bytes: int | None = None
     gpu_count: int = 0
+
+    @classmethod
+    def of(cls, spec: ContainerTaskSpec) -> LaunchedTask:
+        """What a provider asked to run ``spec`` exactly holds (a fake's record of a create)."""
+        resources = spec.resources
+        memory = None if resources.memory_gb is None else int(resources.memory_gb * GIB)
+        return cls(
+            image=spec.image,
+            command=list(spec.command),
+            env=dict(spec.env),
+            labels=dict(spec.labels),
+            cpu=resources.cpu,
+            memory_bytes=memory,
+            gpu_count=resources.count if resources.gpu is not None else 0,
+        )
+
+
+@dataclass(frozen=True)
+class ProviderTask:
+    """What the provider itself holds for a task, read from the fake provider's record.
+
+    ``image`` is the image the provider will run; ``cpu`` the CPUs it reserves or enforces
+    (a cgroup quota, a Kubernetes request or limit, a Slurm allocation in whole cores);
+    ``memory_bytes`` the memory limit it enforces, in bytes. None: the provider cannot report
+    it, and the check that needs it skips with the reason.
+    """
+
+    image: str | None = None
+    cpu: float | None = None
+    memory_bytes: int | None = None

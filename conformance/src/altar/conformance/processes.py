@@ -54,11 +54,17 @@ from altar.execution import (
 from altar.execution.atomic import fsync_directory, temp_owner, temp_path
 from altar.execution.labels import is_submission_key
 
-__all__ = ["RECORDS_DIRECTORY", "ProcessFabric", "ProcessTask"]
+__all__ = ["RECORDS_DIRECTORY", "ProcessFabric", "ProcessTask", "external_id_for_key"]
 
 RECORDS_DIRECTORY = ".altar-in-process"
 LOG_TAIL_BYTES = 64 * 1024
 CANCEL_WAIT_S = 5.0
+
+
+def external_id_for_key(key: str) -> str:
+    """The external id of the task submitted under submission key ``key`` (the naming rule a
+    conformance hook uses to create a task as this backend would, without the backend)."""
+    return f"in-process-{key}"
 
 
 class ProcessTask:
@@ -116,7 +122,7 @@ class ProcessFabric:
         """Run a task, or adopt the one its ``altar.submission`` key already names."""
         key = spec.labels.get(LABEL_SUBMISSION)
         if key is not None and is_submission_key(key):
-            external_id = f"in-process-{key}"
+            external_id = external_id_for_key(key)
         else:
             external_id = f"in-process-{secrets.token_hex(8)}"
         directory = self._records() / external_id

@@ -28,7 +28,7 @@ from altar.conformance.fabric import (
     run_command_locally,
     task_log,
 )
-from altar.conformance.launched import GIB, LaunchedTask
+from altar.conformance.launched import LaunchedTask
 from altar.conformance.processes import ProcessFabric, ProcessTask
 from altar.execution import (
     Capacity,
@@ -157,26 +157,14 @@ class InProcessExecutionBackend(ExecutionBackend):
 
     def _launch_record(self, spec: ContainerTaskSpec) -> LaunchedTask:
         resources = spec.resources
-        gpu_count = 0
-        if resources.gpu is not None:
-            if resources.count > self.gpus:
-                raise UnsupportedCapabilityError(
-                    f"task {spec.kind!r} requires {resources.count} GPU(s) from pool "
-                    f"{resources.gpu!r} but this in-process backend offers {self.gpus}; "
-                    "run it on a backend with GPUs (a GPU task never runs on CPU)",
-                    capability="gpu",
-                )
-            gpu_count = resources.count
-        memory = None if resources.memory_gb is None else int(resources.memory_gb * GIB)
-        return LaunchedTask(
-            image=spec.image,
-            command=list(spec.command),
-            env=dict(spec.env),
-            labels=dict(spec.labels),
-            cpu=resources.cpu,
-            memory_bytes=memory,
-            gpu_count=gpu_count,
-        )
+        if resources.gpu is not None and resources.count > self.gpus:
+            raise UnsupportedCapabilityError(
+                f"task {spec.kind!r} requires {resources.count} GPU(s) from pool "
+                f"{resources.gpu!r} but this in-process backend offers {self.gpus}; "
+                "run it on a backend with GPUs (a GPU task never runs on CPU)",
+                capability="gpu",
+            )
+        return LaunchedTask.of(spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         timeout_s = self._timeout_for(spec)

@@ -9,13 +9,20 @@ fails what it should.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from altar.conformance import ExecutionBackendContract
-from altar.conformance.launched import LaunchedTask
+from altar.conformance.launched import LaunchedTask, ProviderTask
 from altar.conformance.reference import InProcessExecutionBackend, InProcessFabric
-from altar.execution import ContainerTaskSpec, ExecutionBackend, ResourceRequest, TaskHandle
+from altar.execution import (
+    LABEL_SUBMISSION,
+    ContainerTaskSpec,
+    ExecutionBackend,
+    ResourceRequest,
+    TaskHandle,
+)
 
 __all__ = ["InProcessBackendContract"]
 
@@ -51,7 +58,9 @@ class InProcessBackendContract(ExecutionBackendContract):
 
     def launched_timeout(self, backend: ExecutionBackend, handle: TaskHandle) -> int | None:
         task = _fabric_of(backend).inspect(handle.external_id)
-        assert task is not None, f"the fabric never launched {handle.external_id}"
+        assert task is not None, (
+            f"the fabric holds no task {handle.external_id}, expected it launched"
+        )
         return task.timeout_s
 
     def fail_input_verification(self, backend: ExecutionBackend, handle: TaskHandle) -> None:
@@ -65,19 +74,34 @@ class InProcessBackendContract(ExecutionBackendContract):
 
     def launched_task(self, backend: ExecutionBackend, handle: TaskHandle) -> LaunchedTask | None:
         task = _fabric_of(backend).inspect(handle.external_id)
-        assert task is not None, f"the fabric never launched {handle.external_id}"
+        assert task is not None, (
+            f"the fabric holds no task {handle.external_id}, expected it launched"
+        )
         return task.launched
 
     def reopen(self, backend: ExecutionBackend) -> ExecutionBackend | None:
         assert isinstance(backend, InProcessExecutionBackend)
         return backend.reopen()
 
-    def leave_task_created(self, backend: ExecutionBackend, spec: ContainerTaskSpec) -> str | None:
-        assert isinstance(backend, InProcessExecutionBackend)
-        launched = backend._launch_record(spec)
-        timeout_s = backend._timeout_for(spec)
+    def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask | None:
+        # The fabric is the provider: what it recorded is what it runs and limits.
+        task = _fabric_of(backend).inspect(handle.external_id)
+        assert task is not None, (
+            f"the fabric holds no task {handle.external_id}, expected it launched"
+        )
+        held = task.launched
+        return ProviderTask(image=held.image, cpu=held.cpu, memory_bytes=held.memory_bytes)
+
+    def leave_task_created(
+        self, backend: ExecutionBackend, spec: ContainerTaskSpec, key: str
+    ) -> str | None:
+        # The fabric's own create (it mints the id and files the task under its key), as a
+        # submit killed before its start leaves it; nothing here goes through the backend.
+        assert spec.labels.get(LABEL_SUBMISSION) == key, "the suite passes the spec's own key"
         fabric = _fabric_of(backend)
-        return fabric.launch(spec, launched, timeout_s, None, backend.data_root, start=False)
+        workdir = Path(backend.path_resolver().mount_root)  # unused: the task has no runtime
+        launched = LaunchedTask.of(spec)
+        return fabric.launch(spec, launched, spec.timeout_s, None, workdir, start=False)
 
     def oom_kill_task(self, backend: ExecutionBackend, handle: TaskHandle) -> bool:
         _fabric_of(backend).oom_kill(handle.external_id)
