@@ -365,6 +365,9 @@ class Slow(ExecutionBackend):
     name = "slow"
     input_digest_verification = "staging"
 
+    def __init__(self, *, tag: str = "") -> None:
+        pass
+
     async def submit(self, spec):
         if os.environ.get("SLOW_SUBMIT"):
             print("submitting", flush=True)
@@ -419,6 +422,53 @@ def test_a_signal_stops_altar_run_with_a_resume_hint(tmp_path, signum, code, how
     assert record.state in ("pending", "running")
     assert record.attempts[0].handle.external_id == "k"
     assert record.in_doubt == 0
+
+
+def test_the_resume_hint_after_a_signal_resumes_with_the_runs_options(tmp_path):
+    """Issue 23: the hint repeats --option (hostile text quoted); pasted, it resumes the run."""
+    import shlex
+
+    script = tmp_path / "slow_cli.py"
+    script.write_text(SLOW_BACKEND)
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[backend]\ntype = "slow"\n[[tasks]]\nkind = "k"\nimage = "i"\ncommand = []\n')
+    tag = "a b $(touch pwned) 'q' \"d\" 2"
+
+    def start(argv):
+        child = subprocess.Popen(
+            [sys.executable, script, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, SLOW_SUBMIT=""),
+            cwd=tmp_path,
+        )
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+        return line, child.returncode, err
+
+    argv = ["run", plan, "--option", f"tag={tag}", "--max-retries", "4", "--run-dir", "r"]
+    line, code, err = start(argv)
+    assert (line, code) == ("polled\n", 130), err
+    hint = err.rstrip().splitlines()[-1].partition("Resume with: ")[2]
+    pasted = shlex.split(hint)
+    assert pasted == [
+        "altar",
+        "run",
+        str(plan),
+        "--option",
+        f"tag={tag}",
+        "--max-retries",
+        "4",
+        "--run-dir",
+        "r",
+    ]
+    line, code, err = start(pasted[1:])  # the same options: the journal takes the resume
+    assert (line, code) == ("polled\n", 130), err
+    assert "altar: resuming 1 task(s)" in err
+    assert not (tmp_path / "pwned").exists()
 
 
 def staging_event(elapsed_s: float, done: int, total: int | None = 10 << 30) -> RunEvent:

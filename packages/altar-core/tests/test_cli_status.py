@@ -163,3 +163,42 @@ def test_a_success_with_nothing_to_collect_is_succeeded(tmp_path):
     known = status_result(journal, with_outputs=frozenset({"writes"}))
     assert [t.status for t in known.tasks] == ["collecting", "succeeded"]
     assert known.tasks[0].duration_s == 1.0
+
+
+def test_the_printed_resume_command_resumes_a_run_started_with_options(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: the resume line carries the run's --option values, quoted for a shell."""
+    import shlex
+
+    run_dir = tmp_path / "run $(x) 'q'"
+    backend = registry_module.get_backend_class("fake")(slots=2, poll_s=0.5)
+
+    async def partial() -> None:
+        def on_event(event) -> None:
+            if event.kind == "submitted":
+                task.cancel()
+
+        task = asyncio.ensure_future(
+            run_plan(
+                load_plan(plan_file),
+                backend,
+                run_dir=run_dir,
+                poll_interval_s=0.0,
+                on_event=on_event,
+                backend_options={"slots": 2, "poll_s": 0.5},
+            )
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(partial())
+    code, out, _ = run_cli(["status", run_dir], capsys)
+    line = next(x for x in out.splitlines() if x.startswith("resume it with: "))
+    argv = shlex.split(line.removeprefix("resume it with: "))
+    assert argv[:3] == ["altar", "run", str(plan_file)]
+    assert "--option" in argv
+    assert argv[argv.index("--option") + 1] == "poll_s=0.5"  # slots = 2 is the plan's own
+    code, _, err = run_cli(argv[1:], capsys)
+    assert code == 0, err
+    assert "altar: resuming 4 task(s)" in err

@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import secrets
-import shlex
 import signal
 import sys
 import time
@@ -27,6 +26,7 @@ from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import check_plan
 from altar.execution.cli_check import cmd_check, print_check
+from altar.execution.cli_resume import resume_command
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
@@ -332,8 +332,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         printer.close()
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
         err.write(
-            f"altar: {how}; submitted tasks keep running. Resume with: "
-            f"altar run {shlex.quote(str(args.plan))} --run-dir {shlex.quote(str(run_dir))}\n"
+            f"altar: {how}; submitted tasks keep running. Resume with: {_resume(args, run_dir)}\n"
         )
         return 128 + stopped_by[0].value if stopped_by else EXIT_INTERRUPTED
     finally:
@@ -390,6 +389,18 @@ async def _tick(printer: ProgressPrinter) -> None:
     while True:
         await asyncio.sleep(1.0)
         printer.tick()
+
+
+def _resume(args: argparse.Namespace, run_dir: Path) -> str:
+    """The command that resumes this run: every flag a resume must repeat."""
+    extra: list[str] = []
+    if args.max_parallel is not None:
+        extra += ["--max-parallel", str(args.max_parallel)]
+    if args.max_retries is not None:
+        extra += ["--max-retries", str(args.max_retries)]
+    return resume_command(
+        str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
+    )
 
 
 def _journal_backend(run_dir: Path) -> ExecutionBackend:

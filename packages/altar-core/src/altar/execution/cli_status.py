@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from altar.execution.backend import ExecutionBackend
+from altar.execution.cli_resume import journal_resume_command
 from altar.execution.errors import AltarError, BackendUnavailableError
 from altar.execution.journal import CANCELLED, FAILED, Journal, lock_is_held
 from altar.execution.progress import format_counts, format_table, terminal_safe, use_colour
@@ -85,7 +86,7 @@ async def _poll(
     return {record.id: status for record, status in zip(records, statuses, strict=True)}
 
 
-def format_status_summary(result: RunResult, *, driven: bool, plan: str) -> str:
+def format_status_summary(result: RunResult, *, driven: bool, resume: str) -> str:
     """``4 tasks: 1 running, 3 succeeded; run directory DIR`` and, if it waits, how to resume."""
     total = len(result.tasks)
     line = (
@@ -98,7 +99,7 @@ def format_status_summary(result: RunResult, *, driven: bool, plan: str) -> str:
         t for t in result.tasks if t.status not in ("succeeded", FAILED, "skipped", CANCELLED)
     ]
     if waiting:
-        line += f"\nresume it with: altar run {plan} --run-dir {result.run_dir}"
+        line += f"\nresume it with: {resume}"
     return line
 
 
@@ -135,7 +136,9 @@ async def _snapshot(
 def _render(
     result: RunResult, journal: Journal, driven: bool, args: argparse.Namespace, colour: bool
 ) -> str:
-    summary = format_status_summary(result, driven=driven, plan=journal.plan_source)
+    summary = format_status_summary(
+        result, driven=driven, resume=terminal_safe(journal_resume_command(journal))
+    )
     if args.json:
         data = result.to_dict()
         data["counts"] = counts(result.tasks)
