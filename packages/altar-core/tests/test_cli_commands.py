@@ -178,3 +178,25 @@ def test_quiet_prints_the_summary_and_warnings_only(fake_registry, plan_file, tm
     assert re.fullmatch(rf"4 tasks: 4 succeeded in \S+; run directory {tmp_path / 'r'}\n", out)
     assert "retrying" in err
     assert "submitted" not in err
+
+
+def test_quiet_prints_no_banner_or_resume_lines(fake_registry, plan_file, tmp_path, capsys):
+    """Issue 23: --quiet is the summary and warnings/errors only, on a resume too."""
+    from .test_cli_status import interrupt_after_submits
+
+    run_dir = tmp_path / "r"
+    interrupt_after_submits(plan_file, run_dir, 2)
+    code, out, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--quiet"], capsys)
+    assert code == 0, err
+    assert re.fullmatch(rf"4 tasks: 4 succeeded in \S+; run directory {run_dir}\n", out)
+    assert err == ""
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    run_dir = tmp_path / "r2"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 1
+    fake_registry.script = {}
+    code, out, err = run_cli(
+        ["run", plan_file, "--run-dir", run_dir, "--retry-failed", "-q"], capsys
+    )
+    assert code == 0, err
+    assert err == ""
+    assert out.startswith("4 tasks: 4 succeeded")

@@ -41,6 +41,7 @@ from altar.execution.errors import (
 from altar.execution.journal import Journal, lock_is_held
 from altar.execution.plan import Plan, load_plan, resolve_path_options
 from altar.execution.progress import (
+    QUIET,
     WARNINGS,
     ProgressPrinter,
     format_failures,
@@ -294,25 +295,27 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not resuming:
             raise UsageError("--retry-failed needs --run-dir naming an existing run")
         reopened = reopen_failed_in(run_dir, plan)
-        err.write(
-            f"altar: rerunning {len(reopened)} failed or skipped task(s)"
-            + (
-                f": {', '.join(reopened[:10])}{', ...' if len(reopened) > 10 else ''}"
-                if reopened
-                else ""
+        if not args.quiet:
+            err.write(
+                f"altar: rerunning {len(reopened)} failed or skipped task(s)"
+                + (
+                    f": {', '.join(reopened[:10])}{', ...' if len(reopened) > 10 else ''}"
+                    if reopened
+                    else ""
+                )
+                + "\n"
             )
-            + "\n"
-        )
     live = err.isatty() and not args.quiet
     # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
     # still reach the log
-    only = WARNINGS if (args.json and not live) or args.quiet else None
+    only = QUIET if args.quiet else WARNINGS if args.json and not live else None
     printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only)
     verb = "resuming" if resuming else "running"
-    err.write(
-        f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
-        f"run directory {run_dir}\n"
-    )
+    if not args.quiet:  # the summary names the run directory
+        err.write(
+            f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
+            f"run directory {run_dir}\n"
+        )
     # the report's event log (staging throughput, collection times) rides along
     show = EventRecorder(run_dir, printer)
     ticker = asyncio.create_task(_tick(printer)) if live else None

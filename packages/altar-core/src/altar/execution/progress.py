@@ -18,6 +18,7 @@ from typing import TextIO
 from altar.execution.runner import TASK_STATES, RunEvent, RunResult, TaskResult
 
 __all__ = [
+    "QUIET",
     "WARNINGS",
     "ProgressPrinter",
     "format_counts",
@@ -64,6 +65,8 @@ WARNINGS = frozenset(
         "stopping",
     }
 )
+#: What ``altar run --quiet`` prints: warnings and errors only, not that a run resumes.
+QUIET = WARNINGS - {"resumed"}
 #: Events that show the backend answered again: the next outage prints its advice anew.
 _ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "resumed"})
 _OUTAGE = re.compile(
