@@ -202,3 +202,25 @@ def test_the_printed_resume_command_resumes_a_run_started_with_options(
     code, _, err = run_cli(argv[1:], capsys)
     assert code == 0, err
     assert "altar: resuming 4 task(s)" in err
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--watch", "RUN"],
+        ["RUN", "--watch"],
+        ["--watch", "0.1", "RUN"],
+        ["RUN", "--watch=0.1"],
+        ["--watch", "--interval", "0.1", "RUN"],
+    ],
+)
+def test_watch_before_the_run_dir_is_not_read_as_the_interval(
+    fake_registry, plan_file, tmp_path, capsys, spelling
+):
+    """Issue 23: `status --watch RUN_DIR` took the path for the interval."""
+    run_dir = tmp_path / "r"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 0
+    argv = ["status", *[str(run_dir) if a == "RUN" else a for a in spelling], "--quiet"]
+    code, out, err = run_cli(argv, capsys)
+    assert (code, err) == (0, "")
+    assert out == f"4 tasks: 4 succeeded; run directory {run_dir}\n"
