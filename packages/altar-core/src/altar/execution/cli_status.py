@@ -1,4 +1,4 @@
-"""``altar status RUN_DIR [--watch[=S]] [--interval S] [--quiet] [--json]``: a run's tasks, honestly.
+"""``altar status RUN_DIR [--watch[=S]] [--interval S] [--quiet] [--json]``: a run's tasks.
 
 One poll of the open tasks (the backend is built again from the options the run recorded);
 the rows say what a resume will do (see :mod:`altar.execution.runs`). Exit status 1 when a task
