@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from altar.execution import UnsupportedCapabilityError, cli
 from altar.execution.journal import Journal
 
@@ -200,3 +201,21 @@ def test_quiet_prints_no_banner_or_resume_lines(fake_registry, plan_file, tmp_pa
     assert code == 0, err
     assert err == ""
     assert out.startswith("4 tasks: 4 succeeded")
+
+
+@pytest.mark.parametrize("argv", [["check"], ["run", "--dry-run"]])
+def test_check_json_prints_the_plan_errors_as_json(
+    fake_registry, plan_file, tmp_path, capsys, argv
+):
+    """Issue 23: `check --json` printed no JSON on a plan error."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        plan_file.read_text().replace('labels = { task = "fold-1" }', "resources = { count = 0 }")
+    )
+    code, out, _ = run_cli([*argv, bad, "--json"], capsys)
+    assert code == 2
+    data = json.loads(out)
+    assert data["ok"] is False
+    assert data["problems"] == [
+        f"{bad}: tasks[1].resources.count: resource count must be at least 1, got 0"
+    ]

@@ -25,7 +25,7 @@ from altar.execution import cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import check_plan
-from altar.execution.cli_check import cmd_check, print_check
+from altar.execution.cli_check import cmd_check, print_check, print_error_json
 from altar.execution.cli_resume import resume_command
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
@@ -285,8 +285,13 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    plan = load_plan(args.plan)
-    backend, options = _backend_for(plan, args.backend, args.option)
+    try:
+        plan = load_plan(args.plan)
+        backend, options = _backend_for(plan, args.backend, args.option)
+    except AltarError as error:
+        if not (args.dry_run and args.json):
+            raise
+        return print_error_json(error, args.backend, out)
     if args.dry_run:  # before any run directory exists
         return print_check(await check_plan(plan, backend), plan, args.json, out, err)
     run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
