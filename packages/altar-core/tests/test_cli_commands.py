@@ -46,6 +46,7 @@ def test_runs_lists_run_directories_newest_first(fake_registry, plan_file, tmp_p
     assert [run["run_dir"] for run in data] == [str(root / "b"), str(root / "a")]
     assert data[1]["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
     assert data[1]["backend"] == "fake"
+    (tmp_path / "none").mkdir()
     code, out, _ = run_cli(["runs", tmp_path / "none"], capsys)
     assert (code, out) == (0, f"no runs under {tmp_path / 'none'}\n")
 
@@ -219,3 +220,13 @@ def test_check_json_prints_the_plan_errors_as_json(
     assert data["problems"] == [
         f"{bad}: tasks[1].resources.count: resource count must be at least 1, got 0"
     ]
+
+
+@pytest.mark.parametrize("name", ["missing", "a-file"])
+def test_runs_on_a_missing_directory_is_an_error(tmp_path, capsys, name):
+    """Issue 23: `altar runs TYPO` said "no runs" and exited 0."""
+    (tmp_path / "a-file").write_text("x")
+    code, out, err = run_cli(["runs", tmp_path / name], capsys)
+    assert (code, out) == (2, "")
+    what = "does not exist" if name == "missing" else "is not a directory"
+    assert err == f"altar: error: {tmp_path / name} {what}; name a directory of run directories\n"
