@@ -230,3 +230,18 @@ def test_runs_on_a_missing_directory_is_an_error(tmp_path, capsys, name):
     assert (code, out) == (2, "")
     what = "does not exist" if name == "missing" else "is not a directory"
     assert err == f"altar: error: {tmp_path / name} {what}; name a directory of run directories\n"
+
+
+def test_a_run_dir_that_is_a_file_is_refused_before_the_banner(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: `--run-dir FILE` printed the banner, then "File exists"."""
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    code, out, err = run_cli(["run", plan_file, "--run-dir", path], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"altar: error: --run-dir {path} is a file, not a directory; name a new directory to "
+        "start a run or an existing run directory to resume it\n"
+    )
+    assert path.read_text() == "mine"

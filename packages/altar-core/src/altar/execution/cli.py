@@ -295,6 +295,11 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.dry_run:  # before any run directory exists
         return print_check(await check_plan(plan, backend), plan, args.json, out, err)
     run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(
+            f"--run-dir {run_dir} is a file, not a directory; name a new directory to start a "
+            "run or an existing run directory to resume it"
+        )
     resuming = Journal.exists(run_dir)
     if args.retry_failed:
         if not resuming:
