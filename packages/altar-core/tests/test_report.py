@@ -184,3 +184,26 @@ def test_the_event_log_never_stops_a_run_and_skips_torn_lines(tmp_path):
         ("retry", None),
     ]
     assert events[2].message == "a attempt 1 failed (oom_killed); retrying"
+
+
+def test_report_output_to_a_directory_or_unwritable_path_is_one_line(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: `altar report --output DIR` (or a path that cannot be written) was a traceback."""
+    from altar.execution import cli
+
+    run_dir = tmp_path / "run"
+    assert cli.main(["run", str(plan_file), "--run-dir", str(run_dir)]) == 0
+    (tmp_path / "a-file").write_text("x")
+    cases = {
+        tmp_path: f"--output {tmp_path} is a directory; name a file, e.g. {tmp_path}/report.html",
+        tmp_path / "a-file" / "r.html": f"cannot write the report to --output {tmp_path}/a-file/"
+        "r.html: Not a directory; name a writable file with --output",
+        tmp_path / "no dir" / "r.html": f"cannot write the report to --output {tmp_path}/no dir/"
+        "r.html: No such file or directory; name a writable file with --output",
+    }
+    for output, message in cases.items():
+        capsys.readouterr()
+        assert cli.main(["report", str(run_dir), "--output", str(output)]) == 2
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", f"altar: error: {message}\n")
