@@ -245,3 +245,62 @@ def test_a_run_dir_that_is_a_file_is_refused_before_the_banner(
         "start a run or an existing run directory to resume it\n"
     )
     assert path.read_text() == "mine"
+
+
+BROKEN_PLAN = """\
+colour = "blue"
+[backend]
+type = "fake"
+
+[[tasks]]
+kind = "a"
+image = "i"
+command = []
+resources = { count = 0 }
+
+[[tasks]]
+kind = "b"
+image = "i"
+
+[[tasks]]
+kind = "c"
+image = "i"
+command = []
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_every_plan_error_is_reported_at_once(fake_registry, tmp_path, capsys, command):
+    """Issue 23: a plan's errors came one per run; now all of them, one line each, exit 2."""
+    path = tmp_path / "bad.toml"
+    path.write_text(BROKEN_PLAN)
+    code, out, err = run_cli([command, path], capsys)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"altar: error: {path}: colour: unknown field (expected one of: "
+        + err.split("(expected one of: ")[1].split("\n")[0],
+        f"altar: error: {path}: tasks[0].resources.count: resource count must be at least 1, got 0",
+        f"altar: error: {path}: tasks[1].command: required",
+    ]
+
+
+def test_a_refused_resource_names_the_plan_field(fake_registry, tmp_path, capsys, monkeypatch):
+    """Issue 23: a refused memory limit was blamed on tasks[0].memory."""
+    from altar.execution import registry as registry_module
+
+    backend_class = registry_module.get_backend_class("fake")
+
+    async def check_spec(self, spec):
+        raise UnsupportedCapabilityError("too little memory", capability="memory")
+
+    monkeypatch.setattr(backend_class, "check_spec", check_spec)
+    path = tmp_path / "p.toml"
+    path.write_text(
+        BROKEN_PLAN.split("[[tasks]]")[0].replace('colour = "blue"\n', "")
+        + '[[tasks]]\nkind = "a"\nimage = "i"\ncommand = []\nresources = { memory_gb = 0.001 }\n'
+    )
+    code, _, err = run_cli(["check", path], capsys)
+    assert code == 2
+    assert (
+        f"{path}: tasks[0].resources.memory_gb: backend 'fake' refuses it: too little memory" in err
+    )

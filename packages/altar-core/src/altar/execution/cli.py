@@ -560,7 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"altar: {_line(error)}\n")
         return EXIT_FAILED
     except AltarError as error:
-        err.write(f"altar: error: {_line(error)}\n")
+        for problem in getattr(error, "problems", None) or [error]:
+            err.write(f"altar: error: {_line(problem)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.write("altar: interrupted\n")
