@@ -76,9 +76,47 @@ def test_option_overrides_and_bad_options(fake_registry, plan_file, tmp_path, ca
     assert fake_registry.max_live == 1
     code, _, err = run_cli(["run", plan_file, "--option", "slot=1"], capsys)
     assert code == 2
-    assert err == (
-        f"altar: error: {plan_file}: backend.options.slot: backend 'fake' has no option "
+    assert err == (  # issue 23: the command line is blamed, not the plan
+        "altar: error: --option slot=1: backend 'fake' has no option "
         "'slot' (its options: slots, poll_s)\n"
+    )
+    plan_file.write_text(plan_file.read_text().replace("slots = 2", "slot = 2"))
+    code, _, err = run_cli(["run", plan_file, "--option", "slots=1"], capsys)
+    assert (code, err) == (
+        2,
+        f"altar: error: {plan_file}: backend.options.slot: backend 'fake' has no option "
+        "'slot' (its options: slots, poll_s)\n",
+    )
+
+
+def test_a_bad_option_value_is_blamed_on_the_command_line(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    """Issue 23: a value the backend rejects from --option was blamed on plan.toml."""
+    import functools
+
+    fake = registry_module.get_backend_class("fake")
+    original = fake.__init__
+
+    @functools.wraps(original)
+    def checked(self, *, slots=None, poll_s=0.0):
+        if slots is not None and slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        original(self, slots=slots, poll_s=poll_s)
+
+    monkeypatch.setattr(fake, "__init__", checked)
+    code, _, err = run_cli(["run", plan_file, "--option", "slots=0"], capsys)
+    assert (code, err) == (
+        2,
+        "altar: error: --option slots=0: backend 'fake' rejected its options: "
+        "slots must be at least 1, got 0\n",
+    )
+    plan_file.write_text(plan_file.read_text().replace("slots = 2", "slots = 0"))
+    code, _, err = run_cli(["run", plan_file, "--option", "poll_s=1"], capsys)
+    assert (code, err) == (
+        2,
+        f"altar: error: {plan_file}: backend.options: backend 'fake' rejected its options: "
+        "slots must be at least 1, got 0\n",
     )
 
 

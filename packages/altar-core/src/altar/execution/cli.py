@@ -26,7 +26,7 @@ from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import check_plan
 from altar.execution.cli_check import cmd_check, print_check, print_error_json
-from altar.execution.cli_resume import resume_command
+from altar.execution.cli_resume import option_text, resume_command
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
@@ -234,12 +234,41 @@ def _backend_for(
         if options:  # the plan's own options: relative paths are relative to the plan
             options = resolve_path_options(options, default_registry.get(name), plan.base_dir)
         options.update(dict(overrides))
-        backend = create_backend(name, options, source=f"{plan.source}: backend.options")
+        try:
+            backend = create_backend(name, options, source=f"{plan.source}: backend.options")
+        except PlanError as error:
+            raise _blame_command_line(error, name, options, overrides, plan.source) from error
     except RegistryError as error:
         if backend_type:  # named on the command line: the message says it all
             raise
         raise type(error)(f"{plan.source}: backend.type: {error}") from error
     return backend, options
+
+
+def _blame_command_line(
+    error: PlanError,
+    name: str,
+    options: dict[str, Any],
+    overrides: Sequence[tuple[str, Any]],
+    source: str,
+) -> PlanError:
+    """``error`` blamed on ``--option KEY=VALUE`` when the bad value came from the command line."""
+    prefix, text = f"{source}: backend.options", str(error)
+    for key, value in overrides:
+        if text.startswith(f"{prefix}.{key}: "):
+            return PlanError(
+                f"--option {option_text(key, value)}: {text[len(prefix) + len(key) + 3 :]}"
+            )
+    if overrides and text.startswith(f"{prefix}: backend {name!r} rejected its options"):
+        given = {key for key, _ in overrides}
+        planned = {key: value for key, value in options.items() if key not in given}
+        try:  # the plan's options alone: if they pass, the command line's value is the bad one
+            create_backend(name, planned, source=prefix)
+        except AltarError:
+            return error
+        flags = " ".join(f"--option {option_text(key, value)}" for key, value in overrides)
+        return PlanError(f"{flags}: {text[len(prefix) + 2 :]}")
+    return error
 
 
 def _line(error: BaseException) -> str:
