@@ -224,3 +224,32 @@ def test_watch_before_the_run_dir_is_not_read_as_the_interval(
     code, out, err = run_cli(argv, capsys)
     assert (code, err) == (0, "")
     assert out == f"4 tasks: 4 succeeded; run directory {run_dir}\n"
+
+
+def test_a_resumed_runs_total_time_and_eta_count_its_whole_history(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: after a resume the summary's time and the ETA counted only this process."""
+    import io
+    import re
+
+    from altar.execution.journal import Journal
+    from altar.execution.progress import ProgressPrinter
+    from altar.execution.runner import RunEvent
+
+    run_dir = tmp_path / "r"
+    interrupt_after_submits(plan_file, run_dir, 2)
+    journal = Journal.load(run_dir)
+    journal.created_at -= 1000  # the run started 1000 s before its first process stopped
+    journal.save()
+    code, out, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--quiet"], capsys)
+    assert code == 0, err
+    took = re.fullmatch(r"4 tasks: 4 succeeded in (\S+) \((\S+) in this process\); .*\n", out)
+    assert took is not None, out
+    assert took.group(1).startswith("16m4")
+
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=4, live=True, earlier_s=90.0)
+    printer(RunEvent("state", "x", "a", counts={"succeeded": 2, "running": 2}, elapsed_s=10.0))
+    # 2 of 4 finished in 100 s of the run's history: 100 s to go, not 10 s
+    assert stream.getvalue().endswith("1m40s  [2 running, 2 succeeded of 4; 50% done, ETA 1m40s]")

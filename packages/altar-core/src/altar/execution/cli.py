@@ -348,7 +348,8 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
     # still reach the log
     only = QUIET if args.quiet else WARNINGS if args.json and not live else None
-    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only)
+    earlier = _earlier_s(run_dir) if resuming else 0.0
+    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier)
     verb = "resuming" if resuming else "running"
     if not args.quiet:  # the summary names the run directory
         err.write(
@@ -385,13 +386,13 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         _print_json(result.to_dict(), out)
     elif args.quiet:
-        out.write(format_summary(result) + "\n")
+        out.write(format_summary(result, earlier_s=earlier) + "\n")
     else:
         out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
         failures = format_failures(result.tasks)
         if failures:
             out.write("\n" + failures + "\n")
-        out.write("\n" + format_summary(result) + "\n")
+        out.write("\n" + format_summary(result, earlier_s=earlier) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -431,6 +432,24 @@ async def _tick(printer: ProgressPrinter) -> None:
     while True:
         await asyncio.sleep(1.0)
         printer.tick()
+
+
+def _earlier_s(run_dir: Path) -> float:
+    """The time a run spent in the processes before this one, from its journal: its creation
+    to the last thing recorded (an attempt's times or the journal's last save)."""
+    try:
+        journal = Journal.load(run_dir)
+    except AltarError:
+        return 0.0
+    stamps = [journal.updated_at]
+    for record in journal.tasks.values():
+        for attempt in record.attempts:
+            stamps += [
+                t
+                for t in (attempt.submitted_at, attempt.started_at, attempt.finished_at)
+                if t is not None
+            ]
+    return max(0.0, max(stamps) - journal.created_at) if journal.created_at else 0.0
 
 
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
