@@ -207,3 +207,17 @@ def test_report_output_to_a_directory_or_unwritable_path_is_one_line(
         assert cli.main(["report", str(run_dir), "--output", str(output)]) == 2
         captured = capsys.readouterr()
         assert (captured.out, captured.err) == ("", f"altar: error: {message}\n")
+
+
+def test_staging_a_backend_does_not_measure_is_not_shown_as_0_bytes(tmp_path):
+    """Issue 23: the report said "0 B" staged on Slurm, whose stager reports no bytes."""
+    journal = synthetic_journal(tmp_path / "run", 2)
+    events = [LoggedEvent(T0 + 0.5, "staging"), LoggedEvent(T0 + 3.0, "staged")]
+    html = render_html(build_report(journal, events))
+    throughput = re.search(r'<p id="throughput">([^<]*)</p>', html)
+    assert throughput is not None
+    assert throughput.group(1) == (
+        "staged in 2.5s; bytes not measured (backend fake does not report staged bytes)"
+    )
+    measured = [*events[:1], LoggedEvent(T0 + 1, "staging_progress", bytes_done=0, bytes_total=0)]
+    assert "0 B in" in render_html(build_report(journal, [*measured, events[1]]))

@@ -133,6 +133,13 @@ def _staging_section(report: Report) -> str:
     moved = staging.samples[-1][1] if staging.samples else 0
     seconds = (staging.end - staging.start) if staging.end is not None else None
     rate = staging.throughput_bps
+    if not staging.measured:  # "0 B" would read as nothing staged
+        summary = (
+            f"staged in {_duration(seconds)}; bytes not measured (backend "
+            f"{report.backend} does not report staged bytes)"
+            + ("" if staging.end is not None else " (staging did not finish)")
+        )
+        return f'<p id="throughput">{escape(summary)}</p>'
     summary = (
         f"{_bytes(moved)} in {_duration(seconds)}"
         + (f" ({_bytes(rate)}/s)" if rate else "")

@@ -72,6 +72,11 @@ class Staging:
     samples: tuple[tuple[float, int], ...]  # (time, bytes in place)
 
     @property
+    def measured(self) -> bool:
+        """Whether the backend reported staged bytes (Slurm's stager, for one, does not)."""
+        return self.bytes_total is not None or len(self.samples) > 1
+
+    @property
     def throughput_bps(self) -> float | None:
         """Bytes per second over the whole staging (None without a size or an end)."""
         if not self.samples or self.end is None:
