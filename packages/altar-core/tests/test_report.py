@@ -87,11 +87,14 @@ def test_attempts_become_phases_with_retries_marked(tmp_path):
         ("running", 2.0, 5.0),
     ]
     assert [(p.kind, p.start - T0, p.end - T0) for p in first.attempts[1].phases] == [
-        ("queued", 5.0, 6.0),  # from the failed attempt's end to the retry's submit
+        ("retry-wait", 5.0, 6.0),  # issue 23: a retry's wait, not "queued"
         ("pending", 6.0, 7.0),
         ("running", 7.0, 9.0),
         ("collecting", 9.0, 9.5),
     ]
+    assert first.status == "succeeded"
+    assert first.reason == "attempt 1: oom_killed (retried)"  # issue 23: not hidden
+    assert 'class="p-retry-wait"' in render_html(report)
     assert report.staging is not None
     assert report.staging.throughput_bps == 2048 / 0.5
     assert report.counts == {"succeeded": 8}

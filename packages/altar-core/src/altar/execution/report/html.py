@@ -32,7 +32,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
 svg text{font:11px system-ui,sans-serif;fill:#334}
 svg .label{text-anchor:end}svg .tick{text-anchor:middle;fill:#778}
 svg .grid{stroke:#eceef3;stroke-width:1}
-.p-queued{fill:#d5d9e2}.p-staging{fill:#9b7fd4}.p-pending{fill:#f2c14e}
+.p-queued{fill:#d5d9e2}.p-retry-wait{fill:#f7d3ae}.p-staging{fill:#9b7fd4}.p-pending{fill:#f2c14e}
 .p-running{fill:#3f8fd2}.p-collecting{fill:#45b39d}
 .m-fail{fill:#d9412b}.m-retry{fill:#f08a24}
 .s-failed .label{fill:#b3261e;font-weight:600}
@@ -163,6 +163,7 @@ def render_html(report: Report) -> str:
         f'<span><i class="{cls}" style="background:{colour}"></i>{name}</span>'
         for name, cls, colour in (
             ("queued", "q", "#d5d9e2"),
+            ("waiting to retry", "rw", "#f7d3ae"),
             ("staging", "st", "#9b7fd4"),
             ("pending", "p", "#f2c14e"),
             ("running", "r", "#3f8fd2"),
