@@ -48,6 +48,7 @@ pre{margin:4px 0 0;white-space:pre-wrap;word-break:break-all;font-size:12px;
 background:#f7f8fb;padding:6px;border-radius:3px;max-height:18em;overflow:auto}
 .filters{margin:0 0 8px}.filters input,.filters select{font:inherit;padding:2px 6px}
 .muted{color:#778}
+.wide{overflow-x:auto;max-width:100%}.meta,.counts,.legend,#throughput{overflow-wrap:anywhere}
 """
 
 _JS = """
@@ -188,15 +189,15 @@ def render_html(report: Report) -> str:
         f'<p class="counts">{len(report.tasks)} tasks: {counts}</p>'
         f'<h2>Timeline</h2><p class="legend">{legend}</p>'
         f'<div class="scroll">{timeline_svg(report)}</div>'
-        f"<h2>Slots in use</h2>{slots_svg(report)}"
+        f'<h2>Slots in use</h2><div class="wide">{slots_svg(report)}</div>'
         f"<h2>Staging throughput</h2>{_staging_section(report)}"
         "<h2>Tasks</h2>"
         '<p class="filters"><input id="filter" type="search" placeholder="filter by id, kind, '
         'reason" aria-label="filter tasks"> <select id="state" aria-label="status">'
         f'<option value="">every status</option>{options}</select> '
         '<span id="shown" class="muted"></span></p>'
-        '<table id="tasks"><thead><tr><th>task</th><th>kind</th><th>status</th>'
+        '<div class="wide"><table id="tasks"><thead><tr><th>task</th><th>kind</th><th>status</th>'
         "<th>attempts</th><th>time</th><th>reason and log tail</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f"<tbody>{rows}</tbody></table></div>"
         f"<script>{_JS}</script></body></html>\n"
     )
