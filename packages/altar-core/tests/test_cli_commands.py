@@ -190,7 +190,8 @@ def test_quiet_prints_no_banner_or_resume_lines(fake_registry, plan_file, tmp_pa
     interrupt_after_submits(plan_file, run_dir, 2)
     code, out, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--quiet"], capsys)
     assert code == 0, err
-    assert re.fullmatch(rf"4 tasks: 4 succeeded in \S+; run directory {run_dir}\n", out)
+    took = r"\S+ \(\S+ in this process\)"  # a resume: the run's history, then this process
+    assert re.fullmatch(rf"4 tasks: 4 succeeded in {took}; run directory {run_dir}\n", out)
     assert err == ""
     fake_registry.script = {"fold-1": ["exit_3"]}
     run_dir = tmp_path / "r2"
