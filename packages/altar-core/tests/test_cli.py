@@ -76,9 +76,47 @@ def test_option_overrides_and_bad_options(fake_registry, plan_file, tmp_path, ca
     assert fake_registry.max_live == 1
     code, _, err = run_cli(["run", plan_file, "--option", "slot=1"], capsys)
     assert code == 2
-    assert err == (
-        f"altar: error: {plan_file}: backend.options.slot: backend 'fake' has no option "
+    assert err == (  # issue 23: the command line is blamed, not the plan
+        "altar: error: --option slot=1: backend 'fake' has no option "
         "'slot' (its options: slots, poll_s)\n"
+    )
+    plan_file.write_text(plan_file.read_text().replace("slots = 2", "slot = 2"))
+    code, _, err = run_cli(["run", plan_file, "--option", "slots=1"], capsys)
+    assert (code, err) == (
+        2,
+        f"altar: error: {plan_file}: backend.options.slot: backend 'fake' has no option "
+        "'slot' (its options: slots, poll_s)\n",
+    )
+
+
+def test_a_bad_option_value_is_blamed_on_the_command_line(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    """Issue 23: a value the backend rejects from --option was blamed on plan.toml."""
+    import functools
+
+    fake = registry_module.get_backend_class("fake")
+    original = fake.__init__
+
+    @functools.wraps(original)
+    def checked(self, *, slots=None, poll_s=0.0):
+        if slots is not None and slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        original(self, slots=slots, poll_s=poll_s)
+
+    monkeypatch.setattr(fake, "__init__", checked)
+    code, _, err = run_cli(["run", plan_file, "--option", "slots=0"], capsys)
+    assert (code, err) == (
+        2,
+        "altar: error: --option slots=0: backend 'fake' rejected its options: "
+        "slots must be at least 1, got 0\n",
+    )
+    plan_file.write_text(plan_file.read_text().replace("slots = 2", "slots = 0"))
+    code, _, err = run_cli(["run", plan_file, "--option", "poll_s=1"], capsys)
+    assert (code, err) == (
+        2,
+        f"altar: error: {plan_file}: backend.options: backend 'fake' rejected its options: "
+        "slots must be at least 1, got 0\n",
     )
 
 
@@ -365,6 +403,9 @@ class Slow(ExecutionBackend):
     name = "slow"
     input_digest_verification = "staging"
 
+    def __init__(self, *, tag: str = "") -> None:
+        pass
+
     async def submit(self, spec):
         if os.environ.get("SLOW_SUBMIT"):
             print("submitting", flush=True)
@@ -419,6 +460,53 @@ def test_a_signal_stops_altar_run_with_a_resume_hint(tmp_path, signum, code, how
     assert record.state in ("pending", "running")
     assert record.attempts[0].handle.external_id == "k"
     assert record.in_doubt == 0
+
+
+def test_the_resume_hint_after_a_signal_resumes_with_the_runs_options(tmp_path):
+    """Issue 23: the hint repeats --option (hostile text quoted); pasted, it resumes the run."""
+    import shlex
+
+    script = tmp_path / "slow_cli.py"
+    script.write_text(SLOW_BACKEND)
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[backend]\ntype = "slow"\n[[tasks]]\nkind = "k"\nimage = "i"\ncommand = []\n')
+    tag = "a b $(touch pwned) 'q' \"d\" 2"
+
+    def start(argv):
+        child = subprocess.Popen(
+            [sys.executable, script, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, SLOW_SUBMIT=""),
+            cwd=tmp_path,
+        )
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+        return line, child.returncode, err
+
+    argv = ["run", plan, "--option", f"tag={tag}", "--max-retries", "4", "--run-dir", "r"]
+    line, code, err = start(argv)
+    assert (line, code) == ("polled\n", 130), err
+    hint = err.rstrip().splitlines()[-1].partition("Resume with: ")[2]
+    pasted = shlex.split(hint)
+    assert pasted == [
+        "altar",
+        "run",
+        str(plan),
+        "--option",
+        f"tag={tag}",
+        "--max-retries",
+        "4",
+        "--run-dir",
+        "r",
+    ]
+    line, code, err = start(pasted[1:])  # the same options: the journal takes the resume
+    assert (line, code) == ("polled\n", 130), err
+    assert "altar: resuming 1 task(s)" in err
+    assert not (tmp_path / "pwned").exists()
 
 
 def staging_event(elapsed_s: float, done: int, total: int | None = 10 << 30) -> RunEvent:

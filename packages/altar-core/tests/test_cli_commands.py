@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from altar.execution import UnsupportedCapabilityError, cli
 from altar.execution.journal import Journal
 
@@ -45,6 +46,7 @@ def test_runs_lists_run_directories_newest_first(fake_registry, plan_file, tmp_p
     assert [run["run_dir"] for run in data] == [str(root / "b"), str(root / "a")]
     assert data[1]["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
     assert data[1]["backend"] == "fake"
+    (tmp_path / "none").mkdir()
     code, out, _ = run_cli(["runs", tmp_path / "none"], capsys)
     assert (code, out) == (0, f"no runs under {tmp_path / 'none'}\n")
 
@@ -178,3 +180,128 @@ def test_quiet_prints_the_summary_and_warnings_only(fake_registry, plan_file, tm
     assert re.fullmatch(rf"4 tasks: 4 succeeded in \S+; run directory {tmp_path / 'r'}\n", out)
     assert "retrying" in err
     assert "submitted" not in err
+
+
+def test_quiet_prints_no_banner_or_resume_lines(fake_registry, plan_file, tmp_path, capsys):
+    """Issue 23: --quiet is the summary and warnings/errors only, on a resume too."""
+    from .test_cli_status import interrupt_after_submits
+
+    run_dir = tmp_path / "r"
+    interrupt_after_submits(plan_file, run_dir, 2)
+    code, out, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--quiet"], capsys)
+    assert code == 0, err
+    took = r"\S+ \(\S+ in this process\)"  # a resume: the run's history, then this process
+    assert re.fullmatch(rf"4 tasks: 4 succeeded in {took}; run directory {run_dir}\n", out)
+    assert err == ""
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    run_dir = tmp_path / "r2"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 1
+    fake_registry.script = {}
+    code, out, err = run_cli(
+        ["run", plan_file, "--run-dir", run_dir, "--retry-failed", "-q"], capsys
+    )
+    assert code == 0, err
+    assert err == ""
+    assert out.startswith("4 tasks: 4 succeeded")
+
+
+@pytest.mark.parametrize("argv", [["check"], ["run", "--dry-run"]])
+def test_check_json_prints_the_plan_errors_as_json(
+    fake_registry, plan_file, tmp_path, capsys, argv
+):
+    """Issue 23: `check --json` printed no JSON on a plan error."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        plan_file.read_text().replace('labels = { task = "fold-1" }', "resources = { count = 0 }")
+    )
+    code, out, _ = run_cli([*argv, bad, "--json"], capsys)
+    assert code == 2
+    data = json.loads(out)
+    assert data["ok"] is False
+    assert data["problems"] == [
+        f"{bad}: tasks[1].resources.count: resource count must be at least 1, got 0"
+    ]
+
+
+@pytest.mark.parametrize("name", ["missing", "a-file"])
+def test_runs_on_a_missing_directory_is_an_error(tmp_path, capsys, name):
+    """Issue 23: `altar runs TYPO` said "no runs" and exited 0."""
+    (tmp_path / "a-file").write_text("x")
+    code, out, err = run_cli(["runs", tmp_path / name], capsys)
+    assert (code, out) == (2, "")
+    what = "does not exist" if name == "missing" else "is not a directory"
+    assert err == f"altar: error: {tmp_path / name} {what}; name a directory of run directories\n"
+
+
+def test_a_run_dir_that_is_a_file_is_refused_before_the_banner(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: `--run-dir FILE` printed the banner, then "File exists"."""
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    code, out, err = run_cli(["run", plan_file, "--run-dir", path], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"altar: error: --run-dir {path} is a file, not a directory; name a new directory to "
+        "start a run or an existing run directory to resume it\n"
+    )
+    assert path.read_text() == "mine"
+
+
+BROKEN_PLAN = """\
+colour = "blue"
+[backend]
+type = "fake"
+
+[[tasks]]
+kind = "a"
+image = "i"
+command = []
+resources = { count = 0 }
+
+[[tasks]]
+kind = "b"
+image = "i"
+
+[[tasks]]
+kind = "c"
+image = "i"
+command = []
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_every_plan_error_is_reported_at_once(fake_registry, tmp_path, capsys, command):
+    """Issue 23: a plan's errors came one per run; now all of them, one line each, exit 2."""
+    path = tmp_path / "bad.toml"
+    path.write_text(BROKEN_PLAN)
+    code, out, err = run_cli([command, path], capsys)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"altar: error: {path}: colour: unknown field (expected one of: "
+        + err.split("(expected one of: ")[1].split("\n")[0],
+        f"altar: error: {path}: tasks[0].resources.count: resource count must be at least 1, got 0",
+        f"altar: error: {path}: tasks[1].command: required",
+    ]
+
+
+def test_a_refused_resource_names_the_plan_field(fake_registry, tmp_path, capsys, monkeypatch):
+    """Issue 23: a refused memory limit was blamed on tasks[0].memory."""
+    from altar.execution import registry as registry_module
+
+    backend_class = registry_module.get_backend_class("fake")
+
+    async def check_spec(self, spec):
+        raise UnsupportedCapabilityError("too little memory", capability="memory")
+
+    monkeypatch.setattr(backend_class, "check_spec", check_spec)
+    path = tmp_path / "p.toml"
+    path.write_text(
+        BROKEN_PLAN.split("[[tasks]]")[0].replace('colour = "blue"\n', "")
+        + '[[tasks]]\nkind = "a"\nimage = "i"\ncommand = []\nresources = { memory_gb = 0.001 }\n'
+    )
+    code, _, err = run_cli(["check", path], capsys)
+    assert code == 2
+    assert (
+        f"{path}: tasks[0].resources.memory_gb: backend 'fake' refuses it: too little memory" in err
+    )

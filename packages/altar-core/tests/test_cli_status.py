@@ -163,3 +163,93 @@ def test_a_success_with_nothing_to_collect_is_succeeded(tmp_path):
     known = status_result(journal, with_outputs=frozenset({"writes"}))
     assert [t.status for t in known.tasks] == ["collecting", "succeeded"]
     assert known.tasks[0].duration_s == 1.0
+
+
+def test_the_printed_resume_command_resumes_a_run_started_with_options(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: the resume line carries the run's --option values, quoted for a shell."""
+    import shlex
+
+    run_dir = tmp_path / "run $(x) 'q'"
+    backend = registry_module.get_backend_class("fake")(slots=2, poll_s=0.5)
+
+    async def partial() -> None:
+        def on_event(event) -> None:
+            if event.kind == "submitted":
+                task.cancel()
+
+        task = asyncio.ensure_future(
+            run_plan(
+                load_plan(plan_file),
+                backend,
+                run_dir=run_dir,
+                poll_interval_s=0.0,
+                on_event=on_event,
+                backend_options={"slots": 2, "poll_s": 0.5},
+            )
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(partial())
+    code, out, _ = run_cli(["status", run_dir], capsys)
+    line = next(x for x in out.splitlines() if x.startswith("resume it with: "))
+    argv = shlex.split(line.removeprefix("resume it with: "))
+    assert argv[:3] == ["altar", "run", str(plan_file)]
+    assert "--option" in argv
+    assert argv[argv.index("--option") + 1] == "poll_s=0.5"  # slots = 2 is the plan's own
+    code, _, err = run_cli(argv[1:], capsys)
+    assert code == 0, err
+    assert "altar: resuming 4 task(s)" in err
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        ["--watch", "RUN"],
+        ["RUN", "--watch"],
+        ["--watch", "0.1", "RUN"],
+        ["RUN", "--watch=0.1"],
+        ["--watch", "--interval", "0.1", "RUN"],
+    ],
+)
+def test_watch_before_the_run_dir_is_not_read_as_the_interval(
+    fake_registry, plan_file, tmp_path, capsys, spelling
+):
+    """Issue 23: `status --watch RUN_DIR` took the path for the interval."""
+    run_dir = tmp_path / "r"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 0
+    argv = ["status", *[str(run_dir) if a == "RUN" else a for a in spelling], "--quiet"]
+    code, out, err = run_cli(argv, capsys)
+    assert (code, err) == (0, "")
+    assert out == f"4 tasks: 4 succeeded; run directory {run_dir}\n"
+
+
+def test_a_resumed_runs_total_time_and_eta_count_its_whole_history(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: after a resume the summary's time and the ETA counted only this process."""
+    import io
+    import re
+
+    from altar.execution.journal import Journal
+    from altar.execution.progress import ProgressPrinter
+    from altar.execution.runner import RunEvent
+
+    run_dir = tmp_path / "r"
+    interrupt_after_submits(plan_file, run_dir, 2)
+    journal = Journal.load(run_dir)
+    journal.created_at -= 1000  # the run started 1000 s before its first process stopped
+    journal.save()
+    code, out, err = run_cli(["run", plan_file, "--run-dir", run_dir, "--quiet"], capsys)
+    assert code == 0, err
+    took = re.fullmatch(r"4 tasks: 4 succeeded in (\S+) \((\S+) in this process\); .*\n", out)
+    assert took is not None, out
+    assert took.group(1).startswith("16m4")
+
+    stream = io.StringIO()
+    printer = ProgressPrinter(stream, total=4, live=True, earlier_s=90.0)
+    printer(RunEvent("state", "x", "a", counts={"succeeded": 2, "running": 2}, elapsed_s=10.0))
+    # 2 of 4 finished in 100 s of the run's history: 100 s to go, not 10 s
+    assert stream.getvalue().endswith("1m40s  [2 running, 2 succeeded of 4; 50% done, ETA 1m40s]")

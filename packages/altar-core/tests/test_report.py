@@ -87,11 +87,14 @@ def test_attempts_become_phases_with_retries_marked(tmp_path):
         ("running", 2.0, 5.0),
     ]
     assert [(p.kind, p.start - T0, p.end - T0) for p in first.attempts[1].phases] == [
-        ("queued", 5.0, 6.0),  # from the failed attempt's end to the retry's submit
+        ("retry-wait", 5.0, 6.0),  # issue 23: a retry's wait, not "queued"
         ("pending", 6.0, 7.0),
         ("running", 7.0, 9.0),
         ("collecting", 9.0, 9.5),
     ]
+    assert first.status == "succeeded"
+    assert first.reason == "attempt 1: oom_killed (retried)"  # issue 23: not hidden
+    assert 'class="p-retry-wait"' in render_html(report)
     assert report.staging is not None
     assert report.staging.throughput_bps == 2048 / 0.5
     assert report.counts == {"succeeded": 8}
@@ -184,3 +187,40 @@ def test_the_event_log_never_stops_a_run_and_skips_torn_lines(tmp_path):
         ("retry", None),
     ]
     assert events[2].message == "a attempt 1 failed (oom_killed); retrying"
+
+
+def test_report_output_to_a_directory_or_unwritable_path_is_one_line(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: `altar report --output DIR` (or a path that cannot be written) was a traceback."""
+    from altar.execution import cli
+
+    run_dir = tmp_path / "run"
+    assert cli.main(["run", str(plan_file), "--run-dir", str(run_dir)]) == 0
+    (tmp_path / "a-file").write_text("x")
+    cases = {
+        tmp_path: f"--output {tmp_path} is a directory; name a file, e.g. {tmp_path}/report.html",
+        tmp_path / "a-file" / "r.html": f"cannot write the report to --output {tmp_path}/a-file/"
+        "r.html: Not a directory; name a writable file with --output",
+        tmp_path / "no dir" / "r.html": f"cannot write the report to --output {tmp_path}/no dir/"
+        "r.html: No such file or directory; name a writable file with --output",
+    }
+    for output, message in cases.items():
+        capsys.readouterr()
+        assert cli.main(["report", str(run_dir), "--output", str(output)]) == 2
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", f"altar: error: {message}\n")
+
+
+def test_staging_a_backend_does_not_measure_is_not_shown_as_0_bytes(tmp_path):
+    """Issue 23: the report said "0 B" staged on Slurm, whose stager reports no bytes."""
+    journal = synthetic_journal(tmp_path / "run", 2)
+    events = [LoggedEvent(T0 + 0.5, "staging"), LoggedEvent(T0 + 3.0, "staged")]
+    html = render_html(build_report(journal, events))
+    throughput = re.search(r'<p id="throughput">([^<]*)</p>', html)
+    assert throughput is not None
+    assert throughput.group(1) == (
+        "staged in 2.5s; bytes not measured (backend fake does not report staged bytes)"
+    )
+    measured = [*events[:1], LoggedEvent(T0 + 1, "staging_progress", bytes_done=0, bytes_total=0)]
+    assert "0 B in" in render_html(build_report(journal, [*measured, events[1]]))

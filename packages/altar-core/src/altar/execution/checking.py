@@ -118,13 +118,24 @@ async def _check_images(plan: Plan, backend: ExecutionBackend, report: CheckRepo
         )
 
 
+#: A refused capability as the plan field the user wrote (``memory`` is ``resources.memory_gb``).
+_PLAN_FIELDS = {
+    "memory": "resources.memory_gb",
+    "cpu": "resources.cpu",
+    "gpu": "resources.gpu",
+    "count": "resources.count",
+    "timeout": "timeout_s",
+}
+
+
 async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
     for index, task in enumerate(plan.tasks):
         try:
             await backend.check_spec(task.spec)
         except (UnsupportedCapabilityError, ValueError) as error:
             capability = getattr(error, "capability", None)
-            where = f"tasks[{index}]" + (f".{capability}" if capability else "")
+            field_name = _PLAN_FIELDS.get(capability, capability) if capability else None
+            where = f"tasks[{index}]" + (f".{field_name}" if field_name else "")
             text = " ".join(str(error).split())
             report.problems.append(
                 f"{plan.source}: {where}: backend {backend.name!r} refuses it: {text}"

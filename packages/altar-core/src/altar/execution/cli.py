@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import secrets
-import shlex
 import signal
 import sys
 import time
@@ -26,7 +25,8 @@ from altar.execution import cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import check_plan
-from altar.execution.cli_check import cmd_check, print_check
+from altar.execution.cli_check import cmd_check, print_check, print_error_json
+from altar.execution.cli_resume import option_text, resume_command
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
@@ -41,6 +41,7 @@ from altar.execution.errors import (
 from altar.execution.journal import Journal, lock_is_held
 from altar.execution.plan import Plan, load_plan, resolve_path_options
 from altar.execution.progress import (
+    QUIET,
     WARNINGS,
     ProgressPrinter,
     format_failures,
@@ -233,12 +234,41 @@ def _backend_for(
         if options:  # the plan's own options: relative paths are relative to the plan
             options = resolve_path_options(options, default_registry.get(name), plan.base_dir)
         options.update(dict(overrides))
-        backend = create_backend(name, options, source=f"{plan.source}: backend.options")
+        try:
+            backend = create_backend(name, options, source=f"{plan.source}: backend.options")
+        except PlanError as error:
+            raise _blame_command_line(error, name, options, overrides, plan.source) from error
     except RegistryError as error:
         if backend_type:  # named on the command line: the message says it all
             raise
         raise type(error)(f"{plan.source}: backend.type: {error}") from error
     return backend, options
+
+
+def _blame_command_line(
+    error: PlanError,
+    name: str,
+    options: dict[str, Any],
+    overrides: Sequence[tuple[str, Any]],
+    source: str,
+) -> PlanError:
+    """``error`` blamed on ``--option KEY=VALUE`` when the bad value came from the command line."""
+    prefix, text = f"{source}: backend.options", str(error)
+    for key, value in overrides:
+        if text.startswith(f"{prefix}.{key}: "):
+            return PlanError(
+                f"--option {option_text(key, value)}: {text[len(prefix) + len(key) + 3 :]}"
+            )
+    if overrides and text.startswith(f"{prefix}: backend {name!r} rejected its options"):
+        given = {key for key, _ in overrides}
+        planned = {key: value for key, value in options.items() if key not in given}
+        try:  # the plan's options alone: if they pass, the command line's value is the bad one
+            create_backend(name, planned, source=prefix)
+        except AltarError:
+            return error
+        flags = " ".join(f"--option {option_text(key, value)}" for key, value in overrides)
+        return PlanError(f"{flags}: {text[len(prefix) + 2 :]}")
+    return error
 
 
 def _line(error: BaseException) -> str:
@@ -284,35 +314,48 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    plan = load_plan(args.plan)
-    backend, options = _backend_for(plan, args.backend, args.option)
+    try:
+        plan = load_plan(args.plan)
+        backend, options = _backend_for(plan, args.backend, args.option)
+    except AltarError as error:
+        if not (args.dry_run and args.json):
+            raise
+        return print_error_json(error, args.backend, out)
     if args.dry_run:  # before any run directory exists
         return print_check(await check_plan(plan, backend), plan, args.json, out, err)
     run_dir = Path(args.run_dir) if args.run_dir else _new_dir("runs", args.plan)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(
+            f"--run-dir {run_dir} is a file, not a directory; name a new directory to start a "
+            "run or an existing run directory to resume it"
+        )
     resuming = Journal.exists(run_dir)
     if args.retry_failed:
         if not resuming:
             raise UsageError("--retry-failed needs --run-dir naming an existing run")
         reopened = reopen_failed_in(run_dir, plan)
-        err.write(
-            f"altar: rerunning {len(reopened)} failed or skipped task(s)"
-            + (
-                f": {', '.join(reopened[:10])}{', ...' if len(reopened) > 10 else ''}"
-                if reopened
-                else ""
+        if not args.quiet:
+            err.write(
+                f"altar: rerunning {len(reopened)} failed or skipped task(s)"
+                + (
+                    f": {', '.join(reopened[:10])}{', ...' if len(reopened) > 10 else ''}"
+                    if reopened
+                    else ""
+                )
+                + "\n"
             )
-            + "\n"
-        )
     live = err.isatty() and not args.quiet
     # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
     # still reach the log
-    only = WARNINGS if (args.json and not live) or args.quiet else None
-    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only)
+    only = QUIET if args.quiet else WARNINGS if args.json and not live else None
+    earlier = _earlier_s(run_dir) if resuming else 0.0
+    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier)
     verb = "resuming" if resuming else "running"
-    err.write(
-        f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
-        f"run directory {run_dir}\n"
-    )
+    if not args.quiet:  # the summary names the run directory
+        err.write(
+            f"altar: {verb} {len(plan.tasks)} task(s) of {plan.source} on {backend.name}; "
+            f"run directory {run_dir}\n"
+        )
     # the report's event log (staging throughput, collection times) rides along
     show = EventRecorder(run_dir, printer)
     ticker = asyncio.create_task(_tick(printer)) if live else None
@@ -332,8 +375,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         printer.close()
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
         err.write(
-            f"altar: {how}; submitted tasks keep running. Resume with: "
-            f"altar run {shlex.quote(str(args.plan))} --run-dir {shlex.quote(str(run_dir))}\n"
+            f"altar: {how}; submitted tasks keep running. Resume with: {_resume(args, run_dir)}\n"
         )
         return 128 + stopped_by[0].value if stopped_by else EXIT_INTERRUPTED
     finally:
@@ -344,13 +386,13 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         _print_json(result.to_dict(), out)
     elif args.quiet:
-        out.write(format_summary(result) + "\n")
+        out.write(format_summary(result, earlier_s=earlier) + "\n")
     else:
         out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
         failures = format_failures(result.tasks)
         if failures:
             out.write("\n" + failures + "\n")
-        out.write("\n" + format_summary(result) + "\n")
+        out.write("\n" + format_summary(result, earlier_s=earlier) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -390,6 +432,36 @@ async def _tick(printer: ProgressPrinter) -> None:
     while True:
         await asyncio.sleep(1.0)
         printer.tick()
+
+
+def _earlier_s(run_dir: Path) -> float:
+    """The time a run spent in the processes before this one, from its journal: its creation
+    to the last thing recorded (an attempt's times or the journal's last save)."""
+    try:
+        journal = Journal.load(run_dir)
+    except AltarError:
+        return 0.0
+    stamps = [journal.updated_at]
+    for record in journal.tasks.values():
+        for attempt in record.attempts:
+            stamps += [
+                t
+                for t in (attempt.submitted_at, attempt.started_at, attempt.finished_at)
+                if t is not None
+            ]
+    return max(0.0, max(stamps) - journal.created_at) if journal.created_at else 0.0
+
+
+def _resume(args: argparse.Namespace, run_dir: Path) -> str:
+    """The command that resumes this run: every flag a resume must repeat."""
+    extra: list[str] = []
+    if args.max_parallel is not None:
+        extra += ["--max-parallel", str(args.max_parallel)]
+    if args.max_retries is not None:
+        extra += ["--max-retries", str(args.max_retries)]
+    return resume_command(
+        str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
+    )
 
 
 def _journal_backend(run_dir: Path) -> ExecutionBackend:
@@ -536,7 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"altar: {_line(error)}\n")
         return EXIT_FAILED
     except AltarError as error:
-        err.write(f"altar: error: {_line(error)}\n")
+        for problem in getattr(error, "problems", None) or [error]:
+            err.write(f"altar: error: {_line(problem)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.write("altar: interrupted\n")

@@ -12,10 +12,11 @@ from typing import Any, TextIO
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import CheckReport, check_plan, format_check
+from altar.execution.errors import AltarError
 from altar.execution.plan import Plan, load_plan
 from altar.execution.progress import terminal_safe
 
-__all__ = ["cmd_check", "print_check"]
+__all__ = ["cmd_check", "error_problems", "print_check", "print_error_json"]
 
 BackendFor = Callable[
     [Plan, str | None, Sequence[tuple[str, Any]]], tuple[ExecutionBackend, dict[str, Any]]
@@ -25,9 +26,27 @@ BackendFor = Callable[
 async def cmd_check(
     args: argparse.Namespace, out: TextIO, err: TextIO, *, backend_for: BackendFor
 ) -> int:
-    plan = load_plan(args.plan)
-    backend, _ = backend_for(plan, args.backend, args.option)
+    try:
+        plan = load_plan(args.plan)
+        backend, _ = backend_for(plan, args.backend, args.option)
+    except AltarError as error:
+        if not args.json:
+            raise
+        return print_error_json(error, args.backend, out)
     return print_check(await check_plan(plan, backend), plan, args.json, out, err)
+
+
+def error_problems(error: AltarError) -> list[str]:
+    """Every problem an error stands for, each one line (a PlanError may carry several)."""
+    problems: list[str] = list(getattr(error, "problems", None) or [str(error)])
+    return [terminal_safe(" ".join(problem.split())) for problem in problems]
+
+
+def print_error_json(error: AltarError, backend: str | None, out: TextIO) -> int:
+    """``check --json`` on a plan or backend error: the report, with the problems; exit 2."""
+    report = CheckReport(tasks=0, backend=backend or "", problems=error_problems(error))
+    out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    return 2
 
 
 def print_check(report: CheckReport, plan: Plan, as_json: bool, out: TextIO, err: TextIO) -> int:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+from altar.execution.errors import AltarError
 from altar.execution.journal import Journal
 from altar.execution.report import write_report
 
@@ -27,7 +28,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     run_dir = Path(args.run_dir)
     Journal.load(run_dir)  # a clear error for a directory that is not a run
-    path, report = write_report(run_dir, Path(args.output) if args.output else None)
+    output = Path(args.output) if args.output else None
+    if output is not None and output.is_dir():
+        raise AltarError(
+            f"--output {output} is a directory; name a file, e.g. {output / 'report.html'}"
+        )
+    try:
+        path, report = write_report(run_dir, output)
+    except OSError as error:
+        where = f"--output {output}" if output is not None else str(run_dir / "report.html")
+        raise AltarError(
+            f"cannot write the report to {where}: {error.strerror or error}; "
+            "name a writable file with --output"
+        ) from error
     size = path.stat().st_size
     if args.json:
         data = {

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+from altar.execution.errors import AltarError
 from altar.execution.progress import format_counts, terminal_safe
 from altar.execution.runs import format_started, list_runs
 
@@ -20,13 +21,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "root",
         metavar="DIR",
         nargs="?",
-        default=str(DEFAULT_ROOT),
         help=f"where the run directories are (default: {DEFAULT_ROOT})",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def cmd_runs(args: argparse.Namespace, out: TextIO) -> int:
+    if args.root is not None and not Path(args.root).is_dir():
+        # a typo must not read as "no runs": the default place may be missing (no run yet)
+        what = "is not a directory" if Path(args.root).exists() else "does not exist"
+        raise AltarError(f"{args.root} {what}; name a directory of run directories")
+    args.root = args.root or str(DEFAULT_ROOT)
     runs = list_runs(Path(args.root))
     if args.json:
         out.write(json.dumps([run.to_dict() for run in runs], indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""``altar status RUN_DIR [--watch [S]] [--quiet] [--json]``: a run's tasks, honestly.
+"""``altar status RUN_DIR [--watch[=S]] [--interval S] [--quiet] [--json]``: a run's tasks.
 
 One poll of the open tasks (the backend is built again from the options the run recorded);
 the rows say what a resume will do (see :mod:`altar.execution.runs`). Exit status 1 when a task
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from altar.execution.backend import ExecutionBackend
+from altar.execution.cli_resume import journal_resume_command
 from altar.execution.errors import AltarError, BackendUnavailableError
 from altar.execution.journal import CANCELLED, FAILED, Journal, lock_is_held
 from altar.execution.progress import format_counts, format_table, terminal_safe, use_colour
@@ -36,15 +37,19 @@ WATCH_INTERVAL_S = 2.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?")
     p.add_argument("--json", action="store_true", help="print JSON")
+    # `--watch RUN_DIR` must not take the run directory for the interval: the value is an
+    # interval only if it is a number (`--watch 5`, `--watch=5`), else the run directory
     p.add_argument(
         "--watch",
         metavar="SECONDS",
         nargs="?",
-        type=float,
-        const=WATCH_INTERVAL_S,
+        const="",
         help=f"redraw every SECONDS (default {WATCH_INTERVAL_S:g}) until every task settled",
+    )
+    p.add_argument(
+        "--interval", metavar="SECONDS", type=float, help="with --watch: seconds between redraws"
     )
     p.add_argument("--quiet", action="store_true", help="print the summary line only")
 
@@ -85,7 +90,7 @@ async def _poll(
     return {record.id: status for record, status in zip(records, statuses, strict=True)}
 
 
-def format_status_summary(result: RunResult, *, driven: bool, plan: str) -> str:
+def format_status_summary(result: RunResult, *, driven: bool, resume: str) -> str:
     """``4 tasks: 1 running, 3 succeeded; run directory DIR`` and, if it waits, how to resume."""
     total = len(result.tasks)
     line = (
@@ -98,7 +103,7 @@ def format_status_summary(result: RunResult, *, driven: bool, plan: str) -> str:
         t for t in result.tasks if t.status not in ("succeeded", FAILED, "skipped", CANCELLED)
     ]
     if waiting:
-        line += f"\nresume it with: altar run {plan} --run-dir {result.run_dir}"
+        line += f"\nresume it with: {resume}"
     return line
 
 
@@ -135,7 +140,9 @@ async def _snapshot(
 def _render(
     result: RunResult, journal: Journal, driven: bool, args: argparse.Namespace, colour: bool
 ) -> str:
-    summary = format_status_summary(result, driven=driven, plan=journal.plan_source)
+    summary = format_status_summary(
+        result, driven=driven, resume=terminal_safe(journal_resume_command(journal))
+    )
     if args.json:
         data = result.to_dict()
         data["counts"] = counts(result.tasks)
@@ -146,8 +153,33 @@ def _render(
     return format_table(result.tasks, colour=colour) + "\n\n" + summary + "\n"
 
 
+def watch_arguments(
+    run_dir: str | None, watch: str | None, interval: float | None
+) -> tuple[str, float | None]:
+    """(RUN_DIR, seconds between redraws or None without --watch) from the parsed arguments."""
+    seconds: float | None = None
+    if watch is not None:
+        try:
+            seconds = float(watch) if watch else None
+        except ValueError:
+            if run_dir is not None:
+                raise AltarError(
+                    f"--watch takes a number of seconds, got {watch!r}; "
+                    "write --watch=SECONDS or --interval SECONDS"
+                ) from None
+            run_dir = watch
+        if seconds is None:
+            seconds = WATCH_INTERVAL_S if interval is None else interval
+    elif interval is not None:
+        raise AltarError("--interval needs --watch")
+    if run_dir is None:
+        raise AltarError("the following arguments are required: RUN_DIR")
+    return run_dir, seconds
+
+
 async def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    run_dir = Path(args.run_dir)
+    run_dir_text, args.watch = watch_arguments(args.run_dir, args.watch, args.interval)
+    run_dir = Path(run_dir_text)
     Journal.load(run_dir)  # a clear error for a directory that is not a run
     colour = use_colour(out)
     if args.watch is None:

@@ -38,6 +38,8 @@ one; anything else fails it as ``submit_failed``, retried while attempts remain.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "AltarError",
     "BackendCallError",
@@ -87,7 +89,14 @@ class BackendUnavailableError(ConnectionError):
 
 
 class PlanError(AltarError):
-    """A plan is invalid; the message names the file and the field."""
+    """A plan is invalid; the message names the file and the field.
+
+    ``problems`` holds every problem found (each one line); the message is the first.
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems) if problems else [message]
 
 
 class JournalError(AltarError):

@@ -205,6 +205,43 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
 
     if not isinstance(data, Mapping):
         raise fail("", f"a plan must be a table/object, got {_kind(data)}")
+    # every problem is reported at once: the header's first, then each task's first
+    problems: list[str] = []
+    header: tuple[Any, Mapping[str, Any], dict[str, int | None], Any] = (None, {}, {}, None)
+    try:
+        header = _parse_header(data, fail)
+    except PlanError as error:
+        problems.append(str(error))
+    raw_tasks = data.get("tasks")
+    if not isinstance(raw_tasks, list) or not raw_tasks:
+        problems.append(str(fail("tasks", "a plan needs at least one [[tasks]] entry")))
+        raw_tasks = []
+    tasks: list[PlanTask] = []
+    for index, item in enumerate(raw_tasks):
+        try:
+            tasks.append(_parse_task(item, index, base_dir, fail))
+        except PlanError as error:
+            problems.append(str(error))
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise PlanError(problems[0] + more, problems)
+    backend_type, options, limits, description = header
+    return Plan(
+        backend_type,
+        dict(options),
+        tasks,
+        limits["max_parallel"],
+        limits["max_retries"],
+        source,
+        description,
+        base_dir=base_dir,
+    )
+
+
+def _parse_header(
+    data: Mapping[str, Any], fail: Fail
+) -> tuple[Any, Mapping[str, Any], dict[str, int | None], Any]:
+    """The plan's fields other than its tasks: (backend type, options, limits, description)."""
     _check_keys(data, _TOP_KEYS, "", fail)
     backend = data.get("backend", {})
     if not isinstance(backend, Mapping):
@@ -229,20 +266,7 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
     description = data.get("description")
     if description is not None and not isinstance(description, str):
         raise fail("description", f"must be a string, got {_kind(description)}")
-    raw_tasks = data.get("tasks")
-    if not isinstance(raw_tasks, list) or not raw_tasks:
-        raise fail("tasks", "a plan needs at least one [[tasks]] entry")
-    tasks = [_parse_task(item, index, base_dir, fail) for index, item in enumerate(raw_tasks)]
-    return Plan(
-        backend_type,
-        dict(options),
-        tasks,
-        limits["max_parallel"],
-        limits["max_retries"],
-        source,
-        description,
-        base_dir=base_dir,
-    )
+    return backend_type, options, limits, description
 
 
 Fail = Callable[[str, str], PlanError]

@@ -18,6 +18,7 @@ from typing import TextIO
 from altar.execution.runner import TASK_STATES, RunEvent, RunResult, TaskResult
 
 __all__ = [
+    "QUIET",
     "WARNINGS",
     "ProgressPrinter",
     "format_counts",
@@ -64,6 +65,8 @@ WARNINGS = frozenset(
         "stopping",
     }
 )
+#: What ``altar run --quiet`` prints: warnings and errors only, not that a run resumes.
+QUIET = WARNINGS - {"resumed"}
 #: Events that show the backend answered again: the next outage prints its advice anew.
 _ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "resumed"})
 _OUTAGE = re.compile(
@@ -218,11 +221,16 @@ def format_failures(tasks: Sequence[TaskResult]) -> str:
     return "\n".join(blocks)
 
 
-def format_summary(result: RunResult) -> str:
+def format_summary(result: RunResult, *, earlier_s: float = 0.0) -> str:
+    """``4 tasks: 4 succeeded in 5.0s; run directory DIR``; ``earlier_s``: the run's time in
+    the processes before this one (a resumed run counts its whole history)."""
     total = len(result.tasks)
+    took = format_duration(result.elapsed_s + earlier_s)
+    if earlier_s > 0:
+        took += f" ({format_duration(result.elapsed_s)} in this process)"
     return (
         f"{total} task{'s' if total != 1 else ''}: {format_counts(result.counts())} "
-        f"in {format_duration(result.elapsed_s)}; run directory {result.run_dir}"
+        f"in {took}; run directory {result.run_dir}"
     )
 
 
@@ -237,8 +245,11 @@ class ProgressPrinter:
         live: bool,
         prefix: str = "",
         only: frozenset[str] | None = None,
+        earlier_s: float = 0.0,
     ) -> None:
         self.stream = stream
+        # a resumed run's time before this process: the clock and the ETA count its history
+        self.earlier_s = earlier_s
         self.only = only  # print event lines of these kinds only (None: every notable one)
         self._outages: set[str] = set()  # outage texts printed since the backend last answered
         self.total = total
@@ -304,6 +315,7 @@ class ProgressPrinter:
             self.stream.flush()
 
     def _draw(self, elapsed_s: float) -> None:
+        elapsed_s += self.earlier_s
         finished = sum(self._counts.get(state, 0) for state in _FINAL)
         eta = format_eta(finished, self.total, elapsed_s)
         inside = self._staging or f"{format_counts(self._counts)} of {self.total}; {eta}"

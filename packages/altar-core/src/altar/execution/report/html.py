@@ -32,7 +32,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
 svg text{font:11px system-ui,sans-serif;fill:#334}
 svg .label{text-anchor:end}svg .tick{text-anchor:middle;fill:#778}
 svg .grid{stroke:#eceef3;stroke-width:1}
-.p-queued{fill:#d5d9e2}.p-staging{fill:#9b7fd4}.p-pending{fill:#f2c14e}
+.p-queued{fill:#d5d9e2}.p-retry-wait{fill:#f7d3ae}.p-staging{fill:#9b7fd4}.p-pending{fill:#f2c14e}
 .p-running{fill:#3f8fd2}.p-collecting{fill:#45b39d}
 .m-fail{fill:#d9412b}.m-retry{fill:#f08a24}
 .s-failed .label{fill:#b3261e;font-weight:600}
@@ -48,6 +48,7 @@ pre{margin:4px 0 0;white-space:pre-wrap;word-break:break-all;font-size:12px;
 background:#f7f8fb;padding:6px;border-radius:3px;max-height:18em;overflow:auto}
 .filters{margin:0 0 8px}.filters input,.filters select{font:inherit;padding:2px 6px}
 .muted{color:#778}
+.wide{overflow-x:auto;max-width:100%}.meta,.counts,.legend,#throughput{overflow-wrap:anywhere}
 """
 
 _JS = """
@@ -133,6 +134,13 @@ def _staging_section(report: Report) -> str:
     moved = staging.samples[-1][1] if staging.samples else 0
     seconds = (staging.end - staging.start) if staging.end is not None else None
     rate = staging.throughput_bps
+    if not staging.measured:  # "0 B" would read as nothing staged
+        summary = (
+            f"staged in {_duration(seconds)}; bytes not measured (backend "
+            f"{report.backend} does not report staged bytes)"
+            + ("" if staging.end is not None else " (staging did not finish)")
+        )
+        return f'<p id="throughput">{escape(summary)}</p>'
     summary = (
         f"{_bytes(moved)} in {_duration(seconds)}"
         + (f" ({_bytes(rate)}/s)" if rate else "")
@@ -156,6 +164,7 @@ def render_html(report: Report) -> str:
         f'<span><i class="{cls}" style="background:{colour}"></i>{name}</span>'
         for name, cls, colour in (
             ("queued", "q", "#d5d9e2"),
+            ("waiting to retry", "rw", "#f7d3ae"),
             ("staging", "st", "#9b7fd4"),
             ("pending", "p", "#f2c14e"),
             ("running", "r", "#3f8fd2"),
@@ -180,15 +189,15 @@ def render_html(report: Report) -> str:
         f'<p class="counts">{len(report.tasks)} tasks: {counts}</p>'
         f'<h2>Timeline</h2><p class="legend">{legend}</p>'
         f'<div class="scroll">{timeline_svg(report)}</div>'
-        f"<h2>Slots in use</h2>{slots_svg(report)}"
+        f'<h2>Slots in use</h2><div class="wide">{slots_svg(report)}</div>'
         f"<h2>Staging throughput</h2>{_staging_section(report)}"
         "<h2>Tasks</h2>"
         '<p class="filters"><input id="filter" type="search" placeholder="filter by id, kind, '
         'reason" aria-label="filter tasks"> <select id="state" aria-label="status">'
         f'<option value="">every status</option>{options}</select> '
         '<span id="shown" class="muted"></span></p>'
-        '<table id="tasks"><thead><tr><th>task</th><th>kind</th><th>status</th>'
+        '<div class="wide"><table id="tasks"><thead><tr><th>task</th><th>kind</th><th>status</th>'
         "<th>attempts</th><th>time</th><th>reason and log tail</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f"<tbody>{rows}</tbody></table></div>"
         f"<script>{_JS}</script></body></html>\n"
     )

@@ -2,8 +2,9 @@
 
 Per task, every attempt as phases on one time axis:
 
-- ``queued``: waiting for a slot, its dependencies or its retry (from the run's start, or the
-  previous attempt's end, to the submit);
+- ``queued``: waiting for a slot or its dependencies (from the run's start to the submit);
+- ``retry-wait``: from a failed attempt's end to its retry's submit (a backoff, or a stop and
+  resume);
 - ``pending``: submitted, not started (the provider queues it, pulls its image);
 - ``running``: from the start to the end the provider reported (or the runner observed);
 - ``collecting``: a success's outputs being copied back (until the ``succeeded`` event).
@@ -38,7 +39,7 @@ TAIL_LINE_CHARS = 240
 
 @dataclass(frozen=True)
 class Phase:
-    kind: str  # queued, pending, running, collecting
+    kind: str  # queued, retry-wait, pending, running, collecting
     start: float
     end: float
 
@@ -70,6 +71,11 @@ class Staging:
     end: float | None
     bytes_total: int | None
     samples: tuple[tuple[float, int], ...]  # (time, bytes in place)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the backend reported staged bytes (Slurm's stager, for one, does not)."""
+        return self.bytes_total is not None or len(self.samples) > 1
 
     @property
     def throughput_bps(self) -> float | None:
@@ -121,7 +127,10 @@ def _bars(
         end = _attempt_end(attempt, now)
         if submitted is not None:
             if submitted > queued_from:
-                phases.append(Phase("queued", queued_from, submitted))
+                # after a failed attempt the wait is the retry's (its backoff, or the run
+                # stopped and resumed), not a queue for a slot
+                wait = "retry-wait" if index > 0 else "queued"
+                phases.append(Phase(wait, queued_from, submitted))
             started = attempt.started_at
             if started is not None and started >= submitted:
                 phases.append(Phase("pending", submitted, min(started, end)))
@@ -169,6 +178,9 @@ def _row(
         reason = record.detail
     elif failure is not None and status in ("failed", "queued"):
         reason = failure.reason
+    else:  # a success after retries: what the earlier attempts failed of is not hidden
+        earlier = [f"attempt {a.number}: {a.failure.reason}" for a in record.attempts if a.failure]
+        reason = "; ".join(earlier) + " (retried)" if earlier else None
     tail = ""
     if status not in ("succeeded", "collecting"):
         tail = log_tail(record.detail or (failure.detail if failure else None))
