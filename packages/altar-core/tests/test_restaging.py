@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
-from altar.execution import Transfer
+from altar.execution import Transfer, cli
 from altar.execution.errors import JournalError
 from altar.execution.journal import Journal
 from altar.execution.plan import Plan, PlanTask
@@ -193,3 +194,21 @@ async def test_a_journal_without_staging_entries_stages_everything_again(
     provider.script = {"t": ["ok"]}
     await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
     assert len(provider.stage_calls) == 2
+
+
+def test_status_shows_a_staging_failure_and_its_fix(tmp_path, fake_registry, capsys):
+    (tmp_path / "data.txt").write_bytes(b"good\n")
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[backend]\ntype = "fake"\n\n[[tasks]]\nid = "t"\nkind = "k"\nimage = "busybox:latest"\n'
+        'command = ["true"]\ninputs = [{ uri = "data.txt", logical_path = "in/d" }]\n'
+    )
+    fake_registry.stage_error = "No space left on device"
+    assert cli.main(["run", str(plan), "--run-dir", str(tmp_path / "r")]) == 1
+    capsys.readouterr()
+    cli.main(["status", str(tmp_path / "r")])
+    out = capsys.readouterr().out
+    assert "staging failed: staging inputs failed: OSError: No space left on device; fix it" in out
+    cli.main(["status", str(tmp_path / "r"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert "No space left on device" in data["staging_error"]

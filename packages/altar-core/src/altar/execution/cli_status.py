@@ -147,7 +147,10 @@ def _render(
         data = result.to_dict()
         data["counts"] = counts(result.tasks)
         data["driven"] = driven
+        data["staging_error"] = journal.staging_error
         return json.dumps(data, indent=2) + "\n"
+    if journal.staging_error:  # the tasks wait for inputs that could not be staged: say why
+        summary = f"staging failed: {terminal_safe(journal.staging_error)}\n{summary}"
     if args.quiet:
         return summary + "\n"
     return format_table(result.tasks, colour=colour) + "\n\n" + summary + "\n"

@@ -37,6 +37,7 @@ NOTABLE = frozenset(
     {
         "staging",
         "staged",
+        "edited",
         "resumed",
         "submitted",
         "in_doubt",
@@ -55,6 +56,7 @@ NOTABLE = frozenset(
 #: user must hear about even when only the JSON result is wanted.
 WARNINGS = frozenset(
     {
+        "edited",
         "resumed",
         "in_doubt",
         "retry",

@@ -37,7 +37,8 @@ class RunEvent:
 
     ``kind`` is one of ``staging``, ``staging_progress`` (bytes of the inputs in place so far,
     in ``bytes_done`` and ``bytes_total``; see :mod:`altar.execution.staging_progress`),
-    ``staged``, ``resumed``, ``submitted``, ``in_doubt``, ``adopted`` (the provider held the
+    ``staged``, ``edited`` (tasks changed in the plan before they were submitted run as it now
+    says), ``resumed``, ``submitted``, ``in_doubt``, ``adopted`` (the provider held the
     task of an in-doubt submit: the run follows it), ``removed`` (a provider object of this run
     the journal does not own was cancelled and cleaned up), ``litter_removed`` (temporary files
     that killed processes of this run left), ``state`` (a task changed state), ``retry``,
