@@ -130,9 +130,11 @@ async def test_endings_squeue_can_tell_cost_no_sacct(
     await backend.cancel(handles[3])
     node.calls.clear()
     statuses = await backend.poll(handles)
-    assert _commands(node) == ["squeue"]
+    # No sacct; one read of the finished jobs' exit records (their own start and end).
+    assert _commands(node) == ["squeue", "grep"]
     reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
     assert reasons == ["succeeded", "timeout", "oom_killed", "cancelled"]
+    assert statuses[0].finished_at is not None  # the fake's record
 
 
 async def test_a_job_neither_squeue_nor_sacct_knows_is_missing_not_succeeded(

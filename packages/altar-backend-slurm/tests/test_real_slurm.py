@@ -122,6 +122,26 @@ async def test_check_spec_refuses_what_submit_refuses(
 
 
 @pytest.mark.asyncio
+async def test_logs_of_a_succeeded_job_are_served_after_cleanup(
+    local: SlurmExecutionBackend,
+) -> None:
+    handle = await local.submit(_spec(["sh", "-c", "echo out-line; echo err-line >&2"]))
+    status = await _finish(local, handle)
+    assert status.state is TaskState.SUCCEEDED
+    # Times are the job's own (its exit record), not when the runner noticed.
+    path = Path(local._layout(handle.external_id.split(":")[1]).exit_record)
+    words = dict(w.partition("=")[::2] for w in (await asyncio.to_thread(path.read_text)).split())
+    assert (status.started_at, status.finished_at) == (float(words["start"]), float(words["end"]))
+    before = await local.task_logs(handle)
+    assert before is not None
+    assert (before.stdout, before.stderr) == ("out-line\n", "err-line\n")
+    await local.cleanup([handle])
+    assert not any((Path(local.data_root) / ".altar-slurm" / "jobs").iterdir())
+    after = await local.task_logs(handle)
+    assert after == before
+
+
+@pytest.mark.asyncio
 async def test_a_job_slurm_refuses_leaves_no_job_directory(local: SlurmExecutionBackend) -> None:
     # More memory than the test node has: sbatch refuses the job outright.
     too_big = _spec(["true"], resources=ResourceRequest(memory_gb=100_000))

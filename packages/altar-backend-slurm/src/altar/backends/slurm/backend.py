@@ -48,6 +48,7 @@ from altar.execution import (
     PathResolver,
     TaskFailure,
     TaskHandle,
+    TaskLogs,
     TaskState,
     TaskStatus,
     Transfer,
@@ -62,6 +63,8 @@ DATA_ROOT_ENV = "ALTAR_SLURM_DATA_ROOT"
 LOG_TAIL_LINES = 20
 #: Per-job directories (script, stdout, stderr) under the data root.
 SCRATCH_DIR = ".altar-slurm/jobs"
+#: Where ``cleanup`` keeps a finished job's stdout, stderr and exit record.
+LOGS_DIR = ".altar-slurm/logs"
 _EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
 
 
@@ -419,7 +422,7 @@ class SlurmExecutionBackend(ExecutionBackend):
                 records[job_id] = record
         return records
 
-    def _observe(self, jobs: Mapping[str, str]) -> dict[str, Observation]:
+    def _observe(self, jobs: Mapping[str, str]) -> dict[str, tuple[Observation, ExitRecord | None]]:
         job_ids = list(jobs)
         queued: dict[str, QueueRow] = {
             row.job_id: row
@@ -434,9 +437,11 @@ class SlurmExecutionBackend(ExecutionBackend):
                 undecided.append(job_id)
             else:
                 seen[job_id] = observed
+        # The jobs' own records, in one command: the exact status of an undecided job (sacct
+        # has it only modulo 128) and the start and end of every finished one.
+        ended = [j for j in job_ids if j not in seen or seen[j].state.is_terminal]
+        records = self._records({job_id: jobs[job_id] for job_id in ended}) if ended else {}
         if undecided:
-            # The job's own record first: it holds the exact status, which sacct does not.
-            records = self._records({job_id: jobs[job_id] for job_id in undecided})
             rows = commands.accounting(self.node, job_ids=undecided, timeout_s=self.query_timeout_s)
             for job_id in undecided:
                 record = records.get(job_id)
@@ -445,7 +450,7 @@ class SlurmExecutionBackend(ExecutionBackend):
                     row = queued.get(job_id)
                     observed = from_queue_alone(row, record) if row is not None else missing(job_id)
                 seen[job_id] = observed
-        return seen
+        return {job_id: (seen[job_id], records.get(job_id)) for job_id in job_ids}
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         matches = [m for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))]
@@ -454,17 +459,31 @@ class SlurmExecutionBackend(ExecutionBackend):
         statuses = []
         for handle in handles:
             match = _EXTERNAL_ID.fullmatch(handle.external_id)
+            record: ExitRecord | None = None
             if match is None:
                 observation = missing(handle.external_id)
             else:
-                observation = observations[match.group(1)]
+                observation, record = observations[match.group(1)]
                 if match.group(1) in self._cancelled and not observation.state.is_terminal:
                     # scancel was accepted; Slurm is still tearing the job down.
                     observation = Observation(
                         TaskState.FAILED,
                         _cancelled_failure(match.group(1)),
                     )
-            statuses.append(TaskStatus(handle, observation.state, observation.failure))
+            # The script's own start and end (compute node clock): the queue wait is not
+            # run time. Only for a finished job, whose record the poll read.
+            started = finished = None
+            if record is not None and observation.state.is_terminal:
+                started, finished = record.start, record.end
+            statuses.append(
+                TaskStatus(
+                    handle,
+                    observation.state,
+                    observation.failure,
+                    started_at=None if started is None else float(started),
+                    finished_at=None if finished is None else float(finished),
+                )
+            )
         return statuses
 
     async def capacity(self) -> Capacity:
@@ -481,6 +500,26 @@ class SlurmExecutionBackend(ExecutionBackend):
         )
         lines = text.splitlines()[-LOG_TAIL_LINES:]
         return "\n".join(lines) if lines else None
+
+    def _logs_dir(self, token: str) -> str:
+        return f"{self.data_root}/{LOGS_DIR}/{token}"
+
+    def _task_logs(self, token: str) -> TaskLogs | None:
+        for directory in (self._layout(token).job_dir, self._logs_dir(token)):
+            stdout = commands.read_text(self.node, f"{directory}/stdout")
+            stderr = commands.read_text(self.node, f"{directory}/stderr")
+            if stdout is not None or stderr is not None:
+                return TaskLogs(stdout or "", stderr or "")
+        return None
+
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """The job's whole stdout and stderr: from its job directory while it runs, from
+        the logs ``cleanup`` kept after it ended; None when neither exists."""
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is None:
+            return None
+        token = match.group(2)
+        return await asyncio.to_thread(lambda: self._task_logs(token))
 
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         """One handle per job of ``run`` that this data root's jobs directory holds."""
@@ -537,8 +576,11 @@ class SlurmExecutionBackend(ExecutionBackend):
                 continue
             if status.failure is not None and status.failure.reason == "container_missing":
                 continue
-            job_dir = self._layout(match.group(2)).job_dir
-            await asyncio.to_thread(lambda d=job_dir: commands.remove_dir(self.node, d))  # type: ignore[misc]
+            token = match.group(2)
+            job_dir, logs_dir = self._layout(token).job_dir, self._logs_dir(token)
+            await asyncio.to_thread(
+                lambda d=job_dir, k=logs_dir: commands.keep_logs_and_remove(self.node, d, k)  # type: ignore[misc]
+            )
 
     # -- data ---------------------------------------------------------------------------------
 

@@ -262,5 +262,24 @@ def read_lines(node: LoginNode, paths: Sequence[str]) -> dict[str, str]:
     return found
 
 
+#: Moves a finished job's logs and exit record ($1: job dir) to $2, then removes the job dir.
+_KEEP_LOGS = (
+    'mkdir -p -- "$2" && for f in stdout stderr exit-status; do '
+    'if [ -e "$1/$f" ]; then mv -f -- "$1/$f" "$2/$f" || exit 1; fi; done && rm -rf -- "$1"'
+)
+
+
+def keep_logs_and_remove(node: LoginNode, job_dir: str, logs_dir: str) -> None:
+    """Remove a finished job's directory, keeping its stdout, stderr and exit record in
+    ``logs_dir`` for ``altar logs``. A kill in between leaves both or a complete copy."""
+    node.run(["sh", "-c", _KEEP_LOGS, "sh", job_dir, logs_dir])
+
+
+def read_text(node: LoginNode, path: str) -> str | None:
+    """A whole file's text, or None when it cannot be read."""
+    result = node.run(["cat", "--", path])
+    return result.stdout if result.ok else None
+
+
 def remove_dir(node: LoginNode, path: str) -> None:
     node.run(["rm", "-rf", "--", path])
