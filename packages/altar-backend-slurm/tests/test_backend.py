@@ -98,9 +98,26 @@ async def test_finished_jobs_cost_at_most_one_sacct_more(
     node.advance(node.min_job_age + 1)  # out of squeue's window: only sacct knows them
     node.calls.clear()
     statuses = await backend.poll(handles)
-    assert _commands(node) == ["squeue", "sacct"]
+    # One read of the jobs' own exit records (one command for all), then one sacct.
+    assert _commands(node) == ["squeue", "grep", "sacct"]
     reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
     assert reasons == ["succeeded", "exit_3", "timeout", "oom_killed", "exit_2", "running"]
+
+
+@pytest.mark.parametrize("code", [128, 129, 200, 255])
+async def test_statuses_above_128_come_from_the_jobs_record(
+    backend: SlurmExecutionBackend, node: FakeLoginNode, code: int
+) -> None:
+    handles = [await backend.submit(replace(SPEC, labels={"i": str(i)})) for i in range(2)]
+    node.finish(handles[0].external_id, code)
+    node.finish(handles[1].external_id, code, record=False)  # killed before its last act
+    node.advance(node.min_job_age + 1)
+    first, second = await backend.poll(handles)
+    assert first.failure is not None
+    assert (first.failure.reason, first.failure.exit_code) == (f"exit_{code}", code)
+    # No record: sacct's view, which is all Slurm keeps.
+    assert second.failure is not None
+    assert second.failure.exit_code == (code - 128 if code > 128 else code)
 
 
 async def test_endings_squeue_can_tell_cost_no_sacct(
@@ -113,9 +130,11 @@ async def test_endings_squeue_can_tell_cost_no_sacct(
     await backend.cancel(handles[3])
     node.calls.clear()
     statuses = await backend.poll(handles)
-    assert _commands(node) == ["squeue"]
+    # No sacct; one read of the finished jobs' exit records (their own start and end).
+    assert _commands(node) == ["squeue", "grep"]
     reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
     assert reasons == ["succeeded", "timeout", "oom_killed", "cancelled"]
+    assert statuses[0].finished_at is not None  # the fake's record
 
 
 async def test_a_job_neither_squeue_nor_sacct_knows_is_missing_not_succeeded(

@@ -9,6 +9,7 @@ from altar.backends.slurm.classify import (
     from_queue_alone,
     is_outage,
     no_such_job,
+    parse_exit_record,
     parse_sacct,
     parse_squeue,
 )
@@ -125,6 +126,40 @@ def test_accounting_ignores_other_jobs_rows_and_knows_when_it_knows_nothing() ->
     assert observed is not None
     assert observed.state is TaskState.SUCCEEDED
     assert from_accounting("6", rows) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "altar-exit/1 status=200 start=1700000000 end=1700000003\n",
+            (200, 1700000000, 1700000003),
+        ),
+        ("altar-exit/1 status=0 start= end=5", (0, None, 5)),
+        ("altar-exit/1 status=256 start=1 end=2", None),
+        ("altar-exit/1 status=-1", None),
+        ("altar-exit/2 status=1", None),  # a later format is left to Slurm's own view
+        ("", None),
+        ("altar-exit/1 start=1", None),  # torn: no status
+    ],
+)
+def test_exit_records(text: str, expected: tuple[int, int | None, int | None] | None) -> None:
+    record = parse_exit_record(text)
+    assert (None if record is None else (record.status, record.start, record.end)) == expected
+
+
+def test_the_jobs_record_beats_sacct_modulo_128() -> None:
+    # Slurm 22.05's sacct for `exit 200`: 72:0. The record keeps 200.
+    rows = parse_sacct("5|FAILED|72:0|j|/w\n5.batch|FAILED|72:0|batch|\n")
+    record = parse_exit_record("altar-exit/1 status=200 start=1 end=2")
+    observed = from_accounting("5", rows, record)
+    assert observed is not None
+    assert observed.failure is not None
+    assert (observed.failure.reason, observed.failure.exit_code) == ("exit_200", 200)
+    killed = from_accounting("5", rows, parse_exit_record("altar-exit/1 status=137"))
+    assert killed is not None
+    assert killed.failure is not None
+    assert (killed.failure.reason, killed.failure.deterministic) == ("exit_137", False)
 
 
 @pytest.mark.parametrize(

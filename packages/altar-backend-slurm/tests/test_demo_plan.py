@@ -86,3 +86,42 @@ def test_altar_compare_slurm_with_local(
     assert (report["backend"], report["reference"]) == ("slurm", "local")
     assert report["ok"] is True
     assert report["differences"] == []
+
+
+def _preflight_plan(tmp_path: Path, options: str) -> Path:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'[backend]\ntype = "slurm"\n\n[backend.options]\n{options}\n\n'
+        '[[tasks]]\nid = "long"\nkind = "k"\nimage = "busybox:latest"\ncommand = ["true"]\n'
+        "timeout_s = 1000000000000\n\n"
+        '[[tasks]]\nid = "fine"\nkind = "k"\nimage = "busybox:latest"\ncommand = ["true"]\n'
+    )
+    return plan
+
+
+def test_check_reports_every_slurm_problem_at_once(tmp_path: Path) -> None:
+    plan = _preflight_plan(
+        tmp_path,
+        f'partition = "nope"\ncontainer_runtime = "apptainer"\ndata_root = "{tmp_path}/d"',
+    )
+    done = _altar("check", str(plan))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert any("backend.options.partition" in line and "'nope'" in line for line in lines), lines
+    assert any("tasks[0].timeout" in line and "timeout_s=1000000000000" in line for line in lines)
+    if shutil.which("apptainer") is None:
+        assert any("backend.options.container_runtime" in line for line in lines), lines
+    assert not any("tasks[1]" in line for line in lines), lines
+    assert not list(tmp_path.glob("d/.altar-slurm/jobs/*")), "check created a job directory"
+
+
+def test_check_names_an_unreachable_login_node_and_still_checks_the_tasks(tmp_path: Path) -> None:
+    plan = _preflight_plan(
+        tmp_path,
+        'ssh_host = "127.0.0.1"\nssh_port = 1\ndata_root = "/srv/altar"',
+    )
+    done = _altar("check", str(plan))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert any("backend.options.ssh_host" in line for line in lines), lines
+    assert any("tasks[0].timeout" in line for line in lines), lines

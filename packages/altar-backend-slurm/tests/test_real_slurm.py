@@ -25,6 +25,7 @@ from altar.execution import (
     TaskState,
     TaskStatus,
     Transfer,
+    UnsupportedCapabilityError,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker]
@@ -78,6 +79,66 @@ async def test_exit_code_and_log_tail(local: SlurmExecutionBackend) -> None:
     assert detail is not None
     assert "to-stdout" in detail
     assert "to-stderr" in detail
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("code", [0, 1, 2, 126, 127, 128, 129, 137, 143, 200, 255])
+async def test_every_exit_status_reads_exactly(local: SlurmExecutionBackend, code: int) -> None:
+    # sacct reports statuses above 128 modulo 128 (200 as 72); the job's own record does not.
+    handle = await local.submit(_spec(["sh", "-c", f"exit {code}"]))
+    status = await _finish(local, handle)
+    if code == 0:
+        assert (status.state, status.failure) == (TaskState.SUCCEEDED, None)
+        return
+    assert status.state is TaskState.FAILED
+    assert status.failure is not None
+    assert (status.failure.reason, status.failure.exit_code) == (f"exit_{code}", code)
+    assert status.failure.deterministic is (code not in (137, 143))  # as the local backend
+    path = Path(local._layout(handle.external_id.split(":")[1]).exit_record)
+    record = await asyncio.to_thread(path.read_text)
+    assert record.startswith(f"altar-exit/1 status={code} start=")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("changes", "refusal"),
+    [
+        ({"env": {"A": "line\rfeed"}}, "carriage return"),
+        ({"resources": ResourceRequest(gpu="a100", count=1)}, "GPU pool 'a100'"),
+        ({"timeout_s": 10**12}, "timeout_s"),
+    ],
+)
+async def test_check_spec_refuses_what_submit_refuses(
+    local: SlurmExecutionBackend, changes: dict[str, Any], refusal: str
+) -> None:
+    spec = _spec(["true"], **changes)
+    with pytest.raises(UnsupportedCapabilityError) as checked:
+        await local.check_spec(spec)
+    assert refusal in str(checked.value)
+    with pytest.raises(UnsupportedCapabilityError) as submitted:
+        await local.submit(spec)
+    assert str(submitted.value) == str(checked.value)  # one validation, one text
+    await local.check_spec(_spec(["true"]))  # an ordinary spec passes
+
+
+@pytest.mark.asyncio
+async def test_logs_of_a_succeeded_job_are_served_after_cleanup(
+    local: SlurmExecutionBackend,
+) -> None:
+    handle = await local.submit(_spec(["sh", "-c", "echo out-line; echo err-line >&2"]))
+    status = await _finish(local, handle)
+    assert status.state is TaskState.SUCCEEDED
+    # Times are the job's own (its exit record), not when the runner noticed.
+    path = Path(local._layout(handle.external_id.split(":")[1]).exit_record)
+    words = dict(w.partition("=")[::2] for w in (await asyncio.to_thread(path.read_text)).split())
+    assert (status.started_at, status.finished_at) == (float(words["start"]), float(words["end"]))
+    before = await local.task_logs(handle)
+    assert before is not None
+    assert (before.stdout, before.stderr) == ("out-line\n", "err-line\n")
+    await local.cleanup([handle])
+    assert not any((Path(local.data_root) / ".altar-slurm" / "jobs").iterdir())
+    after = await local.task_logs(handle)
+    assert after == before
 
 
 @pytest.mark.asyncio

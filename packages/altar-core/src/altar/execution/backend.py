@@ -128,6 +128,14 @@ class ExecutionBackend(ABC):
         anything. The default accepts every spec (submit still checks).
         """
 
+    async def check_backend(self) -> list[tuple[str, str]]:
+        """Problems with the backend's own setup, all at once (``altar check``, ``--dry-run``).
+
+        Each is (the option it concerns, e.g. ``"partition"``, one line naming the fix).
+        Read-only: may ask the provider, must not create anything. The default finds none.
+        """
+        return []
+
     async def image_present(self, image: str) -> bool | None:
         """Whether ``image`` can be run: True, False (the provider cannot get it), or None.
 

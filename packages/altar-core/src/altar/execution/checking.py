@@ -7,6 +7,8 @@ on error, as ``altar run`` does). Then, without creating anything:
   (a digest covers one file);
 - every distinct image is asked about (``ExecutionBackend.image_present``); a backend that
   cannot tell says so, and the check notes it;
+- the backend checks its own setup (``ExecutionBackend.check_backend``: Slurm's login node,
+  partition, container runtime), each problem naming its option;
 - every task's spec goes through ``ExecutionBackend.check_spec``, where a backend refuses the
   resources, GPU types or options it cannot represent (``submit`` would refuse them later).
 
@@ -129,6 +131,7 @@ _PLAN_FIELDS = {
 
 
 async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
+    unanswered = False
     for index, task in enumerate(plan.tasks):
         try:
             await backend.check_spec(task.spec)
@@ -141,13 +144,21 @@ async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckRepor
                 f"{plan.source}: {where}: backend {backend.name!r} refuses it: {text}"
             )
         except BackendUnavailableError as error:
-            report.notes.append(f"resources not checked: the backend did not answer: {error}")
-            return
+            # Keep going: what a backend refuses without asking its provider still counts.
+            if not unanswered:
+                report.notes.append(f"resources not checked: the backend did not answer: {error}")
+            unanswered = True
+
+
+async def _check_backend(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
+    for option, text in await backend.check_backend():
+        report.problems.append(f"{plan.source}: backend.options.{option}: {text}")
 
 
 async def check_plan(plan: Plan, backend: ExecutionBackend) -> CheckReport:
     """Every check above; nothing is staged, submitted or written."""
     report = CheckReport(tasks=len(plan.tasks), backend=backend.name)
+    await _check_backend(plan, backend, report)
     _check_inputs(plan, report)
     await _check_images(plan, backend, report)
     await _check_specs(plan, backend, report)

@@ -14,12 +14,14 @@ from typing import ClassVar
 
 from altar.backends.slurm import commands
 from altar.backends.slurm.classify import (
+    ExitRecord,
     Observation,
     QueueRow,
     from_accounting,
     from_queue,
     from_queue_alone,
     missing,
+    parse_exit_record,
 )
 from altar.backends.slurm.render import (
     CONTAINER_RUNTIMES,
@@ -33,18 +35,20 @@ from altar.backends.slurm.render import (
     spec_hash,
     submission_key,
 )
-from altar.backends.slurm.runtime import LoginNode
+from altar.backends.slurm.runtime import LoginNode, LoginNodeUnreachableError
 from altar.backends.slurm.sdk_runtime import LocalLoginNode, SshLoginNode
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
     LABEL_RUN,
     LABEL_SUBMISSION,
+    BackendUnavailableError,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
     PathResolver,
     TaskFailure,
     TaskHandle,
+    TaskLogs,
     TaskState,
     TaskStatus,
     Transfer,
@@ -59,6 +63,8 @@ DATA_ROOT_ENV = "ALTAR_SLURM_DATA_ROOT"
 LOG_TAIL_LINES = 20
 #: Per-job directories (script, stdout, stderr) under the data root.
 SCRATCH_DIR = ".altar-slurm/jobs"
+#: Where ``cleanup`` keeps a finished job's stdout, stderr and exit record.
+LOGS_DIR = ".altar-slurm/logs"
 _EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
 
 
@@ -69,18 +75,45 @@ def _run_tag(run: str | None) -> str:
 
 
 def _directives(
-    value: Mapping[str, str | None] | Iterable[tuple[str, str | None]] | None,
+    value: Mapping[str, str | bool | None] | Iterable[tuple[str, str | bool | None]] | None,
 ) -> tuple[tuple[str, str | None], ...]:
+    """``{"--constraint": "avx2", "--exclusive": true}``: ``true`` (TOML has no null) or None
+    writes a valueless directive; ``false`` leaves the option out."""
     if value is None:
         return ()
     items = list(value.items()) if isinstance(value, Mapping) else list(value)
     pairs: list[tuple[str, str | None]] = []
     for item in items:
         option, directive = item
+        if directive is False:
+            continue
+        if directive is True:
+            directive = None
         if not isinstance(option, str) or not (directive is None or isinstance(directive, str)):
-            raise ValueError(f"extra_directives: {item!r} is not an option and a string value")
+            raise ValueError(
+                f"extra_directives: {item!r} is not an option and a string value "
+                "(true for a directive without a value)"
+            )
         pairs.append((option if option.startswith("--") else f"--{option}", directive))
     return tuple(pairs)
+
+
+def _gpu_types(value: Mapping[str, str | bool | None] | None) -> dict[str, str | None]:
+    """GPU pool -> GRES type; ``true`` (TOML has no null) or None: any type of the pool."""
+    if value is None:
+        return {"gpu": None}
+    pools: dict[str, str | None] = {}
+    for pool, kind in value.items():
+        if kind is True or kind is None:
+            pools[pool] = None
+        elif isinstance(kind, str) and kind:
+            pools[pool] = kind
+        else:
+            raise ValueError(
+                f"gpu_types.{pool}: {kind!r} is not a GRES type; give a type such as "
+                '"a100", or true for any type'
+            )
+    return pools
 
 
 class SlurmExecutionBackend(ExecutionBackend):
@@ -92,7 +125,7 @@ class SlurmExecutionBackend(ExecutionBackend):
       login node to reach over ssh; without it ``sbatch`` and friends run on this machine;
     - ``partition``, ``account``, ``qos``: where jobs are queued (cluster defaults otherwise);
     - ``extra_directives``: more ``#SBATCH`` options from :data:`~.render.ALLOWED_DIRECTIVES`,
-      as ``{"--constraint": "avx2", "--exclusive": null}``;
+      as ``{"--constraint": "avx2", "--exclusive": True}`` (True or None: no value);
     - ``data_root``: a directory on the cluster's shared filesystem, bound at ``/mnt/volume``
       (default ``$ALTAR_SLURM_DATA_ROOT``, else ``./.altar-slurm-data`` on this machine);
     - ``container_runtime``: ``apptainer`` (default), ``podman`` or ``docker``;
@@ -101,7 +134,8 @@ class SlurmExecutionBackend(ExecutionBackend):
       forwarded into the container;
     - ``container_user`` (docker/podman): None runs as the job's uid:gid, "" as the image's;
     - ``network`` (docker/podman): default ``"none"``;
-    - ``gpu_types``: GPU pool -> Slurm GRES type (None: any type); default ``{"gpu": None}``;
+    - ``gpu_types``: GPU pool -> Slurm GRES type (True or None: any type); default
+      ``{"gpu": True}``;
     - ``trust_verification_records``: the in-task digest check accepts current records;
     - ``login_environment``: jobs load the user's login environment (``--export=NONE``, e.g.
       for ``module load`` in a profile; a login shell per job); default: a clean environment;
@@ -128,14 +162,14 @@ class SlurmExecutionBackend(ExecutionBackend):
         partition: str | None = None,
         account: str | None = None,
         qos: str | None = None,
-        extra_directives: Mapping[str, str | None] | None = None,
+        extra_directives: Mapping[str, str | bool | None] | None = None,
         data_root: str | os.PathLike[str] | None = None,
         container_runtime: ContainerRuntime = "apptainer",
         runtime_options: list[str] | tuple[str, ...] = (),
         runtime_env: Mapping[str, str] | None = None,
         container_user: str | None = None,
         network: str = "none",
-        gpu_types: Mapping[str, str | None] | None = None,
+        gpu_types: Mapping[str, str | bool | None] | None = None,
         trust_verification_records: bool = True,
         login_environment: bool = False,
         cancel_wait_s: float = 15.0,
@@ -180,7 +214,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             account=account,
             qos=qos,
             extra_directives=_directives(extra_directives),
-            gpu_types=dict(gpu_types) if gpu_types is not None else {"gpu": None},
+            gpu_types=_gpu_types(gpu_types),
             login_environment=login_environment,
         )
         self.container_runtime: ContainerRuntime = container_runtime
@@ -197,6 +231,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         self.query_timeout_s = query_timeout_s
         self.scratch = f"{self.data_root}/{SCRATCH_DIR}"
         self._max_time: tuple[int | None] | None = None
+        self._unreachable: BackendUnavailableError | None = None
         self._cancelled: set[str] = set()
 
     def __repr__(self) -> str:
@@ -294,7 +329,47 @@ class SlurmExecutionBackend(ExecutionBackend):
             trust_records=self.trust_verification_records,
         )
 
-    def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+    def _check_backend(self) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        try:
+            self._max_time = (
+                commands.max_time_s(
+                    self.node, self.placement.partition, timeout_s=self.query_timeout_s
+                ),
+            )
+        except LoginNodeUnreachableError as error:
+            self._unreachable = error
+            if self.node.remote:
+                return [("ssh_host", f"{error}; check ssh_host, ssh_port and ssh_user")]
+            return [("ssh_host", f"{error}; run on a Slurm login node, or set ssh_host to one")]
+        except BackendUnavailableError as error:
+            self._unreachable = error
+            return [("partition", f"not checked, Slurm did not answer: {error}")]
+        except UnsupportedCapabilityError as error:
+            self._max_time = (None,)  # said once here, not again for every task
+            problems.append(("partition", str(error)))
+        found = self.node.run(["sh", "-c", 'command -v -- "$1"', "sh", self.container_runtime])
+        if not found.ok:
+            problems.append(
+                (
+                    "container_runtime",
+                    f"{self.container_runtime!r} is not on the login node's PATH; install it "
+                    "or set container_runtime to one the cluster has",
+                )
+            )
+        return problems
+
+    async def check_backend(self) -> list[tuple[str, str]]:
+        """The login node answers, the partition exists, the container runtime is there."""
+        return await asyncio.to_thread(self._check_backend)
+
+    def _prepare(self, spec: ContainerTaskSpec) -> tuple[str, str, str]:
+        """(spec hash, job token, batch script), or the refusal :meth:`submit` would meet.
+
+        The one validation both :meth:`check_spec` and :meth:`submit` run, so they cannot
+        drift: the script renders (exact argv/env, GPU pool, directives) and the time limit
+        fits the partition (one read-only ``scontrol``).
+        """
         digest = spec_hash(spec)
         # A keyed submission always gets the same directory under this data root, so the retry
         # of a submit that met an outage reuses the one it left instead of leaving it behind.
@@ -309,6 +384,20 @@ class SlurmExecutionBackend(ExecutionBackend):
         token = f"{_run_tag(spec.labels.get(LABEL_RUN))}-{digest[:16]}-{unique}"
         script = self.render(spec, token)  # refuses what cannot be represented, first
         self._check_timeout(spec)
+        return digest, token, script
+
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        """Refuse what :meth:`submit` would (see :meth:`_prepare`); creates nothing."""
+        unreachable = self._unreachable
+        if unreachable is None:
+            await asyncio.to_thread(lambda: self._prepare(spec))
+            return
+        # check_backend found Slurm unreachable: refuse what needs no Slurm, without waiting.
+        self.render(spec, "check")
+        raise unreachable
+
+    def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        digest, token, script = self._prepare(spec)
         existing = self._find_existing(spec, digest)
         if existing is not None:
             return self._handle(*existing, spec)
@@ -322,7 +411,19 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     # -- observation --------------------------------------------------------------------------
 
-    def _observe(self, job_ids: list[str]) -> dict[str, Observation]:
+    def _records(self, jobs: Mapping[str, str]) -> dict[str, ExitRecord]:
+        """The exit records of the given jobs (job id -> token) that exist, in one command."""
+        paths = {job_id: self._layout(token).exit_record for job_id, token in jobs.items()}
+        texts = commands.read_lines(self.node, list(paths.values()))
+        records = {}
+        for job_id, path in paths.items():
+            record = parse_exit_record(texts.get(path, ""))
+            if record is not None:
+                records[job_id] = record
+        return records
+
+    def _observe(self, jobs: Mapping[str, str]) -> dict[str, tuple[Observation, ExitRecord | None]]:
+        job_ids = list(jobs)
         queued: dict[str, QueueRow] = {
             row.job_id: row
             for row in commands.queue(self.node, job_ids=job_ids, timeout_s=self.query_timeout_s)
@@ -336,36 +437,53 @@ class SlurmExecutionBackend(ExecutionBackend):
                 undecided.append(job_id)
             else:
                 seen[job_id] = observed
+        # The jobs' own records, in one command: the exact status of an undecided job (sacct
+        # has it only modulo 128) and the start and end of every finished one.
+        ended = [j for j in job_ids if j not in seen or seen[j].state.is_terminal]
+        records = self._records({job_id: jobs[job_id] for job_id in ended}) if ended else {}
         if undecided:
             rows = commands.accounting(self.node, job_ids=undecided, timeout_s=self.query_timeout_s)
             for job_id in undecided:
-                observed = from_accounting(job_id, rows)
+                record = records.get(job_id)
+                observed = from_accounting(job_id, rows, record)
                 if observed is None:
                     row = queued.get(job_id)
-                    observed = from_queue_alone(row) if row is not None else missing(job_id)
+                    observed = from_queue_alone(row, record) if row is not None else missing(job_id)
                 seen[job_id] = observed
-        return seen
+        return {job_id: (seen[job_id], records.get(job_id)) for job_id in job_ids}
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
-        ids = sorted(
-            {m.group(1) for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))},
-            key=int,
-        )
-        observations = await asyncio.to_thread(lambda: self._observe(ids)) if ids else {}
+        matches = [m for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))]
+        jobs = {m.group(1): m.group(2) for m in sorted(matches, key=lambda m: int(m.group(1)))}
+        observations = await asyncio.to_thread(lambda: self._observe(jobs)) if jobs else {}
         statuses = []
         for handle in handles:
             match = _EXTERNAL_ID.fullmatch(handle.external_id)
+            record: ExitRecord | None = None
             if match is None:
                 observation = missing(handle.external_id)
             else:
-                observation = observations[match.group(1)]
+                observation, record = observations[match.group(1)]
                 if match.group(1) in self._cancelled and not observation.state.is_terminal:
                     # scancel was accepted; Slurm is still tearing the job down.
                     observation = Observation(
                         TaskState.FAILED,
                         _cancelled_failure(match.group(1)),
                     )
-            statuses.append(TaskStatus(handle, observation.state, observation.failure))
+            # The script's own start and end (compute node clock): the queue wait is not
+            # run time. Only for a finished job, whose record the poll read.
+            started = finished = None
+            if record is not None and observation.state.is_terminal:
+                started, finished = record.start, record.end
+            statuses.append(
+                TaskStatus(
+                    handle,
+                    observation.state,
+                    observation.failure,
+                    started_at=None if started is None else float(started),
+                    finished_at=None if finished is None else float(finished),
+                )
+            )
         return statuses
 
     async def capacity(self) -> Capacity:
@@ -382,6 +500,26 @@ class SlurmExecutionBackend(ExecutionBackend):
         )
         lines = text.splitlines()[-LOG_TAIL_LINES:]
         return "\n".join(lines) if lines else None
+
+    def _logs_dir(self, token: str) -> str:
+        return f"{self.data_root}/{LOGS_DIR}/{token}"
+
+    def _task_logs(self, token: str) -> TaskLogs | None:
+        for directory in (self._layout(token).job_dir, self._logs_dir(token)):
+            stdout = commands.read_text(self.node, f"{directory}/stdout")
+            stderr = commands.read_text(self.node, f"{directory}/stderr")
+            if stdout is not None or stderr is not None:
+                return TaskLogs(stdout or "", stderr or "")
+        return None
+
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        """The job's whole stdout and stderr: from its job directory while it runs, from
+        the logs ``cleanup`` kept after it ended; None when neither exists."""
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is None:
+            return None
+        token = match.group(2)
+        return await asyncio.to_thread(lambda: self._task_logs(token))
 
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         """One handle per job of ``run`` that this data root's jobs directory holds."""
@@ -438,8 +576,11 @@ class SlurmExecutionBackend(ExecutionBackend):
                 continue
             if status.failure is not None and status.failure.reason == "container_missing":
                 continue
-            job_dir = self._layout(match.group(2)).job_dir
-            await asyncio.to_thread(lambda d=job_dir: commands.remove_dir(self.node, d))  # type: ignore[misc]
+            token = match.group(2)
+            job_dir, logs_dir = self._layout(token).job_dir, self._logs_dir(token)
+            await asyncio.to_thread(
+                lambda d=job_dir, k=logs_dir: commands.keep_logs_and_remove(self.node, d, k)  # type: ignore[misc]
+            )
 
     # -- data ---------------------------------------------------------------------------------
 

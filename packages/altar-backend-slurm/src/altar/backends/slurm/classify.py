@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from altar.backends.slurm.render import INPUT_MISMATCH_STEP, OOM_STEP
+from altar.backends.slurm.render import EXIT_RECORD_VERSION, INPUT_MISMATCH_STEP, OOM_STEP
 from altar.execution import TaskFailure, TaskState
 
 __all__ = [
     "SACCT_FIELDS",
     "SQUEUE_FIELDS",
     "AcctRow",
+    "ExitRecord",
     "Observation",
     "QueueRow",
     "from_accounting",
@@ -27,6 +28,7 @@ __all__ = [
     "is_outage",
     "missing",
     "no_such_job",
+    "parse_exit_record",
     "parse_sacct",
     "parse_squeue",
 ]
@@ -41,6 +43,7 @@ PENDING_STATES = frozenset(
      "SUSPENDED", "STOPPED", "RESV_DEL_HOLD"}
 )  # fmt: skip
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
+_SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
 RETRYABLE_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED"})
 
 # What Slurm's clients print when the controller or the database cannot answer.
@@ -85,6 +88,33 @@ class AcctRow:
     @property
     def job(self) -> str:
         return self.job_id.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """What a job wrote as its last act: its exact exit status and its own start/end times."""
+
+    status: int  # 0-255, exactly as the script's container or program exited
+    start: int | None  # epoch seconds on the compute node
+    end: int | None
+
+
+def parse_exit_record(text: str) -> ExitRecord | None:
+    """``altar-exit/1 status=N start=S end=E``; None for anything else (a later version, a
+    torn or foreign file): the caller then falls back to Slurm's own view."""
+    words = text.strip().split(" ")
+    if not words or words[0] != EXIT_RECORD_VERSION:
+        return None
+    fields = dict(word.partition("=")[::2] for word in words[1:])
+    status = fields.get("status", "")
+    if not status.isdigit() or int(status) > 255:
+        return None
+
+    def stamp(name: str) -> int | None:
+        value = fields.get(name, "")
+        return int(value) if value.isdigit() else None
+
+    return ExitRecord(int(status), stamp("start"), stamp("end"))
 
 
 @dataclass(frozen=True)
@@ -165,9 +195,11 @@ def from_queue(row: QueueRow) -> Observation | None:
     return Observation(TaskState.PENDING)
 
 
-def from_queue_alone(row: QueueRow) -> Observation:
+def from_queue_alone(row: QueueRow, record: ExitRecord | None = None) -> Observation:
     """A finished job squeue still shows and accounting does not know (no slurmdbd)."""
     exit_code, signal = divmod(row.exit_status or 0, 256)
+    if record is not None:
+        exit_code = record.status
     return _terminal(row.job_id, _base_state(row.state), row.state, exit_code, signal & 0x7F, [])
 
 
@@ -176,8 +208,13 @@ _TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCE
 )
 
 
-def from_accounting(job_id: str, rows: list[AcctRow]) -> Observation | None:
-    """Classify from the job's sacct rows (job + steps); None when sacct has no job row."""
+def from_accounting(
+    job_id: str, rows: list[AcctRow], record: ExitRecord | None = None
+) -> Observation | None:
+    """Classify from the job's sacct rows (job + steps); None when sacct has no job row.
+
+    sacct prints an exit status above 128 modulo 128 (200 as 72); the job's own ``record``,
+    when there is one, gives the exact status."""
     mine = [r for r in rows if r.job == job_id]
     job = next((r for r in mine if r.job_id == job_id), None)
     if job is None:
@@ -189,6 +226,8 @@ def from_accounting(job_id: str, rows: list[AcctRow]) -> Observation | None:
     exit_part, _, signal_part = job.exit_code.partition(":")
     exit_code = int(exit_part) if exit_part.isdigit() else 0
     signal = int(signal_part) if signal_part.isdigit() else 0
+    if record is not None:
+        exit_code = record.status
     steps = [r for r in mine if r is not job]
     return _terminal(job_id, state, job.state, exit_code, signal, steps)
 
@@ -223,12 +262,16 @@ def _terminal(
             "job_failed", f"job {job_id} ended {state}, not through its task (retryable)"
         )
     if state == "FAILED" and exit_code > 0:
+        signal_name = _SIGNAL_EXITS.get(exit_code)
+        # As on the local backend: 137/143 is a container killed from outside the task (an
+        # engine's kill, a host OOM killer it did not flag), which may well pass next time.
+        how = f" ({signal_name}, sent from outside the task)" if signal_name else ""
         return Observation(
             TaskState.FAILED,
             TaskFailure(
                 f"exit_{exit_code}",
-                f"job {job_id}: the task exited with code {exit_code}",
-                deterministic=True,
+                f"job {job_id}: the task exited with code {exit_code}{how}",
+                deterministic=signal_name is None,
                 exit_code=exit_code,
             ),
         )

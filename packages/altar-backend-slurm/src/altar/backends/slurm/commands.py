@@ -221,8 +221,11 @@ def max_time_s(
     if not result.ok:
         _raise_timeout("scontrol", result, timeout_s)
         _raise_outage("scontrol", result)
+        # scontrol says "Partition nope not found" on stdout, with nothing on stderr.
+        said = " ".join((result.stderr.strip() or result.stdout.strip() or "no answer").split())
         raise UnsupportedCapabilityError(
-            f"cannot read partition {partition or '(default)'}: {result.stderr.strip()}"
+            f"partition {partition or '(default)'!r}: Slurm says {said!r}; set partition to "
+            "one `sinfo --summarize` lists, or leave it out for the cluster's default"
         )
     for line in result.stdout.splitlines():
         fields = dict(word.partition("=")[::2] for word in line.split())
@@ -239,6 +242,43 @@ def tail(node: LoginNode, paths: Sequence[str], lines: int) -> str:
     """The last ``lines`` of each file, concatenated (missing files are skipped)."""
     result = node.run(["tail", "-q", "-n", str(lines), "--", *paths])
     return result.stdout
+
+
+def read_lines(node: LoginNode, paths: Sequence[str]) -> dict[str, str]:
+    """The first line of each file that exists, by path, in one command (missing: absent).
+
+    ``grep -H`` prefixes each line with its file's path; a path is matched as a whole prefix,
+    so a ``:`` inside a path cannot confuse it.
+    """
+    if not paths:
+        return {}
+    result = node.run(["grep", "-H", "-s", "", "--", *paths])
+    found: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        for path in paths:
+            if line.startswith(f"{path}:") and path not in found:
+                found[path] = line[len(path) + 1 :]
+                break
+    return found
+
+
+#: Moves a finished job's logs and exit record ($1: job dir) to $2, then removes the job dir.
+_KEEP_LOGS = (
+    'mkdir -p -- "$2" && for f in stdout stderr exit-status; do '
+    'if [ -e "$1/$f" ]; then mv -f -- "$1/$f" "$2/$f" || exit 1; fi; done && rm -rf -- "$1"'
+)
+
+
+def keep_logs_and_remove(node: LoginNode, job_dir: str, logs_dir: str) -> None:
+    """Remove a finished job's directory, keeping its stdout, stderr and exit record in
+    ``logs_dir`` for ``altar logs``. A kill in between leaves both or a complete copy."""
+    node.run(["sh", "-c", _KEEP_LOGS, "sh", job_dir, logs_dir])
+
+
+def read_text(node: LoginNode, path: str) -> str | None:
+    """A whole file's text, or None when it cannot be read."""
+    result = node.run(["cat", "--", path])
+    return result.stdout if result.ok else None
 
 
 def remove_dir(node: LoginNode, path: str) -> None:

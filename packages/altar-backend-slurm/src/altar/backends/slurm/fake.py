@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from altar.backends.slurm.commands import SUBMIT_PROGRAM, parse_duration
-from altar.backends.slurm.render import INPUT_MISMATCH_STEP, OOM_STEP
+from altar.backends.slurm.render import (
+    EXIT_RECORD,
+    EXIT_RECORD_VERSION,
+    INPUT_MISMATCH_STEP,
+    OOM_STEP,
+)
 from altar.backends.slurm.runtime import CommandResult, LoginNodeUnreachableError
 from altar.backends.slurm.sdk_runtime import LocalLoginNode
 
@@ -208,9 +213,17 @@ class FakeLoginNode(LocalLoginNode):
         job.steps.insert(0, (f"{job.job_id}.batch", "batch", batch_state, exit_code))
         job.steps.append((f"{job.job_id}.extern", "extern", "COMPLETED", "0:0"))
 
-    def finish(self, job_id: str | int, exit_code: int) -> None:
+    def finish(self, job_id: str | int, exit_code: int, *, record: bool = True) -> None:
+        """The task exited with ``exit_code``: the script writes its exit record (unless
+        ``record`` is False: a job killed before its last act), sacct keeps the code as
+        Slurm 22.05 does, 128 less above 128 (200 reads 72:0), squeue the raw status."""
         state = "COMPLETED" if exit_code == 0 else "FAILED"
-        self.end(job_id, state, f"{exit_code}:0", raw=exit_code << 8)
+        job = self.job(job_id)
+        if record:
+            with open(f"{job.work_dir}/{EXIT_RECORD}", "w") as file:
+                file.write(f"{EXIT_RECORD_VERSION} status={exit_code} start=0 end=0\n")
+        shown = exit_code - 128 if exit_code > 128 else exit_code
+        self.end(job_id, state, f"{shown}:0", raw=exit_code << 8)
 
     def expire(self, job_id: str | int) -> None:
         self.end(job_id, "TIMEOUT", "0:0")
@@ -263,7 +276,9 @@ class FakeLoginNode(LocalLoginNode):
         }.get(program)
         if handler is not None:
             return handler(list(argv[1:]))
-        if program in ("tail", "rm"):
+        if program in ("tail", "rm", "grep", "cat") or (
+            program == "sh" and list(argv[1:2]) == ["-c"]
+        ):
             return super().run(argv)
         return CommandResult(127, "", f"sh: 1: {program}: not found\n")
 
