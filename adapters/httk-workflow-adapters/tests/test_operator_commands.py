@@ -174,6 +174,13 @@ def test_doctor_passes_and_names_each_failure(env, over_ssh, set_queue, slurm_cl
     assert [line.split()[0] for line in done.stdout.splitlines() if " ssh " in f" {line} "] == [
         "FAIL"
     ]
+    # the checks beyond the connection are listed as skipped, not left out (issue 23)
+    report = json.loads(_cli(env, "remote", "doctor", "hpc", "--json").stdout)
+    skipped = {row["check"]: row for row in report["checks"] if row["ok"] is None}
+    for name in ("rsync (target)", "sbatch (target)", "partition", "httk (target)", "workspace"):
+        assert "the target cannot be reached" in skipped[name]["detail"], (name, report)
+    text = _cli(env, "remote", "doctor", "hpc").stdout
+    assert "skip httk (target)" in " ".join(text.split()), text
 
 
 def _fake_manager(env) -> Path:

@@ -108,6 +108,15 @@ def _target_path(kind: str, path: str) -> str:
     return os.path.expanduser(path)
 
 
+_BEYOND_THE_CONNECTION = (
+    "rsync (target)",
+    "sbatch (target)",
+    "partition",
+    "httk (target)",
+    "workspace",
+)
+
+
 def diagnose(target: RemoteTarget, *, timeout: float | None = None) -> list[Check]:
     """Check bundle, credentials, connection, tools, partition, httk and workspace."""
     doctor = _Doctor(target, timeout)
@@ -130,6 +139,9 @@ def diagnose(target: RemoteTarget, *, timeout: float | None = None) -> list[Chec
         here = shutil.which("rsync")
         doctor.add("rsync (here)", here is not None, here or "not on PATH")
         if not _connection(doctor):
+            # every later check is shown, as not run, so the report's shape never changes
+            for name in _BEYOND_THE_CONNECTION:
+                doctor.add(name, None, "not checked: the target cannot be reached (see ssh)")
             return doctor.checks
         doctor.on_target("rsync (target)", ["rsync", "--version"], "not found")
     if kind in {"ssh-slurm", "local-slurm"}:
