@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,15 @@ def staged_paths(provider) -> list[list[str]]:
     return [[t.uri for t in call] for call in provider.stage_calls]
 
 
+async def run(plan, provider, backend_class, run_dir, outcome=None, **options):
+    """One run of ``plan`` on a fresh backend; ``outcome`` scripts task ``t``'s next attempt."""
+    if outcome is not None:
+        provider.script = {"t": [outcome]}
+    return await run_plan(
+        plan, backend_class(provider=provider), run_dir=run_dir, **FAST, **options
+    )
+
+
 @pytest.mark.asyncio
 async def test_an_unchanged_plan_is_not_staged_again_on_resume(
     tmp_path, provider, fake_backend_class
@@ -41,13 +49,9 @@ async def test_an_unchanged_plan_is_not_staged_again_on_resume(
     source = tmp_path / "data.txt"
     source.write_bytes(b"good\n")
     plan = one_task_plan(source, sha(b"good\n"))
-    provider.script = {"t": ["exit_1"]}
-    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    await run(plan, provider, fake_backend_class, tmp_path / "r", "exit_1")
     reopen_failed_in(tmp_path / "r", plan)
-    provider.script = {"t": ["ok"]}
-    result = await run_plan(
-        plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
-    )
+    result = await run(plan, provider, fake_backend_class, tmp_path / "r", "ok")
     assert result.ok
     assert len(provider.stage_calls) == 1  # one stat per input, nothing re-sent
     entry = Journal.load(tmp_path / "r").inputs["in/data.txt"]
@@ -62,19 +66,11 @@ async def test_a_fixed_input_without_digest_is_staged_again_by_retry_failed(
     source = tmp_path / "data.txt"
     source.write_bytes(b"bad\n")
     plan = one_task_plan(source, None)
-    provider.script = {"t": ["exit_1"]}
-    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    await run(plan, provider, fake_backend_class, tmp_path / "r", "exit_1")
     source.write_bytes(b"good, and longer\n")
     reopen_failed_in(tmp_path / "r", plan)
-    provider.script = {"t": ["ok"]}
     events = []
-    await run_plan(
-        plan,
-        fake_backend_class(provider=provider),
-        run_dir=tmp_path / "r",
-        on_event=events.append,
-        **FAST,
-    )
+    await run(plan, provider, fake_backend_class, tmp_path / "r", "ok", on_event=events.append)
     assert staged_paths(provider) == [[str(source)], [str(source)]]
     assert any("1 changed since they were staged: 'in/data.txt'" in e.message for e in events)
 
@@ -86,19 +82,14 @@ async def test_an_edited_uri_and_digest_are_staged_before_the_retry(
     old, new = tmp_path / "old.txt", tmp_path / "new.txt"
     old.write_bytes(b"old\n")
     new.write_bytes(b"new\n")
-    provider.script = {"t": ["exit_1"]}
-    await run_plan(
-        one_task_plan(old, sha(b"old\n")),
-        fake_backend_class(provider=provider),
-        run_dir=tmp_path / "r",
-        **FAST,
+    await run(
+        one_task_plan(old, sha(b"old\n")), provider, fake_backend_class, tmp_path / "r", "exit_1"
     )
     edited = one_task_plan(new, sha(b"new\n"))
     reopen_failed_in(tmp_path / "r", edited)
-    provider.script = {"t": ["ok"]}
-    await run_plan(edited, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    await run(edited, provider, fake_backend_class, tmp_path / "r", "ok")
     assert provider.stage_calls[-1] == [Transfer(str(new), "in/data.txt", digest=sha(b"new\n"))]
-    # staged before the retry was submitted
+    # and the retry was submitted with the plan's new input
     last = [t for t in provider.tasks.values() if t.key == "t"][-1]
     assert last.spec.inputs[0].digest == sha(b"new\n")
 
@@ -110,13 +101,12 @@ async def test_a_replaced_source_under_the_same_digest_is_refused(
     source = tmp_path / "data.txt"
     source.write_bytes(b"good\n")
     plan = one_task_plan(source, sha(b"good\n"))
-    provider.script = {"t": ["exit_1"]}
-    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
-    source.write_bytes(b"other\n")  # same size, new bytes; the plan still names the old digest
+    await run(plan, provider, fake_backend_class, tmp_path / "r", "exit_1")
+    source.write_bytes(b"other\n")  # new bytes; the plan still names the old digest
     reopen_failed_in(tmp_path / "r", plan)
     submits = dict(provider.submits)
     with pytest.raises(StagingError, match=r"changed since it was staged.*put their digest"):
-        await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+        await run(plan, provider, fake_backend_class, tmp_path / "r")
     assert provider.submits == submits  # nothing ran on bytes that do not match
     journal = Journal.load(tmp_path / "r")
     assert "tasks[0].inputs[0] (task t): staging failed" in (journal.staging_error or "")
@@ -139,19 +129,14 @@ async def test_a_staging_failure_is_journaled_and_a_corrected_digest_resumes(
 
     wrong = one_task_plan(source, sha(b"typo"))
     with pytest.raises(StagingError):
-        await run_plan(wrong, Verifying(provider=provider), run_dir=tmp_path / "r", **FAST)
+        await run(wrong, provider, Verifying, tmp_path / "r")
     journal = Journal.load(tmp_path / "r")
     assert "does not match" in (journal.staging_error or "")
     assert "run the same `altar run` again" in (journal.staging_error or "")
     # the corrected digest: the task never ran, so the edit is taken on a plain resume
     events = []
-    result = await run_plan(
-        one_task_plan(source, sha(b"good\n")),
-        Verifying(provider=provider),
-        run_dir=tmp_path / "r",
-        on_event=events.append,
-        **FAST,
-    )
+    corrected = one_task_plan(source, sha(b"good\n"))
+    result = await run(corrected, provider, Verifying, tmp_path / "r", on_event=events.append)
     assert result.ok
     assert Journal.load(tmp_path / "r").staging_error is None
     assert [e.kind for e in events if e.kind == "edited"] == ["edited"]
@@ -161,19 +146,10 @@ async def test_a_staging_failure_is_journaled_and_a_corrected_digest_resumes(
 async def test_a_submitted_task_may_still_not_change(tmp_path, provider, fake_backend_class):
     source = tmp_path / "data.txt"
     source.write_bytes(b"good\n")
-    await run_plan(
-        one_task_plan(source, None),
-        fake_backend_class(provider=provider),
-        run_dir=tmp_path / "r",
-        **FAST,
-    )
+    await run(one_task_plan(source, None), provider, fake_backend_class, tmp_path / "r")
+    changed = one_task_plan(source, None, "echo other")
     with pytest.raises(JournalError, match="changed since this run started, and it was submitted"):
-        await run_plan(
-            one_task_plan(source, None, "echo other"),
-            fake_backend_class(provider=provider),
-            run_dir=tmp_path / "r",
-            **FAST,
-        )
+        await run(changed, provider, fake_backend_class, tmp_path / "r")
 
 
 @pytest.mark.asyncio
@@ -184,15 +160,12 @@ async def test_a_journal_without_staging_entries_stages_everything_again(
     source = tmp_path / "data.txt"
     source.write_bytes(b"good\n")
     plan = one_task_plan(source, None)
-    provider.script = {"t": ["exit_1"]}
-    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    await run(plan, provider, fake_backend_class, tmp_path / "r", "exit_1")
     journal = Journal.load(tmp_path / "r")
     journal.inputs = {}
     journal.save()
-    os.utime(source)  # the same bytes: the backend's own check makes this cheap
     reopen_failed_in(tmp_path / "r", plan)
-    provider.script = {"t": ["ok"]}
-    await run_plan(plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST)
+    await run(plan, provider, fake_backend_class, tmp_path / "r", "ok")
     assert len(provider.stage_calls) == 2
 
 

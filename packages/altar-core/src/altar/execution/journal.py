@@ -127,6 +127,8 @@ class Journal:
     backend_options: dict[str, Any]
     plan_source: str
     tasks: dict[str, TaskRecord]
+    #: Set once a start staged everything it needed; kept for older altar, which skips staging
+    #: when it is set. This altar decides from :attr:`inputs`.
     staged: bool = False
     finished: bool = False
     #: What staging put in place, per logical path: the uri, digest and source file facts it
