@@ -30,6 +30,7 @@ from altar.execution.errors import (
     JournalError,
     OutputCollectionError,
     PlanError,
+    ProviderLimitError,
     RegistryError,
     RunStoppedError,
     StagingError,
@@ -51,6 +52,7 @@ from altar.execution.results import RunEvent, RunResult, TaskResult
 from altar.execution.stager import LocalStager, StageAction, collect_output, verify_output_digest
 from altar.execution.types import (
     CONTAINER_MOUNT_ROOT,
+    PROVIDER_ENDINGS,
     Capacity,
     ContainerTaskSpec,
     GpuPool,
@@ -75,6 +77,7 @@ __all__ = [
     "LABEL_RUN",
     "LABEL_SUBMISSION",
     "LABEL_TASK",
+    "PROVIDER_ENDINGS",
     "RESERVED_LABEL_PREFIX",
     "VERIFICATION_RECORD_FORMAT",
     "VERIFICATION_RECORD_SUFFIX",
@@ -96,6 +99,7 @@ __all__ = [
     "OutputCollectionError",
     "PathResolver",
     "PlanError",
+    "ProviderLimitError",
     "RegistryError",
     "ResourceRequest",
     "RunEvent",

@@ -10,6 +10,7 @@ The whole tree (a class's other bases in parentheses)::
     ├── OSError
     │   └── ConnectionError
     │       └── BackendUnavailableError    the provider could not be asked; transient, retry later
+    │           └── ProviderLimitError     the provider refuses more work for now (quota, limit)
     └── AltarError                         altar's own usage, configuration and run errors
         ├── PlanError                      a plan file or plan object is invalid
         ├── JournalError                   a run journal is unreadable, unwritable or foreign
@@ -33,7 +34,10 @@ Seam-internal, never raised out of altar-core::
 How the runner treats what ``submit`` raises (the submit-error rule): a ``ValueError`` (so also
 ``UnsupportedCapabilityError``) fails the attempt as ``submit_rejected``, deterministic, not
 retried; ``BackendUnavailableError`` withdraws the attempt and tries again later without using
-one; anything else fails it as ``submit_failed``, retried while attempts remain.
+one; ``ProviderLimitError`` does the same and also holds every further submit back until
+the limit lifts (said once); anything else fails it as ``submit_failed``, retried while
+attempts remain. A refusal that can never pass (a quota smaller than the task's own request)
+is a ``ValueError``, not a limit.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ __all__ = [
     "JournalError",
     "OutputCollectionError",
     "PlanError",
+    "ProviderLimitError",
     "RegistryError",
     "RunStoppedError",
     "StagingError",
@@ -86,6 +91,24 @@ class BackendUnavailableError(ConnectionError):
     Transient: the task may well exist. Callers retry later; a backend must never turn this
     into a terminal ``container_missing`` status.
     """
+
+
+class ProviderLimitError(BackendUnavailableError):
+    """The provider refused a submit because a limit is reached, not because the task is wrong.
+
+    A namespace quota, a per-user submit limit, a rate limit: the submit may pass later. The
+    runner withdraws the attempt (no retry is used), holds further submits back for
+    ``retry_after_s`` (when the provider says) or a growing pause, and says once what holds
+    the run. ``limit`` names the limit in a few words (``"QOSMaxSubmitJobPerUserLimit"``,
+    ``"ResourceQuota compute"``); the message says it in a sentence.
+    """
+
+    def __init__(
+        self, message: str, *, limit: str | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
 
 
 class PlanError(AltarError):

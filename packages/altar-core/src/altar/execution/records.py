@@ -60,12 +60,15 @@ def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
 def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
     if failure is None:
         return None
-    return {
+    data: dict[str, Any] = {
         "reason": failure.reason,
         "detail": failure.detail,
         "deterministic": failure.deterministic,
         "exit_code": failure.exit_code,
     }
+    if failure.provider_ending is not None:  # written only when set: older journals unchanged
+        data["provider_ending"] = failure.provider_ending
+    return data
 
 
 @dataclass

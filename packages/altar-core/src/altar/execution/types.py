@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "CONTAINER_MOUNT_ROOT",
+    "PROVIDER_ENDINGS",
     "Capacity",
     "ContainerTaskSpec",
     "GpuPool",
@@ -216,6 +217,16 @@ class TaskState(enum.StrEnum):
         return self in (TaskState.SUCCEEDED, TaskState.FAILED)
 
 
+#: What ``TaskFailure.provider_ending`` may say: the provider, not the task, ended the attempt.
+PROVIDER_ENDINGS: dict[str, str] = {
+    "preempted": "the scheduler preempted it for other work",
+    "node_lost": "the node it ran on failed, was lost or failed to boot",
+    "evicted": "the provider evicted it (node pressure, drain, disruption)",
+    "engine_lost": "the container engine running it died or restarted",
+    "spot_reclaimed": "its spot or preemptible capacity was reclaimed",
+}
+
+
 @dataclass(frozen=True)
 class TaskFailure:
     """Why a task failed, with a stable ``reason`` code.
@@ -229,12 +240,34 @@ class TaskFailure:
     - ``container_missing``: the provider can no longer find the task (terminal, retryable);
     - ``job_failed``: the provider failed it without finer detail;
     - ``cancelled``: cancelled by the caller.
+
+    ``provider_ending`` (an addition to 0.3.0, None by default) says the infrastructure ended
+    the attempt, not the task: one of :data:`PROVIDER_ENDINGS`. ``reason`` stays what the
+    backend reported before the field existed (``job_failed``, ``container_missing``), so a
+    consumer that reads only ``reason`` sees what it always saw; such a failure is never
+    deterministic. The runner retries it from a budget of its own (``max_provider_retries``).
     """
 
     reason: str
     detail: str | None = None
     deterministic: bool = False
     exit_code: int | None = None
+    provider_ending: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.provider_ending is None:
+            return
+        if self.provider_ending not in PROVIDER_ENDINGS:
+            known = ", ".join(PROVIDER_ENDINGS)
+            raise ValueError(
+                f"provider_ending must be one of {known}, got {self.provider_ending!r}"
+            )
+        if self.deterministic:
+            raise ValueError("a failure the provider caused (provider_ending) is not deterministic")
+        if self.reason.startswith("exit_"):
+            raise ValueError(
+                f"a failure the provider caused has no exit status reason, got {self.reason!r}"
+            )
 
 
 @dataclass(frozen=True)
