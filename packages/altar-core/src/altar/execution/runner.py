@@ -40,6 +40,7 @@ from typing import Any
 from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
+from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
 from altar.execution.cancelling import cancel_all, cleanup_finished
 from altar.execution.clock import Clock
 from altar.execution.errors import (
@@ -51,6 +52,7 @@ from altar.execution.errors import (
     RunStoppedError,
     StagingError,
 )
+from altar.execution.holding import Hold
 from altar.execution.journal import (
     IN_DOUBT,
     PENDING,
@@ -84,6 +86,7 @@ from altar.execution.submitting import Submits
 
 __all__ = [
     "CANCEL_REQUEST",
+    "DEFAULT_MAX_RETRIES",
     "TASK_STATES",
     "BackendCallError",
     "CancelIncompleteError",
@@ -101,7 +104,6 @@ __all__ = [
 ]
 
 CANCEL_REQUEST = "cancel-requested"
-DEFAULT_MAX_RETRIES = 2
 # A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
 # a provider that already accepted one keeps running it, so its handle is worth journaling (a
 # resumed run then polls it instead of submitting it again and running the task twice).
@@ -128,7 +130,7 @@ class _Run:
         journal: Journal,
         *,
         max_parallel: int | None,
-        max_retries: int,
+        budget: RetryBudget,
         poll_interval_s: float,
         max_poll_interval_s: float,
         on_event: Callable[[RunEvent], None] | None,
@@ -140,7 +142,7 @@ class _Run:
         self.ledger = Ledger(journal, on_event)
         self.clock = clock if clock is not None else Clock()
         self.max_parallel = max_parallel
-        self.max_retries = max_retries
+        self.budget = budget
         self.poll_interval_s = poll_interval_s
         self.max_poll_interval_s = max_poll_interval_s
         self.on_event = on_event
@@ -153,7 +155,7 @@ class _Run:
             # the plan's text, so its spec digests are the same on every backend
             {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
             run_id=journal.run_id,
-            max_retries=max_retries,
+            budget=budget,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
         )
@@ -165,6 +167,7 @@ class _Run:
         self.set_state = self.ledger.set_state
         self.changed = self.ledger.changed
         self.flush = self.ledger.flush
+        self.hold = Hold(lambda kind, message: self.emit(kind, message))
 
     def _news(self) -> None:
         self._landed = True
@@ -227,8 +230,21 @@ class _Run:
     def pool(self, record: TaskRecord) -> str:
         return self.tasks[record.id].spec.resources.gpu or "cpu"
 
+    def feed_hold(self) -> None:
+        """Tell the hold what the provider refused and ended since the last tick."""
+        now = self.now()
+        for error in self.submits.limits:
+            self.hold.limited(error, now)
+        for task_id, failure in self.ledger.endings:
+            self.hold.ended(task_id, failure, now)
+        self.submits.limits.clear()
+        self.ledger.endings.clear()
+        self.hold.observe(self.records)
+
     async def choose(self, ready: list[TaskRecord]) -> list[TaskRecord]:
         """The ready tasks to submit now (asks the backend's capacity only if any may go)."""
+        if self.hold.closed(self.now()):
+            return []
         allowed = scheduling.choose(
             ready,
             records=self.records.values(),
@@ -245,13 +261,14 @@ class _Run:
             return []
         except Exception as error:
             raise call_error(self.backend, "capacity", error) from error
-        return scheduling.choose(
+        chosen = scheduling.choose(
             allowed,
             records=self.records.values(),
             max_parallel=None,
             free=capacity.pools,
             pool=self.pool,
         )
+        return self.hold.admit(chosen, self.now())
 
     def now(self) -> float:
         """The clock of the poll schedule."""
@@ -321,7 +338,7 @@ class _Run:
             )
 
     async def poll(self) -> tuple[bool, bool]:
-        return await poll_open(self.ledger, self.backend, max_retries=self.max_retries)
+        return await poll_open(self.ledger, self.backend, budget=self.budget)
 
     async def collect(self) -> bool:
         specs = {task_id: task.spec for task_id, task in self.tasks.items()}
@@ -353,6 +370,7 @@ class _Run:
                 self.submits.reap()
                 self.skip_blocked()
                 collected = await self.collect()
+                self.feed_hold()
                 batch = await self.choose(self.ready())
                 self.submits.launch(batch)
                 changed = finished = False
@@ -402,6 +420,7 @@ async def run_plan(
     run_dir: str | Path,
     max_parallel: int | None = None,
     max_retries: int | None = None,
+    max_provider_retries: int | None = None,
     poll_interval_s: float | None = None,
     max_poll_interval_s: float = 5.0,
     on_event: Callable[[RunEvent], None] | None = None,
@@ -410,7 +429,8 @@ async def run_plan(
 ) -> RunResult:
     """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
 
-    ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2).
+    ``max_parallel``, ``max_retries`` and ``max_provider_retries`` default to the plan's
+    values (then unlimited, 2 and 10; see :mod:`altar.execution.budget`).
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
     Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
@@ -424,12 +444,9 @@ async def run_plan(
         poll_interval_s = backend.poll_interval_s
     if max_parallel is None:
         max_parallel = plan.max_parallel
-    if max_retries is None:
-        max_retries = plan.max_retries if plan.max_retries is not None else DEFAULT_MAX_RETRIES
     if max_parallel is not None and max_parallel < 1:
         raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be zero or more, got {max_retries}")
+    budget = plan_budget(plan, max_retries, max_provider_retries)
     with run_lock(run_dir):
         if backend_options is None and plan.backend_type == backend.name:
             backend_options = plan.backend_options
@@ -439,7 +456,7 @@ async def run_plan(
             backend,
             journal,
             max_parallel=max_parallel,
-            max_retries=max_retries,
+            budget=budget,
             poll_interval_s=poll_interval_s,
             max_poll_interval_s=max_poll_interval_s,
             on_event=on_event,
