@@ -13,7 +13,8 @@ submitted and never has one task running twice at once (see the journal module f
 crash window a backend that mints fresh ids leaves open).
 
 Failures: a non-deterministic one (``timeout``, ``oom_killed``, ``container_missing``,
-``job_failed``, ...) is retried up to ``max_retries`` times; a deterministic one (``exit_<n>``,
+``job_failed``, ...) is retried up to ``max_retries`` times, one the provider ended
+(``provider_ending``) up to ``max_provider_retries`` times; a deterministic one (``exit_<n>``,
 ``input_digest_mismatch``) stops that task, and its ``failure_detail`` (the log tail) is kept.
 A task whose dependency did not succeed is ``skipped``.
 
@@ -21,10 +22,13 @@ The parts, one module each: :mod:`~altar.execution.results` (``RunEvent``, ``Tas
 ``RunResult``), :mod:`~altar.execution.errors` (the run errors under ``RunStoppedError``),
 :mod:`~altar.execution.journal` (``open_journal``), :mod:`~altar.execution.ledger` (state
 changes, journal writes, events), :mod:`~altar.execution.scheduling` (pure: ``ready``,
-``choose``, ``blocked``), :mod:`~altar.execution.submitting`, :mod:`~altar.execution.observing`
-(poll and collect), :mod:`~altar.execution.cancelling` (cancel and cleanup, also used by
-:func:`cancel_run`) and :mod:`~altar.execution.clock` (the injected clock). This module keeps the
-tick loop and the public entry points; every name it exported before still imports from here.
+``choose``, ``blocked``), :mod:`~altar.execution.budget` (the retry budgets),
+:mod:`~altar.execution.holding` (submits held back by limits and provider endings),
+:mod:`~altar.execution.submitting`, :mod:`~altar.execution.observing` (poll and collect),
+:mod:`~altar.execution.cancelling` (cancel and cleanup, and ``cancel_run``),
+:mod:`~altar.execution.runs` (``run_status``) and :mod:`~altar.execution.clock` (the injected
+clock). This module keeps the tick loop and ``run_plan``; every name it exported before still
+imports from here.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
 from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
-from altar.execution.cancelling import cancel_all, cleanup_finished
+from altar.execution.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
 from altar.execution.clock import Clock
 from altar.execution.errors import (
     BackendCallError,
@@ -63,7 +67,6 @@ from altar.execution.journal import (
     SUCCEEDED,
     Journal,
     TaskRecord,
-    lock_is_held,
     open_journal,
     run_lock,
 )
@@ -81,6 +84,7 @@ from altar.execution.results import (
     one_line,
     results_of,
 )
+from altar.execution.runs import run_status
 from altar.execution.staging import stage_run
 from altar.execution.submitting import Submits
 
@@ -103,7 +107,6 @@ __all__ = [
     "run_status",
 ]
 
-CANCEL_REQUEST = "cancel-requested"
 # A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
 # a provider that already accepted one keeps running it, so its handle is worth journaling (a
 # resumed run then polls it instead of submitting it again and running the task twice).
@@ -468,60 +471,3 @@ async def run_plan(
 def run_plan_sync(plan: Plan, backend: ExecutionBackend, **kwargs: Any) -> RunResult:
     """:func:`run_plan` for synchronous callers (starts its own event loop)."""
     return asyncio.run(run_plan(plan, backend, **kwargs))
-
-
-async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = None) -> RunResult:
-    """The journal's view of a run, with open tasks polled once on ``backend`` if given.
-
-    Read-only: the journal is not changed (the run that owns it records what it sees).
-    """
-    journal = Journal.load(Path(run_dir))
-    if backend is not None:
-        open_records = [
-            r
-            for r in journal.tasks.values()
-            if r.state in (PENDING, RUNNING) and r.last is not None and r.last.handle is not None
-        ]
-        if open_records:
-            handles = [r.attempts[-1].handle for r in open_records]
-            statuses = await backend.poll(handles)  # type: ignore[arg-type]
-            for record, status in zip(open_records, statuses, strict=True):
-                record.state = status.state.value
-                record.last.state = status.state.value  # type: ignore[union-attr]
-                record.last.failure = status.failure  # type: ignore[union-attr]
-    return results_of(journal)
-
-
-async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:
-    """Cancel a run: directly if no process drives it, else ask the driving process to.
-
-    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case, which
-    raises :class:`CancelIncompleteError` if some tasks could not be cancelled (call it again
-    to retry them).
-    """
-    run_dir = Path(run_dir)
-    journal = Journal.load(run_dir)
-    if lock_is_held(run_dir):
-        (run_dir / CANCEL_REQUEST).write_text("cancel\n")
-        return "requested"
-    if backend is None:
-        raise ValueError("cancelling a run that no process drives needs its backend")
-    with run_lock(run_dir):
-        journal = Journal.load(run_dir)
-        ledger = Ledger(journal)
-        try:
-            failed = await cancel_all(ledger, backend, "cancelled by `altar cancel`")
-        finally:  # stopped midway (Ctrl-C): keep the cancels that were made
-            with contextlib.suppress(JournalError):
-                ledger.flush()
-        await cleanup_finished(ledger, backend)
-        await reconcile(ledger, backend, journal.run_id)
-        journal.finished = not failed
-        journal.save()
-    if failed:
-        raise CancelIncompleteError(
-            f"could not cancel {len(failed)} task(s) of {run_dir}: {', '.join(failed)}; they "
-            "may still be running (see `altar status`); cancel again to retry them",
-            failed,
-        )
-    return "cancelled"
