@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -132,3 +133,49 @@ def test_a_writer_killed_at_any_instant_leaves_only_whole_entries(tmp_path):
         assert store.problems(entry) == []
     for manifest in (store_dir / "entries").rglob("*.json"):
         assert store.get("sha256:" + manifest.parent.name + manifest.stem) is not None
+
+
+# -- pruning and the `altar cache` commands ---------------------------------------------------
+
+
+def test_prune_drops_by_age_then_by_size_and_keeps_what_a_writer_may_still_need(tmp_path):
+    store = CacheStore(tmp_path / "store")
+    keys = [a_key(n) for n in range(4)]
+    for n, key in enumerate(keys):  # created at 1000, 2000, 3000 and 4000 s
+        path, digest = output(tmp_path, bytes([n]) * 1000, f"o{n}")
+        entry = store.put(key, {"jobs/o.txt": (path, digest)})
+        dated = {**entry.to_dict(), "created_at": 1000.0 * (n + 1)}
+        store.entry_path(key.digest).write_text(json.dumps(dated))
+    pruned = store.prune(older_than_s=2400, now=4500)  # entries of 1000 and 2000 go
+    assert pruned.entries == 2
+    assert pruned.objects == 0  # their objects are fresh: a writer may be publishing them
+    assert store.get(keys[0]) is None
+    assert store.get(keys[2]) is not None
+    later = 4500 + 2 * 3600.0
+    pruned = store.prune(max_bytes=1000, now=later)  # two of 1000 bytes: the older goes
+    assert (pruned.entries, store.get(keys[2]), store.get(keys[3]) is not None) == (1, None, True)
+    assert pruned.objects == 3  # three unreferenced objects, now past the writers' grace
+
+
+def test_altar_cache_ls_verify_and_prune(tmp_path, capsys):
+    from altar.execution import cli
+
+    store = CacheStore(tmp_path / "store")
+    path, digest = output(tmp_path, b"scores\n")
+    store.put(a_key(), {"jobs/o.txt": (path, digest)}, {"run_id": "r1", "task_id": "score-f1"})
+    where = ["--cache", str(tmp_path / "store")]
+    assert cli.main(["cache", "ls", *where]) == 0
+    assert "score-f1 of run r1" in capsys.readouterr().out
+    assert cli.main(["cache", "verify", *where]) == 0
+    assert capsys.readouterr().out == "1 of 1 entries ok\n"
+    obj = store.object_path(digest)
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"altered\n")
+    assert cli.main(["cache", "verify", "--drop", *where]) == 1
+    out = capsys.readouterr().out
+    assert "jobs/o.txt" in out
+    assert out.endswith("0 of 1 entries ok (dropped)\n")
+    assert store.get(a_key()) is None
+    assert cli.main(["cache", "prune", *where]) == 2  # says what to drop, drops nothing
+    assert "--older-than" in capsys.readouterr().err
+    assert cli.main(["cache", "ls", "--cache", str(tmp_path / "nope")]) == 2

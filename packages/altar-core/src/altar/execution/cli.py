@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from altar.execution import cli_logs, cli_report, cli_runs, cli_status
+from altar.execution import cli_cache, cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import check_plan
@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("report", help="write a run's self-contained HTML report")
     cli_report.add_arguments(p)
+
+    p = commands.add_parser("cache", help="list, verify or prune the task cache")
+    cli_cache.add_arguments(p)
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -596,6 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_runs.cmd_runs(args, out)
         if args.command == "report":
             return cli_report.cmd_report(args, out)
+        if args.command == "cache":
+            return cli_cache.cmd_cache(args, out)
         if args.command == "verify-script":
             out.write(verify_files_script(trust_records=not args.no_trust_records))
             return EXIT_OK
