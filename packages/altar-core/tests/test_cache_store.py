@@ -141,20 +141,26 @@ def test_a_writer_killed_at_any_instant_leaves_only_whole_entries(tmp_path):
 def test_prune_drops_by_age_then_by_size_and_keeps_what_a_writer_may_still_need(tmp_path):
     store = CacheStore(tmp_path / "store")
     keys = [a_key(n) for n in range(4)]
-    for n, key in enumerate(keys):  # created at 1000, 2000, 3000 and 4000 s
+    now = time.time()
+    for n, key in enumerate(keys):  # made 4000, 3000, 2000 and 1000 s ago
         path, digest = output(tmp_path, bytes([n]) * 1000, f"o{n}")
         entry = store.put(key, {"jobs/o.txt": (path, digest)})
-        dated = {**entry.to_dict(), "created_at": 1000.0 * (n + 1)}
+        dated = {**entry.to_dict(), "created_at": now - 1000.0 * (4 - n)}
         store.entry_path(key.digest).write_text(json.dumps(dated))
-    pruned = store.prune(older_than_s=2400, now=4500)  # entries of 1000 and 2000 go
+    pruned = store.prune(older_than_s=2500)
     assert pruned.entries == 2
     assert pruned.objects == 0  # their objects are fresh: a writer may be publishing them
-    assert store.get(keys[0]) is None
+    assert store.get(keys[1]) is None
     assert store.get(keys[2]) is not None
-    later = 4500 + 2 * 3600.0
-    pruned = store.prune(max_bytes=1000, now=later)  # two of 1000 bytes: the older goes
-    assert (pruned.entries, store.get(keys[2]), store.get(keys[3]) is not None) == (1, None, True)
-    assert pruned.objects == 3  # three unreferenced objects, now past the writers' grace
+    for path in (tmp_path / "store" / "objects").rglob("*"):
+        if path.is_file():  # as if written two hours ago
+            os.utime(path, (now - 7200, now - 7200))
+    pruned = store.prune(max_bytes=1000)  # two entries of 1000 bytes: the older goes
+    assert pruned.entries == 1
+    assert store.get(keys[2]) is None
+    assert store.get(keys[3]) is not None
+    assert (pruned.objects, pruned.bytes_freed) == (3, 3000)  # no entry names them any more
+    assert store.lookup(keys[3])[1] == []  # what is left is whole
 
 
 def test_altar_cache_ls_verify_and_prune(tmp_path, capsys):
