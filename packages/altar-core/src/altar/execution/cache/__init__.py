@@ -6,11 +6,13 @@ to a later run. See ``docs/guide/cache.md``.
 """
 
 from altar.execution.cache.key import KEY_FORMAT, TaskKey, UncacheableError, explain, task_key
+from altar.execution.cache.settings import CacheSettings
 from altar.execution.cache.store import CacheEntry, CacheStore, default_store_dir
 
 __all__ = [
     "KEY_FORMAT",
     "CacheEntry",
+    "CacheSettings",
     "CacheStore",
     "TaskKey",
     "UncacheableError",

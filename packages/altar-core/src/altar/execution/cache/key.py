@@ -26,15 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from altar.execution.errors import UncacheableError
 from altar.execution.types import ContainerTaskSpec, is_sha256_digest
 
 __all__ = ["KEY_FORMAT", "TaskKey", "UncacheableError", "explain", "image_identity", "task_key"]
 
 KEY_FORMAT = "altar-task-key/1"
-
-
-class UncacheableError(ValueError):
-    """The task cannot be cached (say, its image is a mutable tag); the message says why."""
 
 
 @dataclass(frozen=True)
