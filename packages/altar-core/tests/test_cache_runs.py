@@ -48,7 +48,10 @@ async def run(tmp_path, provider, backend_class, name, data):
     plan = parse_plan(data, source="plan.toml", base_dir=tmp_path)
     events = []
     result = await run_plan(
-        plan, backend_class(provider=provider), run_dir=tmp_path / name, on_event=events.append,
+        plan,
+        backend_class(provider=provider),
+        run_dir=tmp_path / name,
+        on_event=events.append,
         **FAST,
     )
     return result, events
@@ -143,3 +146,33 @@ async def test_cache_false_and_no_cache_table_never_look_up(tmp_path, volume, fa
     del data["cache"]
     result, _ = await run(tmp_path, volume, fake_backend_class, "run3", data)
     assert [t.status for t in result.tasks] == ["succeeded", "succeeded"]
+
+
+def test_altar_run_cache_flags_choose_the_store_or_none(tmp_path, fake_registry, capsys):
+    from altar.execution import cli
+
+    fake_registry.root = tmp_path / "volume"
+    data = plan_data(tmp_path)
+    del data["cache"]
+    plan = tmp_path / "plan.json"
+    plan.write_text(__import__("json").dumps(data))
+    store = tmp_path / "elsewhere"
+    argv = ["run", str(plan), "--json", "--quiet", "--cache", str(store)]
+    assert cli.main([*argv, "--run-dir", str(tmp_path / "r1")]) == 0
+    assert cli.main([*argv, "--run-dir", str(tmp_path / "r2")]) == 0
+    out = capsys.readouterr().out
+    second = __import__("json").loads(out[out.rindex('{\n  "run_dir"') :])
+    assert [t["status"] for t in second["tasks"]] == ["cached", "cached"]
+    assert list(CacheStore(store).entries())
+    nocache = [
+        "run",
+        str(plan),
+        "--json",
+        "--quiet",
+        "--no-cache",
+        "--run-dir",
+        str(tmp_path / "r3"),
+    ]
+    assert cli.main(nocache) == 0
+    assert fake_registry.submits == {"prep": 2, "score": 2}
+    assert cli.main([*argv, "--no-cache"]) == 2  # one or the other

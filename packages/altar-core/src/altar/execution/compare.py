@@ -142,6 +142,7 @@ async def compare_backends(
             max_retries=max_retries,
             poll_interval_s=poll_interval_s,
             max_poll_interval_s=max_poll_interval_s,
+            cache=False,  # each side must run the tasks: a cached result would compare itself
         )
     differences: list[Difference] = []
     ids = [task.id for task in plans["backend"].tasks]
