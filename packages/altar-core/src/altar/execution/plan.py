@@ -44,7 +44,6 @@ from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 __all__ = [
     "Plan",
     "PlanTask",
-    "Sweep",
     "default_task_id",
     "load_plan",
     "outputs_for_run",

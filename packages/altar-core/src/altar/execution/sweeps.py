@@ -55,7 +55,6 @@ class Sweep:
     field: str
     id: str
     keys: tuple[tuple[str, int], ...]  # (matrix key, number of values), in order
-    task_ids: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -185,4 +184,4 @@ def expand_sweep(
         first[task_id] = label
         expanded.append((label, task))
     keys = tuple((key, len(values)) for key, values in matrix.items())
-    return Sweep(where, template, keys, tuple(first)), expanded
+    return Sweep(where, template, keys), expanded
