@@ -131,3 +131,33 @@ def test_compare_usage_errors(fake_registry, tmp_path, capsys):
     code, _, err = run(["compare", write(tmp_path), "--backend", "fake"], capsys)
     assert code == 2
     assert "required to compare a plan on two backends: --reference" in err
+
+
+def test_a_plan_named_relative_to_where_it_ran_is_found_from_elsewhere(
+    fake_registry, tmp_path, capsys, monkeypatch
+):
+    write(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for name in ("mon", "tue"):
+        assert run(["run", "plan.toml", "--run-dir", Path("runs") / name], capsys)[0] == 0
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert Journal.load(tmp_path / "runs" / "mon").plan_source == "plan.toml"
+    code, out, _ = run(["compare", tmp_path / "runs" / "mon", tmp_path / "runs" / "tue"], capsys)
+    assert (code, "note:" in out) == (0, False), out
+
+
+def test_runs_of_one_plan_in_two_checkouts_compare_equal(fake_registry, tmp_path, capsys):
+    """Their specs differ in the absolute uris the plans resolve to, not in what ran."""
+    dirs = []
+    for name in ("laptop", "cluster"):
+        (tmp_path / name).mkdir()
+        plan = write(tmp_path / name)
+        fake_registry.submits.clear()
+        assert run(["run", plan, "--run-dir", tmp_path / name / "run"], capsys)[0] == 0
+        dirs.append(tmp_path / name / "run")
+    digests = [Journal.load(d).tasks["score-0"].spec_sha256 for d in dirs]
+    assert digests[0] != digests[1]
+    code, out, _ = run(["compare", *dirs], capsys)
+    assert code == 0, out
+    assert "no differences in commands, outputs or outcomes across 2 task(s)" in out

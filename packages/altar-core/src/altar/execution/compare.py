@@ -255,10 +255,23 @@ def _side_names(run_dirs: Sequence[Path]) -> tuple[str, str]:
     return names[0], names[1]
 
 
+def _plan_path(journal: Journal) -> Path:
+    """Where the run's plan file is: the journal names it as given to ``altar run``, relative to
+    the directory it ran from, which is often an ancestor of the run directory (``.altar/runs/``
+    or ``--run-dir`` below it). Only a plan that still holds the specs the run ran is used."""
+    path = Path(journal.plan_source)
+    if path.is_absolute() or path.exists():
+        return path
+    for folder in Path(journal.run_dir).resolve().parents:
+        if (folder / path).is_file():
+            return folder / path
+    return path
+
+
 def _current_plan(journal: Journal, name: str, notes: list[str]) -> Plan | None:
     """The run's plan as written (None, with a note, if it cannot be read)."""
     try:
-        return load_plan(journal.plan_source)
+        return load_plan(_plan_path(journal))
     except AltarError as error:
         notes.append(f"{name}: cannot read its plan ({error}); commands and outputs not compared")
         return None
@@ -342,15 +355,8 @@ async def compare_runs(
                     )
                 )
             differences += _output_differences(task_id, tasks, sides, shared_locations)
-        elif journals[0].tasks[task_id].spec_sha256 != journals[1].tasks[task_id].spec_sha256:
-            differences.append(
-                Difference(
-                    task_id,
-                    "command",
-                    f"the runs ran different specs ({journals[0].tasks[task_id].spec_sha256} "
-                    f"and {journals[1].tasks[task_id].spec_sha256})",
-                )
-            )
+        # else a note says why not: a spec digest covers absolute uris too, so two checkouts'
+        # runs of one plan differ in it; it cannot tell a changed command
         outcome = _outcome_difference(
             task_id, sides, [by_id[0].get(task_id), by_id[1].get(task_id)]
         )
