@@ -177,3 +177,19 @@ def test_altar_report_json_counts_the_interruptions(tmp_path, capsys):
     )
     assert cli.main(["report", str(journal.run_dir), "--json"]) == 0
     assert '"interruptions": 1' in capsys.readouterr().out
+
+
+def test_a_submit_journaled_after_the_last_event_moves_the_stop(tmp_path):
+    """The in-doubt submits a kill cut short were journaled after the last logged event."""
+    journal = journal_of(
+        tmp_path,
+        record("cut", attempt(1, T0 + 6, T0 + 25, adopted=True)),
+        record("done", attempt(1, T0 + 1, T0 + 5.5)),
+    )
+    events = [
+        LoggedEvent(T0, "process"),
+        LoggedEvent(T0 + 5.5, "succeeded", "done"),
+        LoggedEvent(T0 + 20, "process"),
+    ]
+    [gap] = build_report(journal, events).interruptions
+    assert (gap.start, gap.end, gap.in_flight) == (T0 + 6, T0 + 20, ("cut",))

@@ -177,8 +177,8 @@ def _interruption(gap: Interruption) -> str:
         else "; no task was in flight"
     )
     return (
-        f"<li>the runner stopped after {_utc(gap.start)} (its last logged event: killed, "
-        f"crashed or stopped) and was resumed {took} later{what}</li>"
+        f"<li>the runner stopped after {_utc(gap.start)} (its last sign of life; it was "
+        f"killed, crashed or stopped) and was resumed {took} later{what}</li>"
     )
 
 

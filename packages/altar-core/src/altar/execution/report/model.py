@@ -12,8 +12,9 @@ Per task, every attempt as phases on one time axis:
 The run's input staging is one band of its own, with its throughput; the slot usage is the
 number of attempts submitted and not finished at each moment.
 
-Interruptions are the times no altar process drove the run: from the last event a process
-logged to the next process's ``process`` line (or, in a log from before those lines, its
+Interruptions are the times no altar process drove the run: from the last sign of life of a
+process (the last event it logged, or a later submit it journaled) to the next process's
+``process`` line (or, in a log from before those lines, its
 ``resumed`` event). An attempt that was in flight then, or whose submit the stop cut short
 (found again by its key, or submitted again), says so.
 """
@@ -66,7 +67,7 @@ class AttemptBar:
 class Interruption:
     """A time no altar process drove the run."""
 
-    start: float  # the last event the stopped process logged
+    start: float  # the last sign of life of the stopped process (an event, a submit)
     end: float  # the next process's first
     finished: bool  # the stopped process had ended the run: a rerun (--retry-failed), no crash
     in_flight: tuple[str, ...] = ()  # tasks with an attempt submitted and not finished then
@@ -167,9 +168,20 @@ def _interruptions(
     for index in starts:
         if index == 0:
             continue
-        last = events[index - 1]
-        flying = tuple(r.id for r in records if any(_in_flight(a, last.at) for a in r.attempts))
-        found.append(Interruption(last.at, events[index].at, last.kind == "done", flying))
+        last, restart = events[index - 1], events[index].at
+        # the stopped process was alive at its last event, and at each submit it journaled
+        # after it (a submit's time is the runner's clock, never the provider's)
+        stop = max(
+            [last.at]
+            + [
+                a.submitted_at
+                for r in records
+                for a in r.attempts
+                if a.submitted_at is not None and last.at < a.submitted_at < restart
+            ]
+        )
+        flying = tuple(r.id for r in records if any(_in_flight(a, stop) for a in r.attempts))
+        found.append(Interruption(stop, restart, last.kind == "done", flying))
     return tuple(found)
 
 
