@@ -138,3 +138,20 @@ def test_check_says_where_outputs_go(fake_registry, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "outputs: relative output uris go below outputs_dir = 'results/{altar:run}'" in out
+
+
+def test_an_output_uri_may_name_the_run_itself(tmp_path):
+    data = {
+        "tasks": [{"kind": "k", "image": "i", "command": [], "outputs": [
+            {"uri": "out/{altar:run}.txt", "logical_path": "y.txt"}]}],
+    }  # fmt: skip
+    plan = parse_plan(data, base_dir=tmp_path)
+    mine = outputs_for_run(plan, tmp_path / "runs" / "friday")
+    assert mine.tasks[0].spec.outputs[0].uri == str(tmp_path / "out" / "friday.txt")
+    data["tasks"][0]["outputs"][0]["uri"] = "out/{altar:mount_root}.txt"
+    with pytest.raises(PlanError) as error:
+        parse_plan(data, source="p.toml")
+    assert str(error.value) == (
+        "p.toml: tasks[0].outputs[0].uri: {altar:mount_root}: the only placeholder in an output "
+        "uri is {altar:run} (the run's name)"
+    )

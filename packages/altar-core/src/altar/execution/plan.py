@@ -394,10 +394,11 @@ def _parse_outputs_dir(
 def outputs_for_run(plan: Plan, run_dir: str | os.PathLike[str]) -> Plan:
     """``plan`` with :data:`RUN_PLACEHOLDER` in its output uris made ``run_dir``'s name.
 
-    Only a plan with ``outputs_dir`` has it; any other plan is returned as it is. The journal
-    keeps the plan's own text (its spec digests are the same for every run of the plan).
+    A plan has it through ``outputs_dir`` or in an output's own ``uri``; any other plan is
+    returned as it is. The journal keeps the plan's own text (its spec digests are the same for
+    every run of the plan).
     """
-    if plan.outputs_dir is None or RUN_PLACEHOLDER not in plan.outputs_dir:
+    if not any(RUN_PLACEHOLDER in t.uri for task in plan.tasks for t in task.spec.outputs):
         return plan
     name = Path(run_dir).resolve().name
     tasks = []
@@ -501,6 +502,14 @@ def _parse_task(
             )
             for i, item in enumerate(items)
         ]
+    for i, transfer in enumerate(values["outputs"]):
+        for match in PLACEHOLDER.finditer(transfer.uri):
+            if match.group() != RUN_PLACEHOLDER:
+                raise fail(
+                    f"{where}.outputs[{i}].uri",
+                    f"{match.group()}: the only placeholder in an output uri is "
+                    f"{RUN_PLACEHOLDER} (the run's name)",
+                )
     if "resources" in raw:
         values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
     if "plugin_identity" in raw:
