@@ -236,3 +236,15 @@ def test_check_prints_the_expansion_count(tmp_path, capsys, monkeypatch):
             "tasks": 30,
         }
     ]
+
+
+def test_check_json_of_a_bad_sweep_lists_every_problem(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text(
+        BASE + 'id = "t-{n}"\nmatrix = { n = [] }\n' + BASE + 'id = "u-{n}"\nmatrix = {}\n'
+    )
+    code = cli.main(["check", str(path), "--backend", "in-process", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert [p.split(": ")[1] for p in data["problems"]] == ["tasks[0].matrix.n", "tasks[1].matrix"]
+    assert (data["sweeps"], data["outputs_dir"]) == ([], None)

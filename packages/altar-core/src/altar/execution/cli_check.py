@@ -45,7 +45,9 @@ def error_problems(error: AltarError) -> list[str]:
 def print_error_json(error: AltarError, backend: str | None, out: TextIO) -> int:
     """``check --json`` on a plan or backend error: the report, with the problems; exit 2."""
     report = CheckReport(tasks=0, backend=backend or "", problems=error_problems(error))
-    out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    data = report.to_dict()
+    data.update(sweeps=[], outputs_dir=None)  # the same keys as a report of a plan read
+    out.write(json.dumps(data, indent=2) + "\n")
     return 2
 
 
