@@ -321,30 +321,23 @@ async def compare_runs(
     for task_id in sorted(set(ids[0]) ^ set(ids[1])):
         side = sides[0] if task_id in ids[0] else sides[1]
         differences.append(Difference(task_id, "command", f"only run {side} has this task"))
-    stale: list[set[str]] = [set(), set()]
-    specs: list[dict[str, Plan | None]] = []
-    for index, (plan, journal) in enumerate(zip(plans, journals, strict=True)):
-        current: dict[str, Plan | None] = {}
-        for task_id, record in journal.tasks.items():
-            task = _plan_task(plan, task_id)
-            if task is not None and spec_digest(task.spec) != record.spec_sha256:
-                stale[index].add(task_id)
-                task = None
-            # the journal has the plan's text; its outputs went where this run put them
-            current[task_id] = outputs_for_run(plan, journal.run_dir) if task and plan else None
-        specs.append(current)
-    for index, changed in enumerate(stale):
+    ran: list[dict[str, PlanTask]] = []
+    for plan, journal, side in zip(plans, journals, sides, strict=True):
+        held, changed = _ran_tasks(plan, journal)
+        ran.append(held)
         if changed:
             notes.append(
-                f"{sides[index]}: its plan changed since the run for {len(changed)} task(s) "
-                f"({', '.join(sorted(changed)[:3])}{', ...' if len(changed) > 3 else ''}); "
+                f"{side}: its plan changed since the run for {len(changed)} task(s) "
+                f"({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}); "
                 "their commands and outputs are not compared"
             )
     shared_locations: list[str] = []
     for task_id in [i for i in ids[0] if i in ids[1]]:
-        pair = [specs[0][task_id], specs[1][task_id]]
+        pair = [ran[0].get(task_id), ran[1].get(task_id)]
+        # a task without both is in a note: a spec digest covers absolute uris too, so runs of
+        # one plan in two checkouts differ in it; it cannot tell a changed command
         if pair[0] is not None and pair[1] is not None:
-            tasks = [pair[0].task(task_id), pair[1].task(task_id)]
+            tasks = [pair[0], pair[1]]
             if tasks[0].spec.command != tasks[1].spec.command:
                 differences.append(
                     Difference(
@@ -355,8 +348,6 @@ async def compare_runs(
                     )
                 )
             differences += _output_differences(task_id, tasks, sides, shared_locations)
-        # else a note says why not: a spec digest covers absolute uris too, so two checkouts'
-        # runs of one plan differ in it; it cannot tell a changed command
         outcome = _outcome_difference(
             task_id, sides, [by_id[0].get(task_id), by_id[1].get(task_id)]
         )
@@ -384,13 +375,22 @@ async def compare_runs(
     )
 
 
-def _plan_task(plan: Plan | None, task_id: str) -> PlanTask | None:
+def _ran_tasks(plan: Plan | None, journal: Journal) -> tuple[dict[str, PlanTask], list[str]]:
+    """The plan's tasks that still hold the spec the run ran (with the output uris of this run),
+    and the ids of the run's tasks the plan no longer holds as they ran."""
     if plan is None:
-        return None
-    try:
-        return plan.task(task_id)
-    except KeyError:
-        return None
+        return {}, []
+    written = {task.id: task for task in plan.tasks}  # the journal has the plan's own text
+    collected = {task.id: task for task in outputs_for_run(plan, journal.run_dir).tasks}
+    ran: dict[str, PlanTask] = {}
+    changed: list[str] = []
+    for task_id, record in journal.tasks.items():
+        task = written.get(task_id)
+        if task is None or spec_digest(task.spec) != record.spec_sha256:
+            changed.append(task_id)
+        else:
+            ran[task_id] = collected[task_id]
+    return ran, changed
 
 
 def _output_differences(

@@ -19,8 +19,11 @@ A plan is TOML (``.toml``) or JSON (any other suffix)::
 Tasks use the :func:`~altar.execution.spec_to_dict` form plus ``id`` and ``after`` (ids of
 tasks that must succeed first). A task that reads a logical path another task writes runs
 after that task too, and such inputs are not staged: the producer puts them on the volume.
-Relative ``uri`` paths resolve against the plan file's directory. Every problem is one
-:class:`~altar.execution.PlanError` line naming the file and the field.
+Relative ``uri`` paths resolve against the plan file's directory (relative output uris against
+the plan's ``outputs_dir`` if it has one: ``"results/{altar:run}"`` keeps each run's outputs
+apart, see :func:`outputs_for_run`). A task with a ``matrix`` is a sweep, expanded in place
+(:mod:`~altar.execution.sweeps`); ``after`` entries may be patterns with ``*``. Every problem is
+one :class:`~altar.execution.PlanError` line naming the file and the field.
 """
 
 from __future__ import annotations
