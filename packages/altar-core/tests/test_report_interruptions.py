@@ -105,7 +105,8 @@ def test_a_log_from_before_process_lines_uses_resumed_and_a_rerun_is_no_crash(tm
 
 
 def test_a_failure_shows_its_reason_exit_code_and_detail(tmp_path):
-    failure = TaskFailure("exit_3", "Traceback (most recent call last):\nboom", True, 3)
+    detail = "Traceback (most recent call last):\n  File x\nValueError: boom\n\n"
+    failure = TaskFailure("exit_3", detail, True, 3)
     journal = journal_of(
         tmp_path,
         record("bad", attempt(1, T0 + 1, T0 + 2, state="failed", failure=failure), state="failed"),
@@ -113,15 +114,12 @@ def test_a_failure_shows_its_reason_exit_code_and_detail(tmp_path):
     )
     report = build_report(journal)
     row = report.tasks[0]
-    assert (row.reason, row.exit_code, row.detail) == (
-        "exit_3",
-        3,
-        "Traceback (most recent call last):",
-    )
-    assert row.attempts[0].detail == "Traceback (most recent call last):"
+    assert (row.reason, row.exit_code, row.detail) == ("exit_3", 3, "ValueError: boom")
+    assert row.attempts[0].detail == "ValueError: boom"
     html = render_html(report)
-    assert 'exit_3 (exit code 3)<br><span class="detail">Traceback (most recent call last):' in html
-    assert "attempt 1 failed (exit_3): Traceback (most recent call last):" in html
+    assert 'exit_3 (exit code 3)<br><span class="detail">ValueError: boom</span>' in html
+    assert "attempt 1 failed (exit_3): ValueError: boom" in html
+    assert "Traceback (most recent call last):" in html  # in the log tail
     assert (
         '<p class="error" id="staging-error">staging failed: staged input &#x27;w.bin&#x27; '
         "does not match its digest; fix the digest</p>"

@@ -37,7 +37,8 @@ svg .grid{stroke:#eceef3;stroke-width:1}
 .m-fail{fill:#d9412b}.m-retry{fill:#f08a24}
 .s-failed .label{fill:#b3261e;font-weight:600}
 path.slots{fill:none;stroke:#3f8fd2;stroke-width:1.5}
-rect.gap{fill:#5d6675;fill-opacity:.16}
+rect.gap{fill:#1d2330;fill-opacity:.12;stroke:#1d2330;stroke-opacity:.55;stroke-dasharray:3 2;
+pointer-events:none}
 .error{color:#b3261e;font-weight:600}.detail{color:#7a2a20}
 polyline.staged{fill:none;stroke:#9b7fd4;stroke-width:1.5}
 table{border-collapse:collapse;width:100%}
@@ -209,7 +210,7 @@ def render_html(report: Report) -> str:
             ("collecting", "c", "#45b39d"),
             ("failed", "f", "#d9412b"),
             ("failed, retried", "rt", "#f08a24"),
-            ("runner down", "gap", "rgba(93,102,117,.16)"),
+            ("runner down", "gap", "rgba(29,35,48,.12);border:1px dashed #5d6675"),
         )
     )
     staging_error = (

@@ -35,7 +35,7 @@ __all__ = [
     "Staging",
     "TaskRow",
     "build_report",
-    "first_line",
+    "last_line",
     "log_tail",
     "slot_usage",
 ]
@@ -59,7 +59,7 @@ class AttemptBar:
     phases: tuple[Phase, ...]
     reason: str | None = None
     retried: bool = False  # a later attempt followed this failed one
-    detail: str | None = None  # the first line of its failure's detail
+    detail: str | None = None  # the last line of its failure's detail
     interrupted: str | None = None  # how a stop of the runner touched it, if one did
 
 
@@ -83,7 +83,7 @@ class TaskRow:
     reason: str | None
     log_tail: str
     in_doubt: int = 0
-    detail: str | None = None  # the first line of the last failure's detail
+    detail: str | None = None  # the last line of the last failure's detail
     exit_code: int | None = None
 
 
@@ -140,9 +140,10 @@ def _attempt_end(attempt: Attempt, now: float) -> float:
     return attempt.finished_at if attempt.finished_at is not None else now
 
 
-def first_line(text: str | None) -> str | None:
-    """The first non-blank line of ``text``, cut to :data:`TAIL_LINE_CHARS` (None if none)."""
-    for line in (text or "").splitlines():
+def last_line(text: str | None) -> str | None:
+    """The last non-blank line of ``text`` (a log tail ends with the error, a traceback with its
+    exception), cut to :data:`TAIL_LINE_CHARS`; None if there is none."""
+    for line in reversed((text or "").splitlines()):
         if line.strip():
             line = line.strip()
             return line if len(line) <= TAIL_LINE_CHARS else line[: TAIL_LINE_CHARS - 3] + "..."
@@ -249,7 +250,7 @@ def _bars(
                 phases=tuple(phases),
                 reason=failure.reason if failure else None,
                 retried=outcome == "failed" and not last,
-                detail=first_line(failure.detail) if failure else None,
+                detail=last_line(failure.detail) if failure else None,
                 interrupted=_interrupted(attempt, gaps),
             )
         )
@@ -289,7 +290,7 @@ def _row(
         reason=reason,
         log_tail=tail,
         in_doubt=record.in_doubt,
-        detail=first_line(failure.detail) if failure and status in ("failed", "queued") else None,
+        detail=last_line(failure.detail) if failure and status in ("failed", "queued") else None,
         exit_code=failure.exit_code if failure and status in ("failed", "queued") else None,
     )
 

@@ -109,14 +109,6 @@ def timeline_svg(report: Report) -> str:
         'aria-label="timeline of every attempt per task">'
     ]
     parts += _axis(scale, AXIS, rows * ROW)
-    for gap in report.interruptions:  # behind the rows: when no runner drove the run
-        x = scale.x(gap.start)
-        what = "the run finished; started again" if gap.finished else "runner down"
-        parts.append(
-            f'<rect class="gap" x="{_n(x)}" y="{_n(AXIS)}" '
-            f'width="{_n(max(scale.x(gap.end) - x, 1.5))}" height="{_n(rows * ROW)}">'
-            f"<title>{what} for {_seconds(gap.end - gap.start)}</title></rect>"
-        )
     y = AXIS
     if report.staging is not None:
         staging = report.staging
@@ -141,6 +133,14 @@ def timeline_svg(report: Report) -> str:
             parts += _attempt(task.id, bar, scale, y + 2)
         parts.append("</g>")
         y += ROW
+    for gap in report.interruptions:  # over the rows, see-through: when no runner drove the run
+        x = scale.x(gap.start)
+        what = "the run finished; started again" if gap.finished else "runner down"
+        parts.append(
+            f'<rect class="gap" x="{_n(x)}" y="{_n(AXIS)}" '
+            f'width="{_n(max(scale.x(gap.end) - x, 1.5))}" height="{_n(rows * ROW)}">'
+            f"<title>{what} for {_seconds(gap.end - gap.start)}</title></rect>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
