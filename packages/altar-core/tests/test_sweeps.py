@@ -248,3 +248,11 @@ def test_check_json_of_a_bad_sweep_lists_every_problem(tmp_path, capsys):
     assert code == 2
     assert [p.split(": ")[1] for p in data["problems"]] == ["tasks[0].matrix.n", "tasks[1].matrix"]
     assert (data["sweeps"], data["outputs_dir"]) == ([], None)
+
+
+def test_a_staging_error_names_the_sweep_task_it_came_from(tmp_path):
+    plan = parse(SWEEP, tmp_path)
+    uri = str(tmp_path / "data" / "fold-1.tsv")
+    assert plan.input_fields(f"staged input {uri!r} does not exist") == [
+        "tasks[0][fold=1].inputs[0] (task prep-f1)"
+    ]
