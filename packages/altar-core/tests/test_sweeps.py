@@ -256,3 +256,12 @@ def test_a_staging_error_names_the_sweep_task_it_came_from(tmp_path):
     assert plan.input_fields(f"staged input {uri!r} does not exist") == [
         "tasks[0][fold=1].inputs[0] (task prep-f1)"
     ]
+
+
+def test_a_per_fold_summary_waits_for_its_folds_tasks_only(tmp_path):
+    per_fold = (
+        '\n[[tasks]]\nid = "sum-f{fold}"\nkind = "s"\nmatrix = { fold = [0, 1, 2] }\n'
+        'image = "i"\ncommand = ["cat"]\nafter = ["score-f{fold}-*"]\n'
+    )
+    plan = parse(SWEEP + per_fold, tmp_path)
+    assert plan.dependencies["sum-f1"] == tuple(f"score-f1-b{b:02d}" for b in range(1, 11))
