@@ -78,7 +78,7 @@ _RESOURCE_KEYS = ("count", "cpu", "gpu", "memory_gb")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-#: In ``outputs_dir``: the run directory's name, so each run collects its outputs apart.
+#: In ``outputs_dir`` or an output uri: the run directory's name, so each run collects apart.
 RUN_PLACEHOLDER = "{altar:run}"
 
 
