@@ -29,7 +29,7 @@ from altar.execution.cache.settings import CacheSettings
 from altar.execution.checking import check_plan
 from altar.execution.cli_check import cmd_check, print_check, print_error_json
 from altar.execution.cli_resume import option_text, resume_command
-from altar.execution.compare import compare_backends
+from altar.execution.compare import ComparisonReport, compare_backends, compare_runs
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
@@ -215,10 +215,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("verify-script", help="print the POSIX sh digest verifier")
     p.add_argument("--no-trust-records", action="store_true", help="the script hashes every file")
 
-    p = commands.add_parser("compare", help="run a plan on two backends and diff the results")
-    p.add_argument("plan", metavar="PLAN")
-    p.add_argument("--backend", metavar="TYPE", required=True, help="backend under test")
-    p.add_argument("--reference", metavar="TYPE", required=True, help="reference backend")
+    p = commands.add_parser(
+        "compare", help="run a plan on two backends, or read two runs, and diff the results"
+    )
+    p.add_argument(
+        "targets",
+        metavar="PLAN | RUN_DIR RUN_DIR",
+        nargs="+",
+        help="a plan to run on --backend and --reference, or two run directories to compare",
+    )
+    p.add_argument("--backend", metavar="TYPE", help="backend under test (with a PLAN)")
+    p.add_argument("--reference", metavar="TYPE", help="reference backend (with a PLAN)")
     p.add_argument("--option", metavar="KEY=VALUE", type=_option, action="append", default=[])
     p.add_argument(
         "--reference-option", metavar="KEY=VALUE", type=_option, action="append", default=[]
@@ -563,7 +570,59 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return status
 
 
+def _compare_output(report: ComparisonReport, as_json: bool, out: TextIO) -> int:
+    if as_json:
+        _print_json(report.to_dict(), out)
+    else:
+        out.write(terminal_safe(report.format()) + "\n")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+async def _cmd_compare_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``altar compare RUN_DIR RUN_DIR``: two runs' journals and outputs; nothing runs."""
+    flags = (
+        ("--backend", args.backend),
+        ("--reference", args.reference),
+        ("--option", args.option),
+        ("--reference-option", args.reference_option),
+        ("--workdir", args.workdir),
+    )
+    given = [flag for flag, value in flags if value]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not used when comparing two run directories (they are for "
+            "altar compare PLAN --backend TYPE --reference TYPE)"
+        )
+    backends: list[ExecutionBackend | None] = []
+    for run_dir in args.targets:
+        if not Journal.exists(Path(run_dir)):
+            raise UsageError(
+                f"{run_dir} is not a run directory (no journal); altar compare takes two run "
+                "directories, or one plan with --backend and --reference"
+            )
+        try:  # only to ask for a failed task's log tail the journal did not keep
+            backends.append(_journal_backend(Path(run_dir)))
+        except (AltarError, BackendUnavailableError):
+            backends.append(None)
+    report = await compare_runs(args.targets[0], args.targets[1], backends=backends)
+    return _compare_output(report, args.json, out)
+
+
 async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if len(args.targets) == 2:
+        return await _cmd_compare_runs(args, out, err)
+    if len(args.targets) > 2:
+        raise UsageError(
+            "altar compare takes one plan (with --backend and --reference) or two run directories"
+        )
+    flags = (("--backend", args.backend), ("--reference", args.reference))
+    missing = [flag for flag, value in flags if not value]
+    if missing:
+        raise UsageError(
+            f"the following arguments are required to compare a plan on two backends: "
+            f"{', '.join(missing)} (or give two run directories to compare existing runs)"
+        )
+    args.plan = args.targets[0]
     plan = load_plan(args.plan)
     backend, _ = _backend_for(plan, args.backend, args.option)
     reference, _ = _backend_for(plan, args.reference, args.reference_option)
@@ -586,22 +645,7 @@ async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         on_event=on_event,
         max_poll_interval_s=MAX_POLL_INTERVAL_S,
     )
-    if args.json:
-        _print_json(
-            {
-                "backend": report.backend,
-                "reference": report.reference,
-                "ok": report.ok,
-                "differences": [
-                    {"task_id": d.task_id, "aspect": d.aspect, "detail": d.detail}
-                    for d in report.differences
-                ],
-            },
-            out,
-        )
-    else:
-        out.write(report.format() + "\n")
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return _compare_output(report, args.json, out)
 
 
 # -- entry point ------------------------------------------------------------------------

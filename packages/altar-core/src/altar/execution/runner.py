@@ -76,7 +76,7 @@ from altar.execution.ledger import Ledger
 from altar.execution.litter import litter_directories, remove_litter, remove_run_dir_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.placeholders import expand_spec
-from altar.execution.plan import Plan, PlanTask
+from altar.execution.plan import Plan, PlanTask, outputs_for_run
 from altar.execution.reconciling import reconcile
 from altar.execution.results import (
     TASK_STATES,
@@ -469,7 +469,7 @@ async def run_plan(
             backend_options = plan.backend_options
         journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}))
         run = _Run(
-            plan,
+            outputs_for_run(plan, run_dir),  # outputs_dir = "results/{altar:run}": this run's
             backend,
             journal,
             max_parallel=max_parallel,
