@@ -24,6 +24,7 @@ __all__ = ["Handler", "RecordedRequest"]
 
 _JOBS_PATH = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
+_CORE_LIST_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/(resourcequotas|events)$")
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,13 @@ class Handler(BaseHTTPRequestHandler):
         selector = first(query, "labelSelector")
         jobs = _JOBS_PATH.match(path)
         pods = _PODS_PATH.match(path)
+        core_list = _CORE_LIST_PATH.match(path)
         with fake._lock:
+            if core_list and method == "GET":
+                namespace, kind = core_list.groups()
+                if kind == "resourcequotas":
+                    return 200, fake.api_list_quotas(namespace)
+                return 200, fake.api_list_events(namespace)
             if jobs:
                 namespace, name = jobs.group(1), jobs.group(2)
                 if name is None and method == "GET":
@@ -145,7 +152,7 @@ class Handler(BaseHTTPRequestHandler):
                     return 200, fake.api_pod_log(namespace, name, query)
                 if name is not None and method == "GET":
                     return 200, fake.api_get_pod(namespace, name)
-            else:
+            elif not core_list:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method: {method}")
 
