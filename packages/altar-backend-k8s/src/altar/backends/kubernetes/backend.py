@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import time
@@ -222,6 +223,8 @@ class KubernetesExecutionBackend(ExecutionBackend):
                 if conflict.being_deleted:
                     continue
             except ProviderLimitError as error:
+                if not (error.limit or "").startswith("ResourceQuota"):
+                    raise  # throttled: asking again now would be throttled too
                 limited = error  # a full Job-count quota refuses even a taken name
             existing = await self._calls.read_job(name)
             decision = decide(existing, key=key, digest=digest)
@@ -459,10 +462,8 @@ class KubernetesExecutionBackend(ExecutionBackend):
             return
         ids = []
         for handle in handles:
-            try:
+            with contextlib.suppress(ValueError):
                 ids.append(parse_external_id(handle.external_id))
-            except ValueError:
-                continue
         legacy = any(uid is None for _, uid in ids)
         jobs = await self._calls.list_jobs(self._selector(handles, legacy))
         by_name = {job.name: job for job in jobs}

@@ -90,9 +90,12 @@ class Handler(BaseHTTPRequestHandler):
         fault = fake._take_fault(method) if path.startswith(("/api/v1/", "/apis/batch/")) else None
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None
-            reason = {409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
-                fault.code, "InternalError"
-            )
+            reason = {
+                403: "Forbidden",
+                409: "Conflict",
+                429: "TooManyRequests",
+                503: "ServiceUnavailable",
+            }.get(fault.code, "InternalError")
             error = ApiError(fault.code, reason, f"injected {fault.code} from the fake apiserver")
             self._send(fault.code, error.body(), headers)
             return
