@@ -138,14 +138,10 @@ async def test_end_by_provider_causes_each_ending_it_names(
         assert failure.provider_ending == ending
     with pytest.raises(ValueError, match="cannot cause 'engine_lost'"):
         fake_apiserver.end_by_provider(name_of(handle), "engine_lost")
-
-
-async def test_task_failures_carry_no_provider_ending(
-    backend: KubernetesExecutionBackend, fake_apiserver: FakeApiServer
-) -> None:
-    exited = await backend.submit(spec(labels={"job_id": "J", "fold": "0"}))
-    oom = await backend.submit(spec(labels={"job_id": "J", "fold": "1"}))
-    gone = await backend.submit(spec(labels={"job_id": "J", "fold": "2"}))
+    # and what the task did itself stays the task's
+    exited = await backend.submit(spec(labels={"job_id": "J", "fold": "5"}))
+    oom = await backend.submit(spec(labels={"job_id": "J", "fold": "6"}))
+    gone = await backend.submit(spec(labels={"job_id": "J", "fold": "7"}))
     fake_apiserver.finish_job(name_of(exited), exit_code=137)  # the task's own SIGKILL
     fake_apiserver.oom_kill(name_of(oom))
     fake_apiserver.fail_without_pods(name_of(gone))  # no evidence of who ended it
@@ -187,24 +183,17 @@ async def test_a_pod_failure_policy_verdict_names_the_disruption_after_the_pod_i
     assert (failure.reason, failure.provider_ending) == ("job_failed", "evicted")
     assert failure.detail is not None
     assert "has condition DisruptionTarget matching FailJob rule at index 1" in failure.detail
-
-
-async def test_an_ignore_rule_replaces_the_disrupted_pod_and_the_task_runs_on(
-    make_backend: Make, fake_apiserver: FakeApiServer
-) -> None:
-    backend = make_backend(type("Ignoring", (DisruptionPolicyBackend,), {"action": "Ignore"}))
-    handle = await backend.submit(spec())
+    # with an Ignore rule the Job controller replaces the pod instead and the task runs on
+    ignoring = make_backend(type("Ignoring", (DisruptionPolicyBackend,), {"action": "Ignore"}))
+    handle = await ignoring.submit(spec(labels={"job_id": "J", "fold": "1"}))
     job = fake_apiserver.job(name_of(handle))
     assert job is not None
     [first] = fake_apiserver.pods_of(job["metadata"]["uid"])
     fake_apiserver.preempt(name_of(handle))
     [second] = fake_apiserver.pods_of(job["metadata"]["uid"])
     assert second["metadata"]["name"] != first["metadata"]["name"]
-    [status] = await backend.poll([handle])
+    [status] = await ignoring.poll([handle])
     assert status.state is TaskState.RUNNING
-    fake_apiserver.finish_job(name_of(handle))
-    [status] = await backend.poll([handle])
-    assert status.state is TaskState.SUCCEEDED
 
 
 # -- limits --------------------------------------------------------------------------------
@@ -312,11 +301,13 @@ async def test_quotas_it_may_not_read_are_left_to_the_api_server(
 ) -> None:
     backend = make_backend()
     fake_apiserver.inject_error(403, times=1, methods={"GET"})
-    handle = await backend.submit(spec())  # the list was forbidden: checked no more
-    assert handle.external_id
+    await backend.submit(spec())  # the list was forbidden: checked no more
+    fake_apiserver.set_quota("object-counts", {"count/jobs.batch": "1"})
     fake_apiserver.reset_requests()
-    await backend.submit(spec(labels={"job_id": "J", "fold": "9"}))
-    assert [r.method for r in fake_apiserver.requests] == ["POST"]
+    with pytest.raises(ProviderLimitError, match="object-counts"):
+        await backend.submit(spec(labels={"job_id": "J", "fold": "9"}))
+    # the API server refused the create; the backend looked for a Job to adopt, found none
+    assert [r.method for r in fake_apiserver.requests] == ["POST", "GET"]
 
 
 async def test_throttling_past_the_clients_own_retries_is_a_limit_with_retry_after(
