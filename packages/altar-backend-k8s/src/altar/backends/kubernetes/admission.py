@@ -57,6 +57,7 @@ class QuotaGate:
             # The Job may exist already (a resubmit after a crash): adopting it takes nothing.
             if await self._calls.read_job(manifest["metadata"]["name"]) is not None:
                 return
+            self._read = None  # when the runner tries again, ask the quota afresh
             raise
 
     def created(self, manifest: dict[str, Any]) -> None:
