@@ -28,8 +28,10 @@ class QuotaGate:
     Jobs created meanwhile are added to its ``used``, which the quota controller has not
     counted yet. Off when the runtime cannot list quotas or the credentials may not."""
 
-    #: How long one reading of the namespace's ResourceQuotas serves further submits (s).
+    #: How long one reading of the namespace's ResourceQuotas serves further submits (s);
+    #: a namespace without quotas is asked again only after ``empty_cache_s``.
     cache_s: float = 5.0
+    empty_cache_s: float = 60.0
 
     def __init__(self, calls: RuntimeCalls, *, enabled: bool) -> None:
         self._calls = calls
@@ -42,7 +44,9 @@ class QuotaGate:
         if not self._enabled:
             return
         now = time.monotonic()
-        if self._read is None or now - self._read[0] > self.cache_s:
+        if self._read is None or now - self._read[0] > (
+            self.cache_s if self._read[1] else self.empty_cache_s
+        ):
             quotas = await self._calls.list_resource_quotas()
             if quotas is None:
                 self._enabled = False  # forbidden to read them: the API server decides
