@@ -96,3 +96,21 @@ def test_check_quotas_skips_scoped_quotas_and_counts_used() -> None:
     check_quotas(
         manifest(), [ResourceQuotaInfo("q", full.hard, {"requests.cpu": "2"})], namespace="lab"
     )
+
+
+def test_a_disruption_target_condition_on_the_job_itself_names_the_ending() -> None:
+    from altar.backends.kubernetes.classify import classify_failure
+    from altar.backends.kubernetes.values import JobCondition, K8sJobInfo
+    from altar.execution import TaskState
+
+    job = K8sJobInfo(
+        "j",
+        TaskState.FAILED,
+        conditions=(
+            JobCondition("DisruptionTarget", "True", "DeletionByTaintManager", "tainted"),
+            JobCondition("Failed", "True", "BackoffLimitExceeded"),
+        ),
+    )
+    failure = classify_failure(job, [])
+    assert (failure.reason, failure.provider_ending) == ("job_failed", "node_lost")
+    assert failure.detail == "node_lost: DisruptionTarget (DeletionByTaintManager): job j: tainted"

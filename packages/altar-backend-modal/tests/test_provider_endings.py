@@ -182,3 +182,22 @@ async def test_the_sdk_waits_out_a_retry_policy_and_what_escapes_carries_it(
         assert len(servicer.sandboxes) == 1
     finally:
         await client.close.aio()
+
+
+def test_every_shape_of_resource_exhausted_the_sdk_lets_escape_is_a_limit() -> None:
+    from altar.backends.modal.sdk_runtime import _modal_errors
+    from altar.execution import BackendUnavailableError
+    from modal._utils.grpc_utils import RetryTimeoutError
+
+    exhausted = modal.exception.ResourceExhaustedError("Sandbox concurrency limit reached")
+    raw = grpclib.GRPCError(grpclib.Status.RESOURCE_EXHAUSTED, "rate limit exceeded")
+    for error in (exhausted, raw, RetryTimeoutError(exhausted)):
+        with pytest.raises(ProviderLimitError), _modal_errors():
+            raise error
+    # the SDK's retries timing out on a server error is unreachable, not a limit
+    with pytest.raises(BackendUnavailableError) as raised, _modal_errors():
+        raise RetryTimeoutError(modal.exception.ServiceError("unavailable"))
+    assert not isinstance(raised.value, ProviderLimitError)
+    # a sandbox's own timeout is not a request's, and passes through
+    with pytest.raises(modal.exception.SandboxTimeoutError), _modal_errors():
+        raise modal.exception.SandboxTimeoutError()

@@ -137,6 +137,17 @@ def classify_failure(job: K8sJobInfo, pods: Sequence[K8sPodInfo]) -> TaskFailure
             ),
             provider_ending=ending,
         )
+    target = true_condition(job.conditions, "DisruptionTarget")
+    if target is not None:
+        # Not a condition Kubernetes sets on Jobs; a controller or custom runtime that does
+        # says the same as on a pod.
+        ending = _TARGET_ENDINGS.get(target.reason or "", "evicted")
+        words = f"DisruptionTarget ({target.reason or 'no reason'})"
+        return TaskFailure(
+            "job_failed",
+            detail=f"{ending}: {words}: job {job.name}: {target.message or 'disrupted'}",
+            provider_ending=ending,
+        )
     for pod in ordered:
         for exit_ in pod.init_exits:
             if exit_.name == VERIFY_INPUTS_CONTAINER and exit_.exit_code != 0:

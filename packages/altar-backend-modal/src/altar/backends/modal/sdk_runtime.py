@@ -93,10 +93,10 @@ def _private_result(sandbox: modal.Sandbox) -> tuple[bool, Any]:
 def _exhausted(error: BaseException) -> bool:
     if isinstance(error, modal_errors.ResourceExhaustedError):
         return True
+    if isinstance(error, modal_errors.Error):
+        return False  # the SDK's other wrappers: their status is private (.status warns)
     return (
-        isinstance(error, grpclib.GRPCError)
-        and (getattr(error, "_grpc_status", None) or error.status)
-        is grpclib.Status.RESOURCE_EXHAUSTED
+        isinstance(error, grpclib.GRPCError) and error.status is grpclib.Status.RESOURCE_EXHAUSTED
     )
 
 
