@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpclib
 import modal
@@ -201,3 +202,44 @@ def test_every_shape_of_resource_exhausted_the_sdk_lets_escape_is_a_limit() -> N
     # a sandbox's own timeout is not a request's, and passes through
     with pytest.raises(modal.exception.SandboxTimeoutError), _modal_errors():
         raise modal.exception.SandboxTimeoutError()
+
+
+@on_the_wire
+@pytest.mark.asyncio
+async def test_a_run_through_the_sdk_reruns_a_preempted_sandbox_without_a_retry(
+    control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from altar.execution import holding
+    from altar.execution.plan import Plan, PlanTask
+    from altar.execution.runner import run_plan
+
+    monkeypatch.setattr(holding, "PAUSE_S", 0.02)
+    monkeypatch.setattr(holding, "LIMIT_PAUSE_S", 0.02)
+    servicer = control_plane.servicer
+    servicer.exhaust_create = [("Sandbox creation rate limit exceeded", None)]
+    preempted: list[str] = []
+
+    async def modal_preempts_the_first() -> None:
+        while not preempted:
+            for sandbox_id, sandbox in list(servicer.sandboxes.items()):
+                if sandbox.result is None:
+                    control_plane.end_by_provider(sandbox_id, "preempted")
+                    preempted.append(sandbox_id)
+            await asyncio.sleep(0.01)
+
+    client = await modal.Client.from_credentials.aio(TOKEN_ID, TOKEN_SECRET)
+    driver = asyncio.ensure_future(modal_preempts_the_first())
+    try:
+        backend = ModalExecutionBackend(runtime=ModalSdkRuntime(client=client))
+        plan = Plan("modal", {}, [PlanTask("f0", _spec(["sleep", "0.5"]))], max_retries=0)
+        run = run_plan(
+            plan, backend, run_dir=tmp_path / "run", poll_interval_s=0.05, max_poll_interval_s=0.2
+        )
+        result = await asyncio.wait_for(run, 120)
+    finally:
+        driver.cancel()
+        await client.close.aio()
+    (task,) = result.tasks
+    assert (task.status, task.attempts) == ("succeeded", 2)
+    assert task.provider_endings == {"preempted": 1}
+    assert len(servicer.sandboxes) == 2  # the refused create made none
