@@ -323,3 +323,19 @@ async def test_throttling_past_the_clients_own_retries_is_a_limit_with_retry_aft
     assert raised.value.limit is not None
     assert "429" in raised.value.limit
     assert len(waits) == 5  # the client's own retries came first
+
+
+async def test_a_finished_job_holding_the_name_does_not_let_a_full_quota_through(
+    backend: KubernetesExecutionBackend, fake_apiserver: FakeApiServer
+) -> None:
+    first = await backend.submit(cpu_spec(2))
+    fake_apiserver.finish_job(name_of(first), exit_code=3)  # finished: a resubmit replaces it
+    fake_apiserver.set_quota(
+        "compute-quota", {"requests.cpu": "4"}, used_elsewhere={"requests.cpu": "4"}
+    )
+    backend._quota_gate._read = None
+    with pytest.raises(ProviderLimitError):
+        await backend.submit(cpu_spec(2))
+    job = fake_apiserver.job(name_of(first))
+    assert job is not None
+    assert job["metadata"]["uid"] == parse_external_id(first.external_id)[1]  # not replaced

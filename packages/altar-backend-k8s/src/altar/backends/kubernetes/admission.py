@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from altar.backends.kubernetes.adoption import decide
 from altar.backends.kubernetes.calls import RuntimeCalls
 from altar.backends.kubernetes.quota import add_usage, check_quotas
 from altar.backends.kubernetes.values import ResourceQuotaInfo
@@ -39,8 +40,9 @@ class QuotaGate:
         self._read: tuple[float, list[ResourceQuotaInfo]] | None = None
         self._created_since: list[dict[str, Any]] = []
 
-    async def admit(self, manifest: dict[str, Any]) -> None:
-        """Raise ProviderLimitError or ``ValueError`` if a quota would refuse the pod."""
+    async def admit(self, manifest: dict[str, Any], *, key: str | None, digest: str) -> None:
+        """Raise ProviderLimitError or ``ValueError`` if a quota would refuse the pod, unless
+        the Job holding the name is one this submit adopts (submission ``key``, ``digest``)."""
         if not self._enabled:
             return
         now = time.monotonic()
@@ -59,7 +61,8 @@ class QuotaGate:
             check_quotas(manifest, view, namespace=self._calls.namespace)
         except ProviderLimitError:
             # The Job may exist already (a resubmit after a crash): adopting it takes nothing.
-            if await self._calls.read_job(manifest["metadata"]["name"]) is not None:
+            held = await self._calls.read_job(manifest["metadata"]["name"])
+            if held is not None and decide(held, key=key, digest=digest) == "adopt":
                 return
             self._read = None  # when the runner tries again, ask the quota afresh
             raise

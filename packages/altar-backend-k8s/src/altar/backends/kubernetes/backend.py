@@ -199,7 +199,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         manifest, digest = self.render(spec)
-        await self._quota_gate.admit(manifest)
+        await self._quota_gate.admit(manifest, key=spec.labels.get(LABEL_SUBMISSION), digest=digest)
         job = await self._create_or_adopt(manifest, digest, spec.labels.get(LABEL_SUBMISSION))
         self._quota_gate.created(manifest)
         if job.uid:
