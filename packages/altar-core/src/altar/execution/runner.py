@@ -39,7 +39,7 @@ from typing import Any
 
 from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
-from altar.execution.backend import ExecutionBackend
+from altar.execution.backend import ExecutionBackend, poll_interval_cap
 from altar.execution.cancelling import cancel_all, cleanup_finished
 from altar.execution.clock import Clock
 from altar.execution.errors import (
@@ -142,7 +142,8 @@ class _Run:
         self.max_parallel = max_parallel
         self.max_retries = max_retries
         self.poll_interval_s = poll_interval_s
-        self.max_poll_interval_s = max_poll_interval_s
+        # the backoff's cap: the backend may lower it (ExecutionBackend.max_poll_interval_s)
+        self.max_poll_interval_s = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
         self.on_event = on_event
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.records = journal.tasks

@@ -22,6 +22,7 @@ from altar.backends.slurm.classify import (
     parse_sacct,
     parse_squeue,
 )
+from altar.backends.slurm.render import EXIT_RECORD, START_RECORD
 from altar.backends.slurm.runtime import CommandResult, LoginNode
 from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
 
@@ -37,6 +38,7 @@ __all__ = [
     "max_time_s",
     "parse_duration",
     "queue",
+    "read_records",
     "remove_dir",
     "submit",
     "tail",
@@ -259,6 +261,45 @@ def read_lines(node: LoginNode, paths: Sequence[str]) -> dict[str, str]:
             if line.startswith(f"{path}:") and path not in found:
                 found[path] = line[len(path) + 1 :]
                 break
+    return found
+
+
+#: Prints ``TOKEN/FILE:first line`` for each named record under the jobs directory ($1).
+_READ_NAMED = 'cd -- "$1" 2>/dev/null || exit 0; shift; exec grep -H -s -m 1 "" -- "$@"'
+#: The same for every job directory there, when naming them all would not fit one command:
+#: ``find`` passes the files to grep in batches that fit.
+_READ_ALL = (
+    'cd -- "$1" 2>/dev/null || exit 0; exec find . -mindepth 2 -maxdepth 2 -type f '
+    f'\\( -name {EXIT_RECORD} -o -name {START_RECORD} \\) -exec grep -H -s -m 1 "" -- {{}} +'
+)
+#: Past this much path text, records are found by listing instead of by name (an ssh
+#: command is one argument of the far shell, at most ``MAX_ARG_STRLEN``, 128 KiB).
+NAMED_RECORDS_BUDGET = 64 * 1024
+
+
+def read_records(
+    node: LoginNode, jobs_dir: str, tokens: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """The exit and start records of the given job directories, in one command:
+    token -> {file name: its first line}; a job with neither is absent.
+
+    A record is written to a temporary name and renamed, so a line read here is whole.
+    """
+    if not tokens:
+        return {}
+    names = [f"{token}/{name}" for token in tokens for name in (EXIT_RECORD, START_RECORD)]
+    if sum(len(n) + 3 for n in names) <= NAMED_RECORDS_BUDGET:
+        argv = ["sh", "-c", _READ_NAMED, "altar-records", jobs_dir, *names]
+    else:
+        argv = ["sh", "-c", _READ_ALL, "altar-records", jobs_dir]
+    result = node.run(argv)
+    wanted = set(tokens)
+    found: dict[str, dict[str, str]] = {}
+    for line in result.stdout.splitlines():
+        path, sep, text = line.partition(":")  # tokens and file names hold no ':'
+        token, _, name = path.removeprefix("./").partition("/")
+        if sep and token in wanted and name in (EXIT_RECORD, START_RECORD):
+            found.setdefault(token, {}).setdefault(name, text)
     return found
 
 
