@@ -72,11 +72,12 @@ async def test_ends_are_read_from_the_records_without_asking_the_queue(
     node.advance(1)
     statuses = await paced.poll(handles)
     assert [_reason(s) for s in statuses] == ["succeeded", "exit_200", "input_digest_mismatch"]
-    assert statuses[1].failure is not None and statuses[1].failure.exit_code == 200
+    assert statuses[1].failure is not None
+    assert statuses[1].failure.exit_code == 200
     # one command per poll, the records read; no squeue, no sacct
     assert _programs(node) == ["records", "records"]
     # settled jobs are not read again
-    assert [_reason(s) for s in await paced.poll(handles)][0] == "succeeded"
+    assert _reason((await paced.poll(handles))[0]) == "succeeded"
     assert len(node.calls) == 2
 
 

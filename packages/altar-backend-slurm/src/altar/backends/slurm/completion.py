@@ -139,8 +139,8 @@ class Tracker:
         asking = [j for j in open_ids if self._awaiting(j) is None]
         accounting: list[str] = []  # ended without a usable record: sacct decides
         probing: list[str] = []  # gone from squeue, no record: did it end without one?
-        if self._queue_due(now, asking):
-            self.queued_at = now
+        if self._queue_due(self.clock(), asking):
+            self.queued_at = self.clock()  # when squeue is asked, not when the poll began
             accounting, probing = self._ask_queue(asking, jobs, records, seen, now)
         for job_id in open_ids:
             job = self.jobs.get(job_id)
