@@ -168,30 +168,34 @@ async def test_a_job_gone_from_squeue_awaits_its_record_then_accounting_decides(
     assert _programs(node).count("squeue") == 1
 
 
-async def test_a_late_record_of_a_job_sacct_does_not_know_is_not_missing_before_the_timeout(
-    paced: SlurmExecutionBackend, node: FakeLoginNode
+async def test_a_job_neither_squeue_nor_sacct_knows_is_missing_at_once(
+    paced: SlurmExecutionBackend, node: FakeLoginNode, tmp_path: Path
 ) -> None:
     (handle,) = await _submit(paced, 1)
-    node.finish(handle.external_id, 0, record=False)
-    node.unaccounted.add(node.job(handle.external_id).job_id)  # slurmdbd lags too
-    node.advance(node.min_job_age + 1)
-    assert (await paced.poll([handle]))[0].state is TaskState.RUNNING
-    node.advance(TIMEOUT / 2)
-    node.write_record(handle.external_id, 0)
-    assert (await paced.poll([handle]))[0].state is TaskState.SUCCEEDED
+    node.forget(handle.external_id)  # purged from the controller and the database
+    fresh = _backend(node, tmp_path / "data")
+    (status,) = await fresh.poll([handle])
+    assert _reason(status) == "container_missing"
 
 
-async def test_a_signalled_record_leaves_the_reason_to_slurm(
+async def test_a_signalled_record_leaves_the_reason_to_accounting_not_the_queue(
     paced: SlurmExecutionBackend, node: FakeLoginNode
 ) -> None:
-    (handle,) = await _submit(paced, 1)
-    # The time limit: Slurm signalled the script, which stopped the container and recorded.
-    node.write_record(handle.external_id, 143, signalled=True)
-    node.expire(handle.external_id)
+    handles = await _submit(paced, 2)
+    # The time limit: Slurm signalled the scripts, which stopped the containers and recorded.
+    for handle in handles:
+        node.write_record(handle.external_id, 143, signalled=True)
+        node.expire(handle.external_id)
+    node.unaccounted.add(node.job(handles[1].external_id).job_id)  # slurmdbd lags for one
     node.advance(1)
-    assert (await paced.poll([handle]))[0].state is TaskState.RUNNING  # not exit_143
+    node.calls.clear()
+    first, second = await paced.poll(handles)
+    assert _reason(first) == "timeout"  # not exit_143
+    assert second.state is TaskState.RUNNING  # accounting does not know yet
+    assert _programs(node) == ["records", "sacct"]  # no squeue
     node.advance(INTERVAL)
-    assert _reason((await paced.poll([handle]))[0]) == "timeout"
+    (second,) = await paced.poll(handles[1:])
+    assert _reason(second) == "timeout"  # the paced queue query said so
 
 
 async def test_records_need_no_controller(

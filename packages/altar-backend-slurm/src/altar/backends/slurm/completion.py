@@ -40,7 +40,7 @@ from altar.backends.slurm.classify import (
 )
 from altar.backends.slurm.render import EXIT_RECORD, START_RECORD, START_RECORD_VERSION
 from altar.backends.slurm.runtime import LoginNode
-from altar.execution import TaskState
+from altar.execution import TaskFailure, TaskState
 
 __all__ = ["DEFAULT_EXIT_READ_TIMEOUT_S", "DEFAULT_QUEUE_INTERVAL_S", "Tracker"]
 
@@ -135,13 +135,18 @@ class Tracker:
             settled = from_record(job_id, record)
             if settled is not None:
                 seen[job_id] = (settled, record)
+        telling = [j for j in reading if j not in seen and j in records]
+        if telling:
+            # The record says the job ended but leaves the reason to Slurm (signalled, or an
+            # unmarked SIGKILL): accounting (slurmdbd, not the controller) says why.
+            self._ask_why(telling, records, seen)
         open_ids = [j for j in reading if j not in seen]
         asking = [j for j in open_ids if self._awaiting(j) is None]
         accounting: list[str] = []  # ended without a usable record: sacct decides
         probing: list[str] = []  # gone from squeue, no record: did it end without one?
         if self._queue_due(self.clock(), asking):
             self.queued_at = self.clock()  # when squeue is asked, not when the poll began
-            accounting, probing = self._ask_queue(asking, jobs, records, seen, now)
+            accounting, probing = self._ask_queue(asking, jobs, records, seen, now, set(telling))
         for job_id in open_ids:
             job = self.jobs.get(job_id)
             if job_id in seen or job is None or job.awaiting_since is None:
@@ -173,6 +178,17 @@ class Tracker:
         job = self.jobs.get(job_id)
         return None if job is None else job.awaiting_since
 
+    def _ask_why(
+        self, job_ids: list[str], records: dict[str, ExitRecord], seen: dict[str, Seen]
+    ) -> None:
+        """One sacct for jobs whose record leaves the reason to Slurm; those it shows ended
+        are settled, the others stay open (accounting lags; the queue decides later)."""
+        rows = commands.accounting(self.node, job_ids=job_ids, timeout_s=self.query_timeout_s)
+        for job_id in job_ids:
+            observed = from_accounting(job_id, rows, records[job_id])
+            if observed is not None and observed.state.is_terminal:
+                seen[job_id] = (observed, records[job_id])
+
     def _ask_queue(
         self,
         asking: list[str],
@@ -180,6 +196,7 @@ class Tracker:
         records: dict[str, ExitRecord],
         seen: dict[str, Seen],
         now: float,
+        asked_why: set[str],
     ) -> tuple[list[str], list[str]]:
         """One squeue for ``asking``; settles what it can. Returns the jobs to ask sacct
         about (ended, with a record that leaves the reason to Slurm) and the jobs gone from
@@ -205,6 +222,13 @@ class Tracker:
             elif record is not None:
                 if observed is not None:  # COMPLETED
                     seen[job_id] = (observed, record)
+                elif job_id in asked_why:  # sacct, asked this poll, does not know it yet
+                    seen[job_id] = (
+                        from_queue_alone(row, record)
+                        if row
+                        else _from_record_alone(job_id, record),
+                        record,
+                    )
                 else:  # FAILED, or gone: its steps (and exact state) are sacct's
                     accounting.append(job_id)
             else:
@@ -237,7 +261,7 @@ class Tracker:
     ) -> None:
         """One sacct: it decides the ``accounting`` jobs; a ``probing`` job it shows ended
         without a record (cancelled before it started, timed out, node failure...) is settled,
-        one that ended normally (or that it does not know yet) awaits its record."""
+        one that ended normally awaits its record."""
         rows: list[AcctRow] = commands.accounting(
             self.node, job_ids=[*accounting, *probing], timeout_s=self.query_timeout_s
         )
@@ -246,8 +270,11 @@ class Tracker:
             job = self.jobs.setdefault(job_id, _Job())
             observed = from_accounting(job_id, rows, record)
             if job_id in probing:
-                shown = next((r.state for r in rows if r.job_id == job_id), None)
-                if observed is None or _base(shown or "") in _RECORDED_ENDS:
+                # A job neither squeue nor sacct knows is missing now (squeue keeps a finished
+                # job for MinJobAge, by when accounting has it); one that ended normally
+                # awaits its record.
+                shown = next((r.state for r in rows if r.job_id == job_id), "")
+                if observed is not None and _base(shown) in _RECORDED_ENDS:
                     job.awaiting_since = now
                     if self.exit_read_timeout_s > 0:
                         continue
@@ -263,3 +290,17 @@ class Tracker:
 
 def _base(state: str) -> str:
     return state.split(" ", 1)[0].rstrip("+")
+
+
+def _from_record_alone(job_id: str, record: ExitRecord) -> Observation:
+    """A job that left a record Slurm no longer explains (gone from squeue, not in sacct)."""
+    if record.status == 0:
+        return Observation(TaskState.SUCCEEDED)
+    return Observation(
+        TaskState.FAILED,
+        TaskFailure(
+            "job_failed",
+            f"job {job_id} ended with status {record.status} after a signal, and Slurm no "
+            "longer knows why",
+        ),
+    )
