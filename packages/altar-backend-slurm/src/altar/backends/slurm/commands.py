@@ -246,24 +246,6 @@ def tail(node: LoginNode, paths: Sequence[str], lines: int) -> str:
     return result.stdout
 
 
-def read_lines(node: LoginNode, paths: Sequence[str]) -> dict[str, str]:
-    """The first line of each file that exists, by path, in one command (missing: absent).
-
-    ``grep -H`` prefixes each line with its file's path; a path is matched as a whole prefix,
-    so a ``:`` inside a path cannot confuse it.
-    """
-    if not paths:
-        return {}
-    result = node.run(["grep", "-H", "-s", "", "--", *paths])
-    found: dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        for path in paths:
-            if line.startswith(f"{path}:") and path not in found:
-                found[path] = line[len(path) + 1 :]
-                break
-    return found
-
-
 #: Prints ``TOKEN/FILE:first line`` for each named record under the jobs directory ($1).
 _READ_NAMED = 'cd -- "$1" 2>/dev/null || exit 0; shift; exec grep -H -s -m 1 "" -- "$@"'
 #: The same for every job directory there, when naming them all would not fit one command:
