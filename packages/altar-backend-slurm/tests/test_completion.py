@@ -198,6 +198,20 @@ async def test_a_signalled_record_leaves_the_reason_to_accounting_not_the_queue(
     assert _reason(second) == "timeout"  # the paced queue query said so
 
 
+async def test_a_cancel_by_another_instance_is_read_from_its_record(
+    paced: SlurmExecutionBackend, node: FakeLoginNode, tmp_path: Path
+) -> None:
+    node.start_jobs = False
+    (handle,) = await _submit(paced, 1)
+    assert (await paced.poll([handle]))[0].state is TaskState.PENDING
+    await _backend(node, tmp_path / "data").cancel(handle)  # `altar cancel`: another process
+    node.calls.clear()
+    node.advance(1)
+    (status,) = await paced.poll([handle])
+    assert _reason(status) == "cancelled"  # a pending job writes no record of its own
+    assert _programs(node) == ["records"]
+
+
 async def test_records_need_no_controller(
     paced: SlurmExecutionBackend, node: FakeLoginNode
 ) -> None:

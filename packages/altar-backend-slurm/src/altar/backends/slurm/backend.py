@@ -532,8 +532,10 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def _cancel(self, job_id: str) -> None:
-        commands.cancel(self.node, job_id, timeout_s=self.query_timeout_s)
+    def _cancel(self, job_id: str, token: str) -> None:
+        if commands.cancel(self.node, job_id, timeout_s=self.query_timeout_s):
+            # every instance's poll reads this; a job cancelled while pending writes nothing
+            commands.mark_cancelled(self.node, self._layout(token).job_dir)
         self._cancelled.add(job_id)
         deadline = time.monotonic() + self.cancel_wait_s
         while time.monotonic() < deadline:
@@ -550,7 +552,7 @@ class SlurmExecutionBackend(ExecutionBackend):
     async def cancel(self, handle: TaskHandle) -> None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
         if match is not None:
-            await asyncio.to_thread(lambda: self._cancel(match.group(1)))
+            await asyncio.to_thread(lambda: self._cancel(match.group(1), match.group(2)))
 
     async def cleanup(self, handles: list[TaskHandle]) -> None:
         """Remove the job directories of finished tasks (never a running job's, nor others')."""

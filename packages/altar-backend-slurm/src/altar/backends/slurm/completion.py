@@ -98,15 +98,17 @@ class Tracker:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _read(self, jobs: Mapping[str, str]) -> dict[str, tuple[ExitRecord | None, bool]]:
-        """job id -> (its exit record, whether it started), for the given jobs (id -> token)."""
+    def _read(self, jobs: Mapping[str, str]) -> dict[str, tuple[ExitRecord | None, bool, bool]]:
+        """job id -> (its exit record, whether it started, whether a backend cancelled it),
+        for the given jobs (id -> token)."""
         found = commands.read_records(self.node, self.jobs_dir, list(jobs.values()))
         out = {}
         for job_id, token in jobs.items():
             files = found.get(token, {})
             record = parse_exit_record(files.get(EXIT_RECORD, ""))
             started = files.get(START_RECORD, "").startswith(f"{START_RECORD_VERSION} ")
-            out[job_id] = (record, started or record is not None)
+            cancelled = files.get(commands.CANCEL_RECORD) == commands.CANCEL_RECORD_VERSION
+            out[job_id] = (record, started or record is not None, cancelled)
         return out
 
     def _queue_due(self, now: float, asking: list[str]) -> bool:
@@ -126,13 +128,18 @@ class Tracker:
         read = self._read(reading) if reading else {}
         records: dict[str, ExitRecord] = {}
         started: set[str] = set()
-        for job_id, (record, began) in read.items():
+        for job_id, (record, began, cancelled) in read.items():
             if began:
                 started.add(job_id)
-            if record is None:
-                continue
-            records[job_id] = record
-            settled = from_record(job_id, record)
+            settled = from_record(job_id, record) if record is not None else None
+            if record is not None:
+                records[job_id] = record
+            if settled is None and cancelled:
+                # scancel was accepted (by this or another instance); Slurm may still be
+                # tearing the job down, and a job cancelled while pending writes no record
+                settled = Observation(
+                    TaskState.FAILED, TaskFailure("cancelled", f"job {job_id} was cancelled")
+                )
             if settled is not None:
                 seen[job_id] = (settled, record)
         telling = [j for j in reading if j not in seen and j in records]
@@ -238,7 +245,7 @@ class Tracker:
             # The job may have written its record since this poll read them: look once more.
             again = self._read({j: jobs[j] for j in unrecorded})
             for job_id in unrecorded:
-                record, _ = again[job_id]
+                record, _, _ = again[job_id]
                 settled = from_record(job_id, record) if record is not None else None
                 if settled is not None:
                     seen[job_id] = (settled, record)
