@@ -1,23 +1,25 @@
 """How a poll learns that jobs started and ended: their records first, the queue now and then.
 
 Each job writes two records in its job directory, both atomically (write, then rename): a start
-record when its script begins and an exit record as its last act (:mod:`.render`). One command
-reads them for every open job (a ``grep`` locally, one remote command over ssh), so a poll is
-cheap and may run every couple of seconds. A job whose exit record says how it ended is settled
-by it without asking Slurm.
+record when its script begins and an exit record as its last act (:mod:`.render`); ``cancel``
+adds a third once ``scancel`` accepted it (:func:`.commands.mark_cancelled`). One command reads
+them for every open job (a ``grep`` locally, one remote command over ssh), so a poll is cheap and
+may run every couple of seconds. A job whose exit record says how it ended is settled by it
+without asking Slurm; a record that leaves the reason to Slurm (the script was signalled, or an
+unmarked SIGKILL) is explained by one ``sacct`` (slurmdbd, not the controller).
 
 The controller is asked (one ``squeue`` for all the jobs no record explains) at most once per
 ``queue_interval_s``, and only when some job needs it: to tell pending from running for a job
 without a start record, and to notice a job that died without writing a record (a node failure,
-a cancel before it started, a preemption, its script killed). Only a job this tracker has never
-seen (a handle from an earlier run) makes the first query due at once. ``sacct`` is asked only
-for jobs gone from squeue with no record, and for a FAILED job whose record leaves the reason to
-Slurm (it was signalled, or killed by SIGKILL).
+a cancel from outside before it started, a preemption, its script killed). Only a job this
+tracker has never seen (a handle from an earlier run) makes the first query due at once.
+Otherwise ``sacct`` is asked only for jobs gone from squeue with no record.
 
-A job that ended normally (squeue shows it COMPLETED or FAILED, or no longer shows it) but whose
-exit record is not visible yet (a network filesystem's attribute cache) is reported running
-while the record is awaited, up to ``exit_read_timeout_s``; only then does accounting decide,
-so a late record never turns a finished job into ``container_missing``.
+A job that ended normally (squeue shows it COMPLETED or FAILED, or sacct does once squeue forgot
+it) but whose exit record is not visible yet (a network filesystem's attribute cache) is
+reported running while the record is awaited, up to ``exit_read_timeout_s``; only then does
+Slurm's own view decide, so a late record never turns a finished job into ``container_missing``.
+Nothing here is durable: a new instance starts by asking the queue about what it has not seen.
 """
 
 from __future__ import annotations
