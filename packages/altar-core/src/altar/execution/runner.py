@@ -383,6 +383,7 @@ class _Run:
                 if self.cache is not None:
                     if collected:
                         await self.cache.store_collected()
+                    await self.cache.release_finished()
                     ready = await self.cache.serve(ready)
                 batch = await self.choose(ready)
                 self.submits.launch(batch)
@@ -410,6 +411,7 @@ class _Run:
             await self.submits.drain()
             if self.cache is not None:
                 await self.cache.store_collected()
+                await self.cache.release_finished()
             await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
