@@ -26,12 +26,10 @@ import contextvars
 import errno
 import hashlib
 import os
-import queue
 import stat as stat_module
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -400,6 +398,8 @@ def verify_files(
     them all. A malformed digest raises ValueError before anything is read. ``max_workers``
     defaults to the number of usable cores.
     """
+    from concurrent.futures import ThreadPoolExecutor  # only here: it costs ~10 ms to import
+
     pairs = [(path, parse_sha256_digest(digest)) for path, digest in items]
     if not pairs:
         return []
@@ -519,6 +519,8 @@ def _kernel_copy_hashing(src_fd: int, dst_fd: int, progress: _Progress | None) -
         if error.errno in _NO_KERNEL_COPY:
             return None
         raise
+    import queue  # only for copies: importing the digest functions must stay cheap
+
     digest = hashlib.sha256()
     work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
     failed: list[BaseException] = []
@@ -573,6 +575,8 @@ def _user_copy_hashing(src_fd: int, dst_fd: int, size: int, progress: _Progress 
             if progress is not None:
                 progress.add(count)
         return SHA256_PREFIX + digest.hexdigest()
+    import queue  # only for large copies
+
     views = [memoryview(bytearray(_CHUNK)) for _ in range(_PIPELINE_BUFFERS)]
     free: queue.SimpleQueue[int] = queue.SimpleQueue()
     work: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
