@@ -7,28 +7,18 @@ Exit status: 0 success, 1 a task failed (or a verification/comparison found a di
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
-import json
+import importlib
 import os
-import secrets
 import signal
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from altar.execution import cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
-from altar.execution.backend import ExecutionBackend
-from altar.execution.checking import check_plan
-from altar.execution.cli_check import cmd_check, print_check, print_error_json
-from altar.execution.cli_resume import option_text, resume_command
-from altar.execution.compare import compare_backends
-from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
     BackendUnavailableError,
@@ -38,28 +28,16 @@ from altar.execution.errors import (
     RegistryError,
     RunStoppedError,
 )
-from altar.execution.journal import Journal, lock_is_held
-from altar.execution.plan import Plan, load_plan, resolve_path_options
-from altar.execution.progress import (
-    QUIET,
-    WARNINGS,
-    ProgressPrinter,
-    format_failures,
-    format_summary,
-    format_table,
-    terminal_safe,
-    use_colour,
-)
 from altar.execution.registry import create_backend, default_registry
-from altar.execution.report import EventRecorder
-from altar.execution.retrying import reopen_failed_in
-from altar.execution.runner import (
-    RunEvent,
-    cancel_run,
-    run_plan,
-    run_status,
-)
 from altar.execution.types import is_sha256_digest
+
+# Each command imports what it runs on (the runner, the journal, plans, asyncio, JSON) when it
+# runs: `altar backends` and `altar --help` must not pay for the rest (issue 24, start-up).
+if TYPE_CHECKING:
+    from altar.execution.backend import ExecutionBackend
+    from altar.execution.plan import Plan
+    from altar.execution.progress import ProgressPrinter
+    from altar.execution.results import RunEvent
 
 __all__ = ["main"]
 
@@ -75,12 +53,30 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """Usage errors as :class:`UsageError`. ``arguments="module"`` names the module whose
+    ``add_arguments`` adds this command's arguments, imported the first time the command is
+    parsed: building the parser imports no command's module."""
+
+    def __init__(self, *args: Any, arguments: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arguments = arguments
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; same signature
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._arguments is not None:
+            importlib.import_module(self._arguments).add_arguments(self)
+            self._arguments = None
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def _option(text: str) -> tuple[str, Any]:
     """``key=value``; the value is read as a TOML value if it is one (2, true, "x"), else text."""
+    import tomllib
+
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -171,17 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = commands.add_parser("runs", help="list run directories, newest first")
-    cli_runs.add_arguments(p)
+    commands.add_parser(
+        "runs", help="list run directories, newest first", arguments="altar.execution.cli_runs"
+    )
 
-    p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
-    cli_status.add_arguments(p)
+    commands.add_parser(
+        "status",
+        help="show a run's tasks (polls the backend)",
+        arguments="altar.execution.cli_status",
+    )
 
-    p = commands.add_parser("logs", help="print what a task's attempt wrote")
-    cli_logs.add_arguments(p)
+    commands.add_parser(
+        "logs", help="print what a task's attempt wrote", arguments="altar.execution.cli_logs"
+    )
 
-    p = commands.add_parser("report", help="write a run's self-contained HTML report")
-    cli_report.add_arguments(p)
+    commands.add_parser(
+        "report",
+        help="write a run's self-contained HTML report",
+        arguments="altar.execution.cli_report",
+    )
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -223,12 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _new_dir(kind: str, plan_path: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(".altar") / kind / f"{Path(plan_path).stem}-{stamp}-{secrets.token_hex(2)}"
+    return Path(".altar") / kind / f"{Path(plan_path).stem}-{stamp}-{os.urandom(2).hex()}"
 
 
 def _backend_for(
     plan: Plan, backend_type: str | None, overrides: Sequence[tuple[str, Any]]
 ) -> tuple[ExecutionBackend, dict[str, Any]]:
+    from altar.execution.plan import resolve_path_options
+
     name = backend_type or plan.backend_type
     if not name:
         raise PlanError(
@@ -259,6 +265,8 @@ def _blame_command_line(
     source: str,
 ) -> PlanError:
     """``error`` blamed on ``--option KEY=VALUE`` when the bad value came from the command line."""
+    from altar.execution.cli_resume import option_text
+
     prefix, text = f"{source}: backend.options", str(error)
     for key, value in overrides:
         if text.startswith(f"{prefix}.{key}: "):
@@ -279,10 +287,14 @@ def _blame_command_line(
 
 def _line(error: BaseException) -> str:
     """An error as one terminal-safe line: its text may come from a provider or a task."""
+    from altar.execution.progress import terminal_safe
+
     return terminal_safe(" ".join(str(error).split()))
 
 
 def _print_json(data: Any, out: TextIO) -> None:
+    import json
+
     out.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
@@ -320,6 +332,17 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import asyncio
+
+    from altar.execution import progress
+    from altar.execution.checking import check_plan
+    from altar.execution.cli_check import print_check, print_error_json
+    from altar.execution.journal import Journal
+    from altar.execution.plan import load_plan
+    from altar.execution.report import EventRecorder
+    from altar.execution.retrying import reopen_failed_in
+    from altar.execution.runner import run_plan
+
     try:
         plan = load_plan(args.plan)
         backend, options = _backend_for(plan, args.backend, args.option)
@@ -353,9 +376,11 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     live = err.isatty() and not args.quiet
     # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
     # still reach the log
-    only = QUIET if args.quiet else WARNINGS if args.json and not live else None
+    only = progress.QUIET if args.quiet else progress.WARNINGS if args.json and not live else None
     earlier = _earlier_s(run_dir) if resuming else 0.0
-    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier)
+    printer = progress.ProgressPrinter(
+        err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier
+    )
     verb = "resuming" if resuming else "running"
     if not args.quiet:  # the summary names the run directory
         err.write(
@@ -393,13 +418,13 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         _print_json(result.to_dict(), out)
     elif args.quiet:
-        out.write(format_summary(result, earlier_s=earlier) + "\n")
+        out.write(progress.format_summary(result, earlier_s=earlier) + "\n")
     else:
-        out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
-        failures = format_failures(result.tasks)
+        out.write(progress.format_table(result.tasks, colour=progress.use_colour(out)) + "\n")
+        failures = progress.format_failures(result.tasks)
         if failures:
             out.write("\n" + failures + "\n")
-        out.write("\n" + format_summary(result, earlier_s=earlier) + "\n")
+        out.write("\n" + progress.format_summary(result, earlier_s=earlier) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -412,6 +437,8 @@ def _stop_on_signals() -> list[signal.Signals]:
     Like Ctrl-C they cancel the run, which gives its submits in flight a grace period to
     return (so their handles are journaled); a second signal ends the grace.
     """
+    import asyncio
+
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -429,6 +456,8 @@ def _stop_on_signals() -> list[signal.Signals]:
 
 
 def _restore_signals() -> None:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     for signum in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -436,6 +465,8 @@ def _restore_signals() -> None:
 
 
 async def _tick(printer: ProgressPrinter) -> None:
+    import asyncio
+
     while True:
         await asyncio.sleep(1.0)
         printer.tick()
@@ -444,6 +475,8 @@ async def _tick(printer: ProgressPrinter) -> None:
 def _earlier_s(run_dir: Path) -> float:
     """The time a run spent in the processes before this one, from its journal: its creation
     to the last thing recorded (an attempt's times or the journal's last save)."""
+    from altar.execution.journal import Journal
+
     try:
         journal = Journal.load(run_dir)
     except AltarError:
@@ -461,6 +494,8 @@ def _earlier_s(run_dir: Path) -> float:
 
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
     """The command that resumes this run: every flag a resume must repeat."""
+    from altar.execution.cli_resume import resume_command
+
     extra: list[str] = []
     if args.max_parallel is not None:
         extra += ["--max-parallel", str(args.max_parallel)]
@@ -474,6 +509,8 @@ def _resume(args: argparse.Namespace, run_dir: Path) -> str:
 
 
 def _journal_backend(run_dir: Path) -> ExecutionBackend:
+    from altar.execution.journal import Journal
+
     journal = Journal.load(run_dir)
     return create_backend(
         journal.backend_type, journal.backend_options, source=f"{run_dir}: backend.options"
@@ -481,6 +518,9 @@ def _journal_backend(run_dir: Path) -> ExecutionBackend:
 
 
 async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from altar.execution.journal import Journal, lock_is_held
+    from altar.execution.runner import cancel_run, run_status
+
     run_dir = Path(args.run_dir)
     Journal.load(run_dir)  # a clear error for a directory that is not a run
     backend = None if lock_is_held(run_dir) else _journal_backend(run_dir)
@@ -511,6 +551,8 @@ async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
 
 
 def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from altar.execution.digest import verify_file_digest
+
     digests: list[str] = args.digest
     if len(digests) not in (1, len(args.files)):
         raise UsageError(
@@ -539,6 +581,10 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from altar.execution.compare import compare_backends
+    from altar.execution.plan import load_plan
+    from altar.execution.progress import ProgressPrinter
+
     plan = load_plan(args.plan)
     backend, _ = _backend_for(plan, args.backend, args.option)
     reference, _ = _backend_for(plan, args.reference, args.reference_option)
@@ -592,13 +638,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_backends(args, out)
         if args.command == "verify":
             return _cmd_verify(args, out)
+        if args.command == "verify-script":
+            from altar.execution.digest import verify_files_script
+
+            out.write(verify_files_script(trust_records=not args.no_trust_records))
+            return EXIT_OK
+        from altar.execution import cli_logs, cli_report, cli_runs, cli_status
+
         if args.command == "runs":
             return cli_runs.cmd_runs(args, out)
         if args.command == "report":
             return cli_report.cmd_report(args, out)
-        if args.command == "verify-script":
-            out.write(verify_files_script(trust_records=not args.no_trust_records))
-            return EXIT_OK
+        import asyncio
+
+        from altar.execution.cli_check import cmd_check
+
         handlers: dict[
             str, Callable[[argparse.Namespace, TextIO, TextIO], Coroutine[Any, Any, int]]
         ] = {
