@@ -134,6 +134,23 @@ def test_every_distribution_names_the_one_home() -> None:
     assert not problems, "\n".join(problems)
 
 
+_PROJECT_LINK = re.compile(r"https://(?:github\.com/[\w.-]+/altar|[\w-]+\.github\.io/altar)\b")
+
+
+def test_links_to_the_project_use_the_one_home() -> None:
+    """READMEs (what PyPI shows) and docs link the project under its one home, nowhere else."""
+    home = release_check.workspace_home()
+    pages = [*ROOT.glob("**/README.md"), *ROOT.glob("docs/**/*.md")]
+    elsewhere = [
+        f"{page.relative_to(ROOT)}: {link}"
+        for page in pages
+        if ".venv" not in page.parts and "_build" not in page.parts
+        for link in _PROJECT_LINK.findall(page.read_text(encoding="utf-8"))
+        if link != home
+    ]
+    assert not elsewhere, "\n".join(elsewhere)
+
+
 def _home_repository() -> str:
     return release_check.workspace_home().removeprefix("https://github.com/")
 
