@@ -4,7 +4,7 @@ Only the contract lives here; backends are separate distributions found through 
 ``altar.execution_backends`` entry-point group (see :mod:`altar.execution.registry`).
 
 Importing this package stays cheap (``altar backends`` and every backend pay for it): the
-members that need hashing, threads or the journal (:data:`_LAZY`) are imported on first use
+members that need hashing, threads or the journal (``_LAZY``) are imported on first use
 (PEP 562), and ``from altar.execution import X`` works the same for every ``X`` in ``__all__``.
 """
 

@@ -334,11 +334,19 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import asyncio
 
-    from altar.execution import progress
     from altar.execution.checking import check_plan
     from altar.execution.cli_check import print_check, print_error_json
     from altar.execution.journal import Journal
     from altar.execution.plan import load_plan
+    from altar.execution.progress import (
+        QUIET,
+        WARNINGS,
+        ProgressPrinter,
+        format_failures,
+        format_summary,
+        format_table,
+        use_colour,
+    )
     from altar.execution.report import EventRecorder
     from altar.execution.retrying import reopen_failed_in
     from altar.execution.runner import run_plan
@@ -376,11 +384,9 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     live = err.isatty() and not args.quiet
     # --json on a log (CI), or --quiet: the result is what is asked for, but warnings must
     # still reach the log
-    only = progress.QUIET if args.quiet else progress.WARNINGS if args.json and not live else None
+    only = QUIET if args.quiet else WARNINGS if args.json and not live else None
     earlier = _earlier_s(run_dir) if resuming else 0.0
-    printer = progress.ProgressPrinter(
-        err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier
-    )
+    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier)
     verb = "resuming" if resuming else "running"
     if not args.quiet:  # the summary names the run directory
         err.write(
@@ -418,13 +424,13 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         _print_json(result.to_dict(), out)
     elif args.quiet:
-        out.write(progress.format_summary(result, earlier_s=earlier) + "\n")
+        out.write(format_summary(result, earlier_s=earlier) + "\n")
     else:
-        out.write(progress.format_table(result.tasks, colour=progress.use_colour(out)) + "\n")
-        failures = progress.format_failures(result.tasks)
+        out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
+        failures = format_failures(result.tasks)
         if failures:
             out.write("\n" + failures + "\n")
-        out.write("\n" + progress.format_summary(result, earlier_s=earlier) + "\n")
+        out.write("\n" + format_summary(result, earlier_s=earlier) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
