@@ -69,7 +69,7 @@ from altar.execution.uris import local_file, local_path
 _LAZY = {
     "VERIFICATION_RECORD_FORMAT": "digest",
     "VERIFICATION_RECORD_SUFFIX": "digest",
-    "copy_and_verify": "digest",
+    "copy_and_verify": "digest_copy",
     "has_verification_record": "digest",
     "sha256_file": "digest",
     "verify_file_digest": "digest",
@@ -89,7 +89,6 @@ if typing.TYPE_CHECKING:  # what type checkers see: the same names, imported eag
     from altar.execution.digest import (
         VERIFICATION_RECORD_FORMAT,
         VERIFICATION_RECORD_SUFFIX,
-        copy_and_verify,
         has_verification_record,
         sha256_file,
         verify_file_digest,
@@ -97,6 +96,7 @@ if typing.TYPE_CHECKING:  # what type checkers see: the same names, imported eag
         verify_files_script,
         verify_transfer_digest,
     )
+    from altar.execution.digest_copy import copy_and_verify
     from altar.execution.results import RunEvent, RunResult, TaskResult
     from altar.execution.stager import (
         LocalStager,

@@ -13,7 +13,8 @@ submitted and never has one task running twice at once (see the journal module f
 crash window a backend that mints fresh ids leaves open).
 
 Failures: a non-deterministic one (``timeout``, ``oom_killed``, ``container_missing``,
-``job_failed``, ...) is retried up to ``max_retries`` times; a deterministic one (``exit_<n>``,
+``job_failed``, ...) is retried up to ``max_retries`` times, one the provider ended
+(``provider_ending``) up to ``max_provider_retries`` times; a deterministic one (``exit_<n>``,
 ``input_digest_mismatch``) stops that task, and its ``failure_detail`` (the log tail) is kept.
 A task whose dependency did not succeed is ``skipped``.
 
@@ -21,10 +22,13 @@ The parts, one module each: :mod:`~altar.execution.results` (``RunEvent``, ``Tas
 ``RunResult``), :mod:`~altar.execution.errors` (the run errors under ``RunStoppedError``),
 :mod:`~altar.execution.journal` (``open_journal``), :mod:`~altar.execution.ledger` (state
 changes, journal writes, events), :mod:`~altar.execution.scheduling` (pure: ``ready``,
-``choose``, ``blocked``), :mod:`~altar.execution.submitting`, :mod:`~altar.execution.observing`
-(poll and collect), :mod:`~altar.execution.cancelling` (cancel and cleanup, also used by
-:func:`cancel_run`) and :mod:`~altar.execution.clock` (the injected clock). This module keeps the
-tick loop and the public entry points; every name it exported before still imports from here.
+``choose``, ``blocked``), :mod:`~altar.execution.budget` (the retry budgets),
+:mod:`~altar.execution.holding` (submits held back by limits and provider endings),
+:mod:`~altar.execution.submitting`, :mod:`~altar.execution.observing` (poll and collect),
+:mod:`~altar.execution.cancelling` (cancel and cleanup, and ``cancel_run``),
+:mod:`~altar.execution.runs` (``run_status``) and :mod:`~altar.execution.clock` (the injected
+clock). This module keeps the tick loop and ``run_plan``; every name it exported before still
+imports from here.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
 from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
-from altar.execution.cancelling import cancel_all, cleanup_finished
+from altar.execution.cache.settings import CacheSettings
+from altar.execution.caching import RunCache
+from altar.execution.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
 from altar.execution.clock import Clock
 from altar.execution.errors import (
     BackendCallError,
@@ -63,7 +69,6 @@ from altar.execution.journal import (
     SUCCEEDED,
     Journal,
     TaskRecord,
-    lock_is_held,
     open_journal,
     run_lock,
 )
@@ -71,7 +76,7 @@ from altar.execution.ledger import Ledger
 from altar.execution.litter import litter_directories, remove_litter, remove_run_dir_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.placeholders import expand_spec
-from altar.execution.plan import Plan, PlanTask
+from altar.execution.plan import Plan, PlanTask, outputs_for_run
 from altar.execution.reconciling import reconcile
 from altar.execution.results import (
     TASK_STATES,
@@ -81,6 +86,7 @@ from altar.execution.results import (
     one_line,
     results_of,
 )
+from altar.execution.runs import run_status
 from altar.execution.staging import stage_run
 from altar.execution.submitting import Submits
 
@@ -103,7 +109,6 @@ __all__ = [
     "run_status",
 ]
 
-CANCEL_REQUEST = "cancel-requested"
 # A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
 # a provider that already accepted one keeps running it, so its handle is worth journaling (a
 # resumed run then polls it instead of submitting it again and running the task twice).
@@ -135,6 +140,7 @@ class _Run:
         max_poll_interval_s: float,
         on_event: Callable[[RunEvent], None] | None,
         clock: Clock | None = None,
+        cache: CacheSettings | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -168,6 +174,7 @@ class _Run:
         self.changed = self.ledger.changed
         self.flush = self.ledger.flush
         self.hold = Hold(lambda kind, message: self.emit(kind, message))
+        self.cache = RunCache(cache, plan, backend, self.ledger, journal) if cache else None
 
     def _news(self) -> None:
         self._landed = True
@@ -371,7 +378,12 @@ class _Run:
                 self.skip_blocked()
                 collected = await self.collect()
                 self.feed_hold()
-                batch = await self.choose(self.ready())
+                ready = self.ready()
+                if self.cache is not None:
+                    if collected:
+                        await self.cache.store_collected()
+                    ready = await self.cache.serve(ready)
+                batch = await self.choose(ready)
                 self.submits.launch(batch)
                 changed = finished = False
                 due = self.now() >= self.last_poll + self.interval
@@ -395,6 +407,8 @@ class _Run:
                 if await self.wait(self.last_poll + self.interval - self.now()):
                     self.interval = self.poll_interval_s  # a submit landed: its task is news
             await self.submits.drain()
+            if self.cache is not None:
+                await self.cache.store_collected()
             await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
@@ -426,6 +440,7 @@ async def run_plan(
     on_event: Callable[[RunEvent], None] | None = None,
     backend_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
+    cache: CacheSettings | bool = True,
 ) -> RunResult:
     """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
 
@@ -437,7 +452,9 @@ async def run_plan(
     doubles up to ``max_poll_interval_s`` while nothing changes; each tick makes one ``poll``
     call for every open task. Submits run concurrently in the background; a slot freed by a
     finished task is refilled at once. ``clock`` (default: the event loop's) times the
-    polls and the waits between them; tests pass a fake one.
+    polls and the waits between them; tests pass a fake one. ``cache``: True uses the plan's
+    ``[cache]`` table if it has one, False no cache, or settings of its own (see
+    :mod:`altar.execution.caching`).
     """
     run_dir = Path(run_dir)
     if poll_interval_s is None:
@@ -452,7 +469,7 @@ async def run_plan(
             backend_options = plan.backend_options
         journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}))
         run = _Run(
-            plan,
+            outputs_for_run(plan, run_dir),  # outputs_dir = "results/{altar:run}": this run's
             backend,
             journal,
             max_parallel=max_parallel,
@@ -461,6 +478,7 @@ async def run_plan(
             max_poll_interval_s=max_poll_interval_s,
             on_event=on_event,
             clock=clock,
+            cache=plan.cache if cache is True else cache or None,
         )
         return await run.run()
 
@@ -468,60 +486,3 @@ async def run_plan(
 def run_plan_sync(plan: Plan, backend: ExecutionBackend, **kwargs: Any) -> RunResult:
     """:func:`run_plan` for synchronous callers (starts its own event loop)."""
     return asyncio.run(run_plan(plan, backend, **kwargs))
-
-
-async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = None) -> RunResult:
-    """The journal's view of a run, with open tasks polled once on ``backend`` if given.
-
-    Read-only: the journal is not changed (the run that owns it records what it sees).
-    """
-    journal = Journal.load(Path(run_dir))
-    if backend is not None:
-        open_records = [
-            r
-            for r in journal.tasks.values()
-            if r.state in (PENDING, RUNNING) and r.last is not None and r.last.handle is not None
-        ]
-        if open_records:
-            handles = [r.attempts[-1].handle for r in open_records]
-            statuses = await backend.poll(handles)  # type: ignore[arg-type]
-            for record, status in zip(open_records, statuses, strict=True):
-                record.state = status.state.value
-                record.last.state = status.state.value  # type: ignore[union-attr]
-                record.last.failure = status.failure  # type: ignore[union-attr]
-    return results_of(journal)
-
-
-async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:
-    """Cancel a run: directly if no process drives it, else ask the driving process to.
-
-    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case, which
-    raises :class:`CancelIncompleteError` if some tasks could not be cancelled (call it again
-    to retry them).
-    """
-    run_dir = Path(run_dir)
-    journal = Journal.load(run_dir)
-    if lock_is_held(run_dir):
-        (run_dir / CANCEL_REQUEST).write_text("cancel\n")
-        return "requested"
-    if backend is None:
-        raise ValueError("cancelling a run that no process drives needs its backend")
-    with run_lock(run_dir):
-        journal = Journal.load(run_dir)
-        ledger = Ledger(journal)
-        try:
-            failed = await cancel_all(ledger, backend, "cancelled by `altar cancel`")
-        finally:  # stopped midway (Ctrl-C): keep the cancels that were made
-            with contextlib.suppress(JournalError):
-                ledger.flush()
-        await cleanup_finished(ledger, backend)
-        await reconcile(ledger, backend, journal.run_id)
-        journal.finished = not failed
-        journal.save()
-    if failed:
-        raise CancelIncompleteError(
-            f"could not cancel {len(failed)} task(s) of {run_dir}: {', '.join(failed)}; they "
-            "may still be running (see `altar status`); cancel again to retry them",
-            failed,
-        )
-    return "cancelled"

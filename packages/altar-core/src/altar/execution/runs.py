@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from altar.execution.budget import RetryBudget, plan_budget
+from altar.execution.backend import ExecutionBackend
+from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
 from altar.execution.errors import AltarError, JournalError
 from altar.execution.journal import (
     CANCELLED,
@@ -40,8 +41,13 @@ from altar.execution.journal import (
     lock_is_held,
 )
 from altar.execution.plan import load_plan
-from altar.execution.results import ended_counts
-from altar.execution.runner import DEFAULT_MAX_RETRIES, RunResult, TaskResult
+from altar.execution.results import (
+    RunResult,
+    TaskResult,
+    cached_result,
+    ended_counts,
+    results_of,
+)
 from altar.execution.types import TaskState, TaskStatus
 
 __all__ = [
@@ -112,6 +118,8 @@ def _row(
     budget: RetryBudget,
     with_outputs: frozenset[str] | None = None,
 ) -> TaskResult:
+    if record.cached and record.state == SUCCEEDED:
+        return cached_result(record)
     last = record.last
     state = record.state
     failure = last.failure if last is not None else None
@@ -245,3 +253,25 @@ def format_started(started_at: float | None) -> str:
     if not started_at:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_at))
+
+
+async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = None) -> RunResult:
+    """The journal's view of a run, with open tasks polled once on ``backend`` if given.
+
+    Read-only: the journal is not changed (the run that owns it records what it sees).
+    """
+    journal = Journal.load(Path(run_dir))
+    if backend is not None:
+        open_records = [
+            r
+            for r in journal.tasks.values()
+            if r.state in (PENDING, RUNNING) and r.last is not None and r.last.handle is not None
+        ]
+        if open_records:
+            handles = [r.attempts[-1].handle for r in open_records]
+            statuses = await backend.poll(handles)  # type: ignore[arg-type]
+            for record, status in zip(open_records, statuses, strict=True):
+                record.state = status.state.value
+                record.last.state = status.state.value  # type: ignore[union-attr]
+                record.last.failure = status.failure  # type: ignore[union-attr]
+    return results_of(journal)
