@@ -20,13 +20,13 @@ Where the time went (issue 24): ``import altar.execution`` loaded asyncio (for o
 ``asyncio.sleep`` in a default method), concurrent.futures, JSON, uuid and the journal; ``altar
 backends`` imported the whole CLI (runner, journal, plans, report) to list backends. Now the
 package imports its heavy members on first use, modules import such stdlib modules where they
-use them, and each command imports what it runs on when it runs. Measured on 2 cores, median CPU
-time (user + system) of 21 fresh processes, paired runs of the sources before and after, on a
-machine loaded by other work (load 8.5, so wall times were 2-3x the CPU times and are not quoted):
+use them, and each command imports what it runs on when it runs. Measured on 2 cores, medians of
+31 fresh processes, paired runs of the sources before and after (load 4.9 from other work):
 
-    command                       before (346d89e)   after
-    import altar.execution        +0.097 s           +0.042 s   above bare python -c pass
-    altar backends                +0.246 s           +0.205 s   (0.217 s in all)
+    command                   before (346d89e)      after
+                              wall      cpu         wall      cpu
+    import altar.execution    +0.086 s  +0.082 s    +0.042 s  +0.036 s   above python -c pass
+    altar backends             0.230 s   0.218 s     0.199 s   0.184 s   in all
 
 What remains of ``altar backends`` is the backends' own modules (asyncio, subprocess and their
 classes; no provider SDK), ``importlib.metadata`` for the entry points (~30 ms), and the contract.
