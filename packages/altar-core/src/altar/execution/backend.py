@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -178,6 +177,8 @@ class ExecutionBackend(ABC):
         TimeoutError once ``timeout_s`` seconds have passed with handles still open. (altar
         0.3.0 left this unimplemented; a backend with a native wait may override it.)
         """
+        import asyncio  # here, not at the top: importing the contract must not load asyncio
+
         final: dict[int, TaskStatus] = {}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = interval_s
