@@ -179,6 +179,7 @@ class FakeLoginNode(LocalLoginNode):
         self.default_partition = default_partition
         self.gpus = gpus if gpus is not None else {}
         self.min_job_age = min_job_age
+        self.node_name = "localhost"
         self.jobs: dict[int, FakeJob] = {}
         self.calls: list[list[str]] = []
         self.available = True
@@ -207,9 +208,9 @@ class FakeLoginNode(LocalLoginNode):
         job = self.job(job_id)
         job.state, job.exit_code, job.raw_status = state, exit_code, raw
         job.ended_at = self.clock
-        batch_state = (
-            "CANCELLED" if state in ("TIMEOUT",) or state.startswith("CANCELLED") else state
-        )
+        # As 22.05 records them: a batch step Slurm killed reads CANCELLED.
+        killed = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL")
+        batch_state = "CANCELLED" if state in killed or state.startswith("CANCELLED") else state
         job.steps.insert(0, (f"{job.job_id}.batch", "batch", batch_state, exit_code))
         job.steps.append((f"{job.job_id}.extern", "extern", "COMPLETED", "0:0"))
 
@@ -224,6 +225,20 @@ class FakeLoginNode(LocalLoginNode):
                 file.write(f"{EXIT_RECORD_VERSION} status={exit_code} start=0 end=0\n")
         shown = exit_code - 128 if exit_code > 128 else exit_code
         self.end(job_id, state, f"{shown}:0", raw=exit_code << 8)
+
+    def preempt(self, job_id: str | int, *, record: int | None = None) -> None:
+        """A higher-tier job took the node (``PreemptMode=CANCEL``): PREEMPTED, the batch
+        step signalled (squeue's raw status 15). ``record``: the status the script's TERM
+        trap wrote before it was killed (a container runtime's 137/143), if it got that far."""
+        if record is not None:
+            job = self.job(job_id)
+            with open(f"{job.work_dir}/{EXIT_RECORD}", "w") as file:
+                file.write(f"{EXIT_RECORD_VERSION} status={record} start=0 end=0\n")
+        self.end(job_id, "PREEMPTED", "0:0", raw=15)
+
+    def node_fail(self, job_id: str | int, *, boot: bool = False) -> None:
+        """The job's node went down under it (NODE_FAIL), or never booted (BOOT_FAIL)."""
+        self.end(job_id, "BOOT_FAIL" if boot else "NODE_FAIL", "0:0")
 
     def expire(self, job_id: str | int) -> None:
         self.end(job_id, "TIMEOUT", "0:0")
@@ -379,6 +394,7 @@ class FakeLoginNode(LocalLoginNode):
                 "exit_code": str(job.raw_status),
                 "Name": job.name,
                 "Comment": job.comment or "(null)",
+                "NodeList": "" if job.state == "PENDING" else self.node_name,
                 "WorkDir": job.work_dir,
             }
             lines.append("".join(f"{values[f]}|" for f in fields))
