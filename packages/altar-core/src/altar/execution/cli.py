@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-parallel", metavar="N", type=_positive, help="tasks in flight at most")
     p.add_argument("--max-retries", metavar="N", type=_non_negative, help="retries per task")
+    p.add_argument(
+        "--max-provider-retries",
+        metavar="N",
+        type=_non_negative,
+        help="retries per task after the provider ended an attempt (preempted, node lost, ...)",
+    )
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new one)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
@@ -367,6 +373,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             run_dir=run_dir,
             max_parallel=args.max_parallel,
             max_retries=args.max_retries,
+            max_provider_retries=args.max_provider_retries,
             on_event=show,
             backend_options=options,
             max_poll_interval_s=MAX_POLL_INTERVAL_S,
@@ -459,6 +466,8 @@ def _resume(args: argparse.Namespace, run_dir: Path) -> str:
         extra += ["--max-parallel", str(args.max_parallel)]
     if args.max_retries is not None:
         extra += ["--max-retries", str(args.max_retries)]
+    if args.max_provider_retries is not None:
+        extra += ["--max-provider-retries", str(args.max_provider_retries)]
     return resume_command(
         str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
     )

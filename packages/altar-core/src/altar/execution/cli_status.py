@@ -132,8 +132,8 @@ async def _snapshot(
                 )
         else:
             polled = await _poll(backend, journal, err, warn=warn)
-    retries, with_outputs = plan_facts(journal)
-    result = status_result(journal, polled, max_retries=retries, with_outputs=with_outputs)
+    budget, with_outputs = plan_facts(journal)
+    result = status_result(journal, polled, budget=budget, with_outputs=with_outputs)
     return result, journal, driven
 
 

@@ -4,6 +4,7 @@ A plan is TOML (``.toml``) or JSON (any other suffix)::
 
     max_parallel = 2          # optional: at most this many tasks in flight
     max_retries = 2           # optional: attempts after a non-deterministic failure
+    max_provider_retries = 10 # optional: attempts after the provider ended one (preempted, ...)
 
     [backend]
     type = "local"
@@ -50,8 +51,15 @@ __all__ = [
     "with_outputs_under",
 ]
 
-_TOP_KEYS = ("backend", "description", "max_parallel", "max_retries", "tasks")
-_BACKEND_KEYS = ("max_parallel", "max_retries", "options", "type")
+_TOP_KEYS = (
+    "backend",
+    "description",
+    "max_parallel",
+    "max_provider_retries",
+    "max_retries",
+    "tasks",
+)
+_BACKEND_KEYS = ("max_parallel", "max_provider_retries", "max_retries", "options", "type")
 _TASK_KEYS = (
     "after",
     "avoid_hosts",
@@ -103,6 +111,8 @@ class Plan:
     dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     base_dir: Path | None = None
     """The plan file's folder: relative uris and path options resolve against it."""
+    max_provider_retries: int | None = None
+    """Attempts allowed after the provider ended one (see :mod:`altar.execution.budget`)."""
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
@@ -235,6 +245,7 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         source,
         description,
         base_dir=base_dir,
+        max_provider_retries=limits["max_provider_retries"],
     )
 
 
@@ -254,7 +265,7 @@ def _parse_header(
     if not isinstance(options, Mapping):
         raise fail("backend.options", f"must be a table, got {_kind(options)}")
     limits: dict[str, int | None] = {}
-    for key, minimum in (("max_parallel", 1), ("max_retries", 0)):
+    for key, minimum in (("max_parallel", 1), ("max_retries", 0), ("max_provider_retries", 0)):
         if key in data and key in backend:
             raise fail(f"backend.{key}", f"also set at the top level; set {key} once")
         where, value = (key, data[key]) if key in data else (f"backend.{key}", backend.get(key))

@@ -48,6 +48,9 @@ NOTABLE = frozenset(
         "cancelled",
         "cancel_failed",
         "backend_unavailable",
+        "held",
+        "paused",
+        "hold_lifted",
         "cleanup_failed",
         "stopping",
     }
@@ -63,6 +66,9 @@ WARNINGS = frozenset(
         "failed",
         "cancel_failed",
         "backend_unavailable",
+        "held",
+        "paused",
+        "hold_lifted",
         "cleanup_failed",
         "stopping",
     }
@@ -184,7 +190,8 @@ def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
     """One row per task: id, kind, status, executions, time of the last attempt, why it failed.
 
     ATTEMPTS counts executions; a ``*`` marks a task started again after an in-doubt submit
-    (explained in a note under the table). ``colour`` paints the STATUS column (for a
+    (explained in a note under the table); ``(2 preempted)`` counts the attempts the provider
+    ended, which used no retry. ``colour`` paints the STATUS column (for a
     terminal; see :func:`use_colour`).
     """
     header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
@@ -193,7 +200,7 @@ def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
             task.id,
             terminal_safe(task.kind),
             task.status,
-            f"{task.attempts}*" if task.reexecuted else str(task.attempts),
+            task.attempts_text,
             format_duration(task.duration_s),
             terminal_safe(_detail(task)),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from altar.execution.journal import (
     SKIPPED,
     SUBMITTING,
     SUCCEEDED,
+    Attempt,
     Journal,
     TaskRecord,
 )
@@ -43,7 +44,9 @@ class RunEvent:
     the journal does not own was cancelled and cleaned up), ``litter_removed`` (temporary files
     that killed processes of this run left), ``state`` (a task changed state), ``retry``,
     ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
-    ``backend_unavailable``, ``cleanup_failed``, ``stopping`` (the run is ending early and waits
+    ``backend_unavailable``, ``held`` (a provider limit holds submits back), ``paused`` (the
+    provider ended many attempts at once: submits wait for it), ``hold_lifted``,
+    ``cleanup_failed``, ``stopping`` (the run is ending early and waits
     for its submits in flight), ``done``.
     """
 
@@ -79,6 +82,19 @@ class TaskResult:
     external_id: str | None = None
     in_doubt: int = 0  # submits interrupted before their handle was recorded
     reexecuted: int = 0  # executions started again after an in-doubt submit (maybe twice)
+    #: attempts the provider ended (preempted, node lost, ...), by ending; they use no retry
+    provider_endings: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def attempts_text(self) -> str:
+        """ATTEMPTS as tables show it: ``3``, ``2*`` (re-executed), ``3 (2 preempted)``."""
+        text = f"{self.attempts}*" if self.reexecuted else str(self.attempts)
+        if self.provider_endings:
+            ended = ", ".join(
+                f"{n} {code.replace('_', ' ')}" for code, n in sorted(self.provider_endings.items())
+            )
+            text += f" ({ended})"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +109,7 @@ class TaskResult:
             "external_id": self.external_id,
             "in_doubt": self.in_doubt,
             "reexecuted": self.reexecuted,
+            "provider_endings": dict(self.provider_endings),
         }
 
 
@@ -155,7 +172,18 @@ def task_result(record: TaskRecord) -> TaskResult:
         external_id=last.handle.external_id if last and last.handle else None,
         in_doubt=record.in_doubt,
         reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
+        provider_endings=ended_counts(record.attempts),
     )
+
+
+def ended_counts(attempts: Sequence[Attempt]) -> dict[str, int]:
+    """How many of ``attempts`` the provider ended, by ending (what ``provider_endings`` holds)."""
+    counts: dict[str, int] = {}
+    for attempt in attempts:
+        ending = attempt.failure.provider_ending if attempt.failure is not None else None
+        if ending is not None:
+            counts[ending] = counts.get(ending, 0) + 1
+    return counts
 
 
 def results_of(journal: Journal, elapsed_s: float = 0.0) -> RunResult:
