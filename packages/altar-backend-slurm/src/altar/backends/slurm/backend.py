@@ -436,7 +436,6 @@ class SlurmExecutionBackend(ExecutionBackend):
             gpu=spec.resources.gpu is not None,
             submit_limited=self._submit_limit() is not None,
         )
-        self._live[job_id] = time.monotonic()
         return self._handle(job_id, token, spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -446,7 +445,11 @@ class SlurmExecutionBackend(ExecutionBackend):
         :class:`~altar.execution.ProviderLimitError`: nothing was submitted, no retry is due.
         """
         await self.pace.wait()
-        return await asyncio.to_thread(lambda: self._submit(spec))
+        handle = await asyncio.to_thread(lambda: self._submit(spec))
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is not None:  # counted here, in the loop's thread, as capacity() reads it
+            self._live[match.group(1)] = time.monotonic()
+        return handle
 
     # -- observation --------------------------------------------------------------------------
 
