@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -21,9 +22,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from altar.execution import cli_logs, cli_report, cli_runs, cli_status
+from altar.execution import cli_cache, cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
+from altar.execution.cache.settings import CacheSettings
 from altar.execution.checking import check_plan
 from altar.execution.cli_check import cmd_check, print_check, print_error_json
 from altar.execution.cli_resume import option_text, resume_command
@@ -143,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries per task after the provider ended an attempt (preempted, node lost, ...)",
     )
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new one)")
+    cached = p.add_mutually_exclusive_group()
+    cached.add_argument(
+        "--cache", metavar="DIR", help="use the task cache store in DIR (even without [cache])"
+    )
+    cached.add_argument("--no-cache", action="store_true", help="never use the task cache")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
         "--dry-run",
@@ -182,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("report", help="write a run's self-contained HTML report")
     cli_report.add_arguments(p)
+
+    p = commands.add_parser("cache", help="list, verify or prune the task cache")
+    cli_cache.add_arguments(p)
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -374,6 +384,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             max_parallel=args.max_parallel,
             max_retries=args.max_retries,
             max_provider_retries=args.max_provider_retries,
+            cache=_cache_choice(args, plan),
             on_event=show,
             backend_options=options,
             max_poll_interval_s=MAX_POLL_INTERVAL_S,
@@ -459,6 +470,16 @@ def _earlier_s(run_dir: Path) -> float:
     return max(0.0, max(stamps) - journal.created_at) if journal.created_at else 0.0
 
 
+def _cache_choice(args: argparse.Namespace, plan: Plan) -> CacheSettings | bool:
+    """``--no-cache``: none; ``--cache DIR``: that store, keyed as the plan says; else the plan."""
+    if args.no_cache:
+        return False
+    if args.cache:
+        settings = plan.cache or CacheSettings()
+        return dataclasses.replace(settings, store_dir=Path(args.cache).expanduser())
+    return True
+
+
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
     """The command that resumes this run: every flag a resume must repeat."""
     extra: list[str] = []
@@ -468,6 +489,10 @@ def _resume(args: argparse.Namespace, run_dir: Path) -> str:
         extra += ["--max-retries", str(args.max_retries)]
     if args.max_provider_retries is not None:
         extra += ["--max-provider-retries", str(args.max_provider_retries)]
+    if args.cache:
+        extra += ["--cache", str(args.cache)]
+    if args.no_cache:
+        extra += ["--no-cache"]
     return resume_command(
         str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
     )
@@ -596,6 +621,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_runs.cmd_runs(args, out)
         if args.command == "report":
             return cli_report.cmd_report(args, out)
+        if args.command == "cache":
+            return cli_cache.cmd_cache(args, out)
         if args.command == "verify-script":
             out.write(verify_files_script(trust_records=not args.no_trust_records))
             return EXIT_OK

@@ -97,8 +97,8 @@ def _digests(plan: Plan) -> dict[tuple[str, str], str | None]:
 def _outcome(task: TaskResult | None) -> str:
     if task is None:
         return "not run"
-    if task.status == "succeeded":
-        return "succeeded"
+    if task.status in ("succeeded", "cached"):
+        return "succeeded"  # a cached result is the same result
     return f"{task.status} ({task.reason})" if task.reason else task.status
 
 
@@ -142,6 +142,7 @@ async def compare_backends(
             max_retries=max_retries,
             poll_interval_s=poll_interval_s,
             max_poll_interval_s=max_poll_interval_s,
+            cache=False,  # each side must run the tasks: a cached result would compare itself
         )
     differences: list[Difference] = []
     ids = [task.id for task in plans["backend"].tasks]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from altar.execution.cache.settings import CacheSettings
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
 from altar.execution.placeholders import placeholder_error
@@ -53,6 +54,7 @@ __all__ = [
 
 _TOP_KEYS = (
     "backend",
+    "cache",
     "description",
     "max_parallel",
     "max_provider_retries",
@@ -63,6 +65,7 @@ _BACKEND_KEYS = ("max_parallel", "max_provider_retries", "max_retries", "options
 _TASK_KEYS = (
     "after",
     "avoid_hosts",
+    "cache",
     "command",
     "env",
     "id",
@@ -95,6 +98,7 @@ class PlanTask:
     id: str
     spec: ContainerTaskSpec
     after: tuple[str, ...] = ()
+    cache: bool = True  # ``cache = false``: never looked up or stored
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ class Plan:
     """The plan file's folder: relative uris and path options resolve against it."""
     max_provider_retries: int | None = None
     """Attempts allowed after the provider ended one (see :mod:`altar.execution.budget`)."""
+    cache: CacheSettings | None = None
+    """The plan's ``[cache]`` table: the run looks tasks up and stores them (None: no cache)."""
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
@@ -222,6 +228,11 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         header = _parse_header(data, fail)
     except PlanError as error:
         problems.append(str(error))
+    cache = None
+    try:
+        cache = _parse_cache(data.get("cache"), base_dir, fail)
+    except PlanError as error:
+        problems.append(str(error))
     raw_tasks = data.get("tasks")
     if not isinstance(raw_tasks, list) or not raw_tasks:
         problems.append(str(fail("tasks", "a plan needs at least one [[tasks]] entry")))
@@ -246,7 +257,32 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         description,
         base_dir=base_dir,
         max_provider_retries=limits["max_provider_retries"],
+        cache=cache,
     )
+
+
+def _parse_cache(raw: Any, base_dir: Path | None, fail: Fail) -> CacheSettings | None:
+    """``[cache]``: ``dir`` (relative to the plan), ``version`` and ``trust_tags``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise fail("cache", f"must be a table, got {_kind(raw)}")
+    _check_keys(raw, ("dir", "trust_tags", "version"), "cache", fail)
+    store = raw.get("dir")
+    if store is not None and (not isinstance(store, str) or not store):
+        raise fail("cache.dir", f"must be a directory path, got {store!r}")
+    version = raw.get("version", "")
+    if not isinstance(version, str):
+        raise fail("cache.version", f"must be a string, got {version!r}")
+    trust = raw.get("trust_tags", False)
+    if not isinstance(trust, bool):
+        raise fail("cache.trust_tags", f"must be true or false, got {trust!r}")
+    where = None
+    if store is not None:
+        where = Path(os.path.expanduser(store))
+        if base_dir is not None and not where.is_absolute():
+            where = base_dir / where
+    return CacheSettings(where, version, trust)
 
 
 def _parse_header(
@@ -429,7 +465,10 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     after = raw.get("after", [])
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
         raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
-    return PlanTask(task_id, spec, tuple(after))
+    cache = raw.get("cache", True)
+    if not isinstance(cache, bool):
+        raise fail(f"{where}.cache", f"must be true or false, got {cache!r}")
+    return PlanTask(task_id, spec, tuple(after), cache)
 
 
 def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:

@@ -80,7 +80,7 @@ _ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "r
 _OUTAGE = re.compile(
     r"^(?:(?P<task>\S+): )?(?P<call>submit|poll|capacity|collect): (?P<why>.*)$", re.S
 )
-_FINAL = ("succeeded", "failed", "skipped", "cancelled")
+_FINAL = ("succeeded", "cached", "failed", "skipped", "cancelled")
 _DETAIL_WIDTH = 60
 #: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
 PLAIN_STAGING_INTERVAL_S = 5.0
@@ -112,6 +112,7 @@ def format_counts(counts: Mapping[str, int]) -> str:
 #: SGR colours of the STATUS column on a terminal.
 _COLOURS = {
     "succeeded": "32",  # green
+    "cached": "32",
     "failed": "31",  # red
     "running": "36",  # cyan
     "pending": "36",
@@ -173,7 +174,7 @@ def _last_line(text: str | None) -> str:
 def _detail(task: TaskResult) -> str:
     if task.status == "succeeded":
         return ""
-    if task.status == "skipped":
+    if task.status in ("skipped", "cached"):
         return task.detail or ""
     reason = task.reason or ""
     last = _last_line(task.detail)

@@ -21,9 +21,29 @@ from altar.execution.journal import (
     TaskRecord,
 )
 
-__all__ = ["TASK_STATES", "RunEvent", "RunResult", "TaskResult", "one_line", "results_of"]
+__all__ = [
+    "CACHED",
+    "TASK_STATES",
+    "RunEvent",
+    "RunResult",
+    "TaskResult",
+    "one_line",
+    "results_of",
+]
 
-TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
+#: A task's outcome when the task cache served it (its journal state is ``succeeded``).
+CACHED = "cached"
+TASK_STATES = (
+    QUEUED,
+    SUBMITTING,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    CACHED,
+    FAILED,
+    SKIPPED,
+    CANCELLED,
+)
 
 
 def one_line(error: BaseException) -> str:
@@ -125,7 +145,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return all(task.status == SUCCEEDED for task in self.tasks)
+        return all(task.status in (SUCCEEDED, CACHED) for task in self.tasks)
 
     def counts(self) -> dict[str, int]:
         counts = {state: 0 for state in TASK_STATES}
@@ -149,6 +169,8 @@ def task_result(record: TaskRecord) -> TaskResult:
     """One task's outcome, as the journal has it."""
     last = record.last
     failure = last.failure if last else None
+    if record.cached and record.state == SUCCEEDED:
+        return cached_result(record)
     if record.state in (SKIPPED, CANCELLED):
         # a cancelled task's last failure may be an earlier attempt's, awaiting its retry
         reason, detail, exit_code = record.state, record.detail, None
@@ -173,6 +195,19 @@ def task_result(record: TaskRecord) -> TaskResult:
         in_doubt=record.in_doubt,
         reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
         provider_endings=ended_counts(record.attempts),
+    )
+
+
+def cached_result(record: TaskRecord) -> TaskResult:
+    """A task the cache served: 0 executions, the entry's origin as its detail."""
+    origin = record.cached or {}
+    where = f"{origin.get('task_id', '?')} of run {origin.get('run_id', '?')}"
+    return TaskResult(
+        id=record.id,
+        kind=record.kind,
+        status=CACHED,
+        attempts=sum(attempt.executions for attempt in record.attempts),
+        detail=f"cached: from {where}",
     )
 
 

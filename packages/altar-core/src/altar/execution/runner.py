@@ -45,6 +45,8 @@ from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
 from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
+from altar.execution.cache.settings import CacheSettings
+from altar.execution.caching import RunCache
 from altar.execution.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
 from altar.execution.clock import Clock
 from altar.execution.errors import (
@@ -138,6 +140,7 @@ class _Run:
         max_poll_interval_s: float,
         on_event: Callable[[RunEvent], None] | None,
         clock: Clock | None = None,
+        cache: CacheSettings | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -171,6 +174,7 @@ class _Run:
         self.changed = self.ledger.changed
         self.flush = self.ledger.flush
         self.hold = Hold(lambda kind, message: self.emit(kind, message))
+        self.cache = RunCache(cache, plan, backend, self.ledger, journal) if cache else None
 
     def _news(self) -> None:
         self._landed = True
@@ -374,7 +378,12 @@ class _Run:
                 self.skip_blocked()
                 collected = await self.collect()
                 self.feed_hold()
-                batch = await self.choose(self.ready())
+                ready = self.ready()
+                if self.cache is not None:
+                    if collected:
+                        await self.cache.store_collected()
+                    ready = await self.cache.serve(ready)
+                batch = await self.choose(ready)
                 self.submits.launch(batch)
                 changed = finished = False
                 due = self.now() >= self.last_poll + self.interval
@@ -398,6 +407,8 @@ class _Run:
                 if await self.wait(self.last_poll + self.interval - self.now()):
                     self.interval = self.poll_interval_s  # a submit landed: its task is news
             await self.submits.drain()
+            if self.cache is not None:
+                await self.cache.store_collected()
             await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
@@ -429,6 +440,7 @@ async def run_plan(
     on_event: Callable[[RunEvent], None] | None = None,
     backend_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
+    cache: CacheSettings | bool = True,
 ) -> RunResult:
     """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
 
@@ -440,7 +452,9 @@ async def run_plan(
     doubles up to ``max_poll_interval_s`` while nothing changes; each tick makes one ``poll``
     call for every open task. Submits run concurrently in the background; a slot freed by a
     finished task is refilled at once. ``clock`` (default: the event loop's) times the
-    polls and the waits between them; tests pass a fake one.
+    polls and the waits between them; tests pass a fake one. ``cache``: True uses the plan's
+    ``[cache]`` table if it has one, False no cache, or settings of its own (see
+    :mod:`altar.execution.caching`).
     """
     run_dir = Path(run_dir)
     if poll_interval_s is None:
@@ -464,6 +478,7 @@ async def run_plan(
             max_poll_interval_s=max_poll_interval_s,
             on_event=on_event,
             clock=clock,
+            cache=plan.cache if cache is True else cache or None,
         )
         return await run.run()
 

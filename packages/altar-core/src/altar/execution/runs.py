@@ -41,7 +41,13 @@ from altar.execution.journal import (
     lock_is_held,
 )
 from altar.execution.plan import load_plan
-from altar.execution.results import RunResult, TaskResult, ended_counts, results_of
+from altar.execution.results import (
+    RunResult,
+    TaskResult,
+    cached_result,
+    ended_counts,
+    results_of,
+)
 from altar.execution.types import TaskState, TaskStatus
 
 __all__ = [
@@ -112,6 +118,8 @@ def _row(
     budget: RetryBudget,
     with_outputs: frozenset[str] | None = None,
 ) -> TaskResult:
+    if record.cached and record.state == SUCCEEDED:
+        return cached_result(record)
     last = record.last
     state = record.state
     failure = last.failure if last is not None else None
