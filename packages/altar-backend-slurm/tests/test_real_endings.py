@@ -8,8 +8,9 @@ on the node (NODE_FAIL). QOS ``limited`` allows 20 live jobs per user
 
 The cluster is shared with other tests. A job to preempt or to lose its node asks for all the
 node's CPUs, so once it runs nothing else does: the preemptor and the downed node end only it.
-Setting the node down still stalls everyone's pending jobs for a moment, so those tests are
-``serial`` (``scripts/test`` runs them alone).
+Setting the node down still stalls everyone's pending jobs for a moment, and a whole-node job
+may wait long behind a stream of small ones, so those tests are ``serial`` (``scripts/test``
+runs them alone, after the parallel run).
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def _preempt(site: Site) -> str:
     ).split(";")[0]  # fmt: skip
 
 
+@pytest.mark.serial
 @pytest.mark.asyncio
 async def test_a_job_preempted_by_a_higher_tier_job_is_a_provider_ending(
     tmp_path: Path, docker_host: str, site: Site
@@ -303,6 +305,7 @@ def _watch(
     return acted
 
 
+@pytest.mark.serial
 def test_a_task_preempted_twice_succeeds_on_its_third_attempt_with_no_retries(
     tmp_path: Path, docker_host: str, site: Site
 ) -> None:
