@@ -19,6 +19,7 @@ from altar.backends.slurm.completion import (
     DEFAULT_QUEUE_INTERVAL_S,
     Tracker,
 )
+from altar.backends.slurm.limits import SiteLimits, SubmitPace, read_limits
 from altar.backends.slurm.render import (
     CONTAINER_RUNTIMES,
     ContainerRuntime,
@@ -53,7 +54,13 @@ from altar.execution import (
 from altar.execution.handles import mint_handle
 from altar.execution.uris import local_path
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "SCRATCH_DIR", "SlurmExecutionBackend"]
+__all__ = [
+    "DATA_ROOT_ENV",
+    "DEFAULT_MAX_SUBMITS_PER_MINUTE",
+    "LOG_TAIL_LINES",
+    "SCRATCH_DIR",
+    "SlurmExecutionBackend",
+]
 
 DATA_ROOT_ENV = "ALTAR_SLURM_DATA_ROOT"
 LOG_TAIL_LINES = 20
@@ -62,6 +69,16 @@ SCRATCH_DIR = ".altar-slurm/jobs"
 #: Where ``cleanup`` keeps a finished job's stdout, stderr and exit record.
 LOGS_DIR = ".altar-slurm/logs"
 _EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
+#: The default pace of sbatch calls: one a second on average, a burst of 60 at most. Each
+#: sbatch is a controller RPC that takes its write lock; sites ask for arrays or a pace
+#: (some allow 10 a minute), and a faster pace gains nothing where jobs start at about this
+#: rate anyway.
+DEFAULT_MAX_SUBMITS_PER_MINUTE = 60
+#: A job no poll has mentioned for this long no longer counts against the submit limit (its
+#: handle was given up): a stale count must never hold the run back for ever.
+_LIVE_HORIZON_S = 600.0
+#: How soon ``capacity()`` asks sacctmgr again after it could not answer.
+_LIMITS_RETRY_S = 300.0
 
 
 def _run_tag(run: str | None) -> str:
@@ -142,6 +159,8 @@ class SlurmExecutionBackend(ExecutionBackend):
       asks ``squeue`` about the jobs no record explains at most this often (default 60);
     - ``exit_read_timeout_s``: how long a job that ended normally may keep its exit record
       out of sight (a network filesystem's cache) before accounting decides (default 45);
+    - ``max_submits_per_minute``: at most this many submits start in any minute (default
+      :data:`DEFAULT_MAX_SUBMITS_PER_MINUTE`; None: unpaced);
     - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake);
       ``clock``: the monotonic clock that paces queue queries (tests pass a fake one).
 
@@ -181,6 +200,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         query_timeout_s: float | None = commands.DEFAULT_QUERY_TIMEOUT_S,
         queue_interval_s: float = DEFAULT_QUEUE_INTERVAL_S,
         exit_read_timeout_s: float = DEFAULT_EXIT_READ_TIMEOUT_S,
+        max_submits_per_minute: int | None = DEFAULT_MAX_SUBMITS_PER_MINUTE,
         runtime: LoginNode | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -257,6 +277,14 @@ class SlurmExecutionBackend(ExecutionBackend):
         self._max_time: tuple[int | None] | None = None
         self._unreachable: BackendUnavailableError | None = None
         self._cancelled: set[str] = set()
+        self.pace = SubmitPace(max_submits_per_minute)
+        # The site's limits (read once; None: Slurm cannot tell) and when to read them again
+        # after sacctmgr did not answer.
+        self._limits: SiteLimits | None = None
+        self._limits_at: float | None = None
+        # Jobs of this backend that count against a submit limit: job id -> when a submit or
+        # a poll last saw it live.
+        self._live: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"SlurmExecutionBackend(node={self.node!r}, data_root={self.data_root!r})"
@@ -427,13 +455,27 @@ class SlurmExecutionBackend(ExecutionBackend):
             self.tracker.submitted(existing[0])
             return self._handle(*existing, spec)
         job_id = commands.submit(
-            self.node, self._layout(token).job_dir, script, gpu=spec.resources.gpu is not None
+            self.node,
+            self._layout(token).job_dir,
+            script,
+            gpu=spec.resources.gpu is not None,
+            submit_limited=self._submit_limit() is not None,
         )
         self.tracker.submitted(job_id)
         return self._handle(job_id, token, spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
-        return await asyncio.to_thread(lambda: self._submit(spec))
+        """Submit (or adopt) the task's job, at the pace ``max_submits_per_minute`` allows.
+
+        A refusal for now (a submit limit, a controller taking no jobs) raises
+        :class:`~altar.execution.ProviderLimitError`: nothing was submitted, no retry is due.
+        """
+        await self.pace.wait()
+        handle = await asyncio.to_thread(lambda: self._submit(spec))
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is not None:  # counted here, in the loop's thread, as capacity() reads it
+            self._live[match.group(1)] = time.monotonic()
+        return handle
 
     # -- observation --------------------------------------------------------------------------
 
@@ -469,11 +511,47 @@ class SlurmExecutionBackend(ExecutionBackend):
                     finished_at=None if finished is None else float(finished),
                 )
             )
+        self._note_live(statuses)
         return statuses
 
+    def _submit_limit(self) -> tuple[int, str] | None:
+        """The live-job limit this backend's jobs are under (read once), or None."""
+        now = time.monotonic()
+        if self._limits_at is None or (
+            self._limits is None and now - self._limits_at > _LIMITS_RETRY_S
+        ):
+            self._limits_at = now
+            self._limits = read_limits(self.node, timeout_s=self.query_timeout_s)
+        if self._limits is None:
+            return None
+        return self._limits.submit_limit(
+            account=self.placement.account,
+            partition=self.placement.partition,
+            qos=self.placement.qos,
+        )
+
+    def _note_live(self, statuses: list[TaskStatus]) -> None:
+        now = time.monotonic()
+        for status in statuses:
+            match = _EXTERNAL_ID.fullmatch(status.handle.external_id)
+            if match is None:
+                continue
+            if status.state.is_terminal:
+                self._live.pop(match.group(1), None)
+            else:
+                self._live[match.group(1)] = now
+
     async def capacity(self) -> Capacity:
-        """Unknown: Slurm queues what it cannot start yet, so the runner may submit freely."""
-        return Capacity()
+        """What the site's submit limit leaves (``sacctmgr``, read once; the live jobs counted
+        from this backend's own submits and polls), the same for every pool. Unknown (empty)
+        when no limit applies: Slurm queues what it cannot start yet."""
+        limit = await asyncio.to_thread(self._submit_limit)
+        if limit is None:
+            return Capacity()
+        horizon = time.monotonic() - _LIVE_HORIZON_S
+        live = sum(1 for seen in self._live.values() if seen >= horizon)
+        free = max(0, limit[0] - live)
+        return Capacity({pool: free for pool in ("cpu", *self.placement.gpu_types)})
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
