@@ -53,6 +53,9 @@ class ExecutionBackend(ABC):
     #: them with importlib.util.find_spec, so ``altar backends`` can give the install hint
     #: without importing them.
     requires: ClassVar[tuple[str, ...]] = ()
+    #: False when :meth:`stage_inputs` stages single files only, so ``altar check`` refuses
+    #: a local directory input as staging would (default True: a directory may be staged).
+    stages_directories: ClassVar[bool] = True
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
