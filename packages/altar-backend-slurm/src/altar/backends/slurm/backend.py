@@ -231,6 +231,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         self.query_timeout_s = query_timeout_s
         self.scratch = f"{self.data_root}/{SCRATCH_DIR}"
         self._max_time: tuple[int | None] | None = None
+        self._gres: list[dict[tuple[str, str | None], int]] | None = None
         self._unreachable: BackendUnavailableError | None = None
         self._cancelled: set[str] = set()
 
@@ -340,8 +341,21 @@ class SlurmExecutionBackend(ExecutionBackend):
         except LoginNodeUnreachableError as error:
             self._unreachable = error
             if self.node.remote:
-                return [("ssh_host", f"{error}; check ssh_host, ssh_port and ssh_user")]
-            return [("ssh_host", f"{error}; run on a Slurm login node, or set ssh_host to one")]
+                problems.append(("ssh_host", f"{error}; check ssh_host, ssh_port and ssh_user"))
+            else:
+                problems.append(
+                    ("ssh_host", f"{error}; run on a Slurm login node, or set ssh_host to one")
+                )
+            if self.placement.partition is not None:
+                # Named, so the user expects it checked: say it was not, rather than nothing.
+                problems.append(
+                    (
+                        "partition",
+                        f"{self.placement.partition!r} not checked: the login node cannot be "
+                        "reached (above); `sinfo --summarize` on the cluster lists its partitions",
+                    )
+                )
+            return problems
         except BackendUnavailableError as error:
             self._unreachable = error
             return [("partition", f"not checked, Slurm did not answer: {error}")]
@@ -360,7 +374,11 @@ class SlurmExecutionBackend(ExecutionBackend):
         return problems
 
     async def check_backend(self) -> list[tuple[str, str]]:
-        """The login node answers, the partition exists, the container runtime is there."""
+        """The login node answers, the partition exists, the container runtime is there.
+
+        An unreachable login node is one problem, and a named partition is reported as not
+        checked (so a wrong one is not taken for a good one); each task is still checked for
+        what needs no Slurm (its time limit, GPU pool, directives)."""
         return await asyncio.to_thread(self._check_backend)
 
     def _prepare(self, spec: ContainerTaskSpec) -> tuple[str, str, str]:
@@ -386,11 +404,46 @@ class SlurmExecutionBackend(ExecutionBackend):
         self._check_timeout(spec)
         return digest, token, script
 
+    def _check_gres(self, spec: ContainerTaskSpec) -> None:
+        """A GPU task's GRES exists on some node of the partition (one ``sinfo``, cached)."""
+        pool = spec.resources.gpu
+        if pool is None:
+            return
+        if self._gres is None:
+            self._gres = commands.partition_gres(
+                self.node, self.placement.partition, timeout_s=self.query_timeout_s
+            )
+        if not self._gres:
+            return  # no such partition (check_backend said so) or no nodes: sbatch decides
+        kind = self.placement.gpu_types.get(pool)
+        want = spec.resources.count
+
+        def has(group: Mapping[tuple[str, str | None], int]) -> int:
+            if kind is None:  # any type: Slurm counts every typed and untyped GPU
+                return sum(n for (name, _), n in group.items() if name == "gpu")
+            return group.get(("gpu", kind), 0)
+
+        if any(has(group) >= want for group in self._gres):
+            return
+        offered = sorted(
+            {":".join(filter(None, (n, t, str(c)))) for g in self._gres for (n, t), c in g.items()}
+        )
+        where = repr(self.placement.partition) if self.placement.partition else "the default"
+        asked = f"gpu:{kind}:{want}" if kind else f"gpu:{want}"
+        raise UnsupportedCapabilityError(
+            f"partition {where} has no node with GRES {asked} (its nodes have: "
+            f"{', '.join(offered) or 'no GRES'}); use a partition with such GPUs, or map pool "
+            f"{pool!r} in gpu_types to a GRES type it has",
+            capability="gpu",
+        )
+
     async def check_spec(self, spec: ContainerTaskSpec) -> None:
-        """Refuse what :meth:`submit` would (see :meth:`_prepare`); creates nothing."""
+        """Refuse what :meth:`submit` would (see :meth:`_prepare`), and a GPU request the
+        partition's nodes have no GRES for; creates nothing."""
         unreachable = self._unreachable
         if unreachable is None:
             await asyncio.to_thread(lambda: self._prepare(spec))
+            await asyncio.to_thread(lambda: self._check_gres(spec))
             return
         # check_backend found Slurm unreachable: refuse what needs no Slurm, without waiting.
         self.render(spec, "check")
