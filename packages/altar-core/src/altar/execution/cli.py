@@ -26,11 +26,12 @@ from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
 from altar.execution.checking import check_plan
 from altar.execution.cli_check import cmd_check, print_check, print_error_json
-from altar.execution.cli_resume import option_text, resume_command
+from altar.execution.cli_resume import flag_words, option_text, resume_command
 from altar.execution.compare import compare_backends
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
+    BackendCallError,
     BackendUnavailableError,
     CancelIncompleteError,
     DigestMismatchError,
@@ -50,6 +51,7 @@ from altar.execution.progress import (
     terminal_safe,
     use_colour,
 )
+from altar.execution.records import IN_DOUBT, PENDING, RUNNING, SUBMITTING
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.report import EventRecorder
 from altar.execution.retrying import reopen_failed_in
@@ -374,10 +376,14 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (asyncio.CancelledError, KeyboardInterrupt):
         printer.close()
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
-        err.write(
-            f"altar: {how}; submitted tasks keep running. Resume with: {_resume(args, run_dir)}\n"
-        )
+        err.write(f"altar: {how}; {_in_flight(run_dir)}. Resume with: {_resume(args, run_dir)}\n")
         return 128 + stopped_by[0].value if stopped_by else EXIT_INTERRUPTED
+    except BackendCallError as error:  # it says "resume": give the command to paste
+        printer.close()
+        err.write(f"altar: {_line(error)}\n")
+        if not args.quiet:
+            err.write(f"altar: resume with: {_resume(args, run_dir)}\n")
+        return EXIT_FAILED
     finally:
         _restore_signals()
         if ticker is not None:
@@ -453,15 +459,39 @@ def _earlier_s(run_dir: Path) -> float:
 
 
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
-    """The command that resumes this run: every flag a resume must repeat."""
-    extra: list[str] = []
-    if args.max_parallel is not None:
-        extra += ["--max-parallel", str(args.max_parallel)]
-    if args.max_retries is not None:
-        extra += ["--max-retries", str(args.max_retries)]
+    """The command that resumes this run: every flag a resume must repeat (this command's,
+    and those an earlier start of the run recorded in its journal)."""
+    flags: dict[str, int] = {}
+    with contextlib.suppress(AltarError, OSError):
+        flags.update(Journal.load(run_dir).flags)
+    for name, value in (("max_parallel", args.max_parallel), ("max_retries", args.max_retries)):
+        if value is not None:
+            flags[name] = value
     return resume_command(
-        str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
+        str(args.plan),
+        str(run_dir),
+        backend=args.backend,
+        options=args.option,
+        extra=flag_words(flags),
     )
+
+
+def _in_flight(run_dir: Path) -> str:
+    """What still runs at the provider after the run stopped, from its journal, in words."""
+    try:
+        tasks = Journal.load(run_dir).tasks.values()
+    except (AltarError, OSError):
+        return "no task was submitted"  # stopped before its journal existed
+    running = sum(1 for record in tasks if record.state in (PENDING, RUNNING))
+    doubtful = sum(
+        1 for r in tasks if r.attempts and r.attempts[-1].state in (SUBMITTING, IN_DOUBT)
+    )
+    parts = []
+    if running:
+        parts.append(f"{running} submitted task(s) keep running")
+    if doubtful:
+        parts.append(f"{doubtful} whose submit did not answer may be running")
+    return "; ".join(parts) if parts else "no submitted task is running"
 
 
 def _journal_backend(run_dir: Path) -> ExecutionBackend:

@@ -244,7 +244,10 @@ class _Run:
             self.emit("backend_unavailable", f"capacity: {one_line(error)}")
             return []
         except Exception as error:
-            raise call_error(self.backend, "capacity", error) from error
+            submitted = any(
+                r.state in (PENDING, RUNNING, SUBMITTING) for r in self.records.values()
+            )
+            raise call_error(self.backend, "capacity", error, submitted=submitted) from error
         return scheduling.choose(
             allowed,
             records=self.records.values(),
@@ -420,6 +423,8 @@ async def run_plan(
     polls and the waits between them; tests pass a fake one.
     """
     run_dir = Path(run_dir)
+    given = {"max_parallel": max_parallel, "max_retries": max_retries}
+    flags = {name: value for name, value in given.items() if value is not None}
     if poll_interval_s is None:
         poll_interval_s = backend.poll_interval_s
     if max_parallel is None:
@@ -433,7 +438,7 @@ async def run_plan(
     with run_lock(run_dir):
         if backend_options is None and plan.backend_type == backend.name:
             backend_options = plan.backend_options
-        journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}))
+        journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}), flags)
         run = _Run(
             plan,
             backend,

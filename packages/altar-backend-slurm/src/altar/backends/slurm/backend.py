@@ -9,8 +9,8 @@ import posixpath
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import ClassVar, TypeVar
 
 from altar.backends.slurm import commands
 from altar.backends.slurm.classify import (
@@ -35,7 +35,12 @@ from altar.backends.slurm.render import (
     spec_hash,
     submission_key,
 )
-from altar.backends.slurm.runtime import LoginNode, LoginNodeUnreachableError
+from altar.backends.slurm.runtime import (
+    LoginNode,
+    LoginNodeLostError,
+    LoginNodeUnknownError,
+    LoginNodeUnreachableError,
+)
 from altar.backends.slurm.sdk_runtime import LocalLoginNode, SshLoginNode
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
@@ -57,10 +62,19 @@ from altar.execution import (
 from altar.execution.handles import mint_handle
 from altar.execution.uris import local_path
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "SCRATCH_DIR", "SlurmExecutionBackend"]
+__all__ = [
+    "DATA_ROOT_ENV",
+    "DEFAULT_UNREACHABLE_AFTER_S",
+    "LOG_TAIL_LINES",
+    "SCRATCH_DIR",
+    "SlurmExecutionBackend",
+]
 
 DATA_ROOT_ENV = "ALTAR_SLURM_DATA_ROOT"
 LOG_TAIL_LINES = 20
+#: How long the login node may stay unreachable before a run stops (``unreachable_after_s``).
+DEFAULT_UNREACHABLE_AFTER_S = 300.0
+_T = TypeVar("_T")
 #: Per-job directories (script, stdout, stderr) under the data root.
 SCRATCH_DIR = ".altar-slurm/jobs"
 #: Where ``cleanup`` keeps a finished job's stdout, stderr and exit record.
@@ -142,6 +156,9 @@ class SlurmExecutionBackend(ExecutionBackend):
     - ``cancel_wait_s``: how long ``cancel`` waits for Slurm to end the job (default 15);
     - ``query_timeout_s``: how long squeue/sacct/scontrol/scancel may take before the poll
       raises ``BackendUnavailableError`` (default 20; None: no bound);
+    - ``unreachable_after_s``: how long the login node may stay unreachable (ssh fails)
+      before a run stops instead of retrying (default 300; None: retry for ever); a name
+      that does not resolve stops it at once. Slurm's own outages stay transient;
     - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake).
     """
 
@@ -174,6 +191,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         login_environment: bool = False,
         cancel_wait_s: float = 15.0,
         query_timeout_s: float | None = commands.DEFAULT_QUERY_TIMEOUT_S,
+        unreachable_after_s: float | None = DEFAULT_UNREACHABLE_AFTER_S,
         runtime: LoginNode | None = None,
     ) -> None:
         if container_runtime not in CONTAINER_RUNTIMES:
@@ -233,6 +251,13 @@ class SlurmExecutionBackend(ExecutionBackend):
         self._max_time: tuple[int | None] | None = None
         self._gres: list[dict[tuple[str, str | None], int]] | None = None
         self._unreachable: BackendUnavailableError | None = None
+        if unreachable_after_s is not None and not unreachable_after_s >= 0:
+            raise ValueError(
+                f"unreachable_after_s must be zero or more, or None, got {unreachable_after_s!r}"
+            )
+        self.unreachable_after_s = unreachable_after_s
+        self._lost_since: float | None = None
+        self._lost_error: LoginNodeUnreachableError | None = None
         self._cancelled: set[str] = set()
 
     def __repr__(self) -> str:
@@ -460,7 +485,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         return self._handle(job_id, token, spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
-        return await asyncio.to_thread(lambda: self._submit(spec))
+        return await self._watched(lambda: self._submit(spec))
 
     # -- observation --------------------------------------------------------------------------
 
@@ -508,7 +533,7 @@ class SlurmExecutionBackend(ExecutionBackend):
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         matches = [m for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))]
         jobs = {m.group(1): m.group(2) for m in sorted(matches, key=lambda m: int(m.group(1)))}
-        observations = await asyncio.to_thread(lambda: self._observe(jobs)) if jobs else {}
+        observations = await self._watched(lambda: self._observe(jobs), poll=True) if jobs else {}
         statuses = []
         for handle in handles:
             match = _EXTERNAL_ID.fullmatch(handle.external_id)
@@ -540,8 +565,52 @@ class SlurmExecutionBackend(ExecutionBackend):
         return statuses
 
     async def capacity(self) -> Capacity:
-        """Unknown: Slurm queues what it cannot start yet, so the runner may submit freely."""
+        """Unknown: Slurm queues what it cannot start yet, so the runner may submit freely.
+
+        Raises :class:`LoginNodeLostError` once the login node is lost (see
+        :meth:`_watched`): the runner asks before each submit, so the run stops there.
+        """
+        self._raise_if_lost()
         return Capacity()
+
+    # -- reachability -------------------------------------------------------------------------
+
+    async def _watched(self, call: Callable[[], _T], *, poll: bool = False) -> _T:
+        """``call`` in a thread, remembering since when the login node has not answered.
+
+        An unreachable login node is transient (BackendUnavailableError) until it has not
+        answered for ``unreachable_after_s``, or at once when its name does not resolve;
+        then it is lost: :meth:`capacity`, and :meth:`poll` (``poll``), raise
+        :class:`LoginNodeLostError` instead, which is not transient, so the run stops with
+        the reason and resumes later. A submit never raises it (that would use an attempt).
+        """
+        try:
+            result = await asyncio.to_thread(call)
+        except LoginNodeUnreachableError as error:
+            if self._lost_since is None:
+                self._lost_since = time.monotonic()
+            self._lost_error = error
+            if poll:
+                self._raise_if_lost()
+            raise
+        self._lost_since = self._lost_error = None
+        return result
+
+    def _raise_if_lost(self) -> None:
+        error, since = self._lost_error, self._lost_since
+        if error is None or since is None:
+            return
+        if isinstance(error, LoginNodeUnknownError):
+            raise LoginNodeLostError(
+                f"the login node's name does not resolve ({error}); check ssh_host, or the "
+                "ssh_config alias it names"
+            )
+        waited = time.monotonic() - since
+        if self.unreachable_after_s is not None and waited >= self.unreachable_after_s:
+            raise LoginNodeLostError(
+                f"the login node has not answered for {waited:.0f} s ({error}); check "
+                "ssh_host, ssh_port and ssh_user, or raise unreachable_after_s"
+            )
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
@@ -596,7 +665,7 @@ class SlurmExecutionBackend(ExecutionBackend):
                 found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
             return [found[k] for k in sorted(found, key=int)]
 
-        return await asyncio.to_thread(collect)
+        return await self._watched(collect)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
