@@ -23,6 +23,7 @@ from altar.backends.kubernetes.naming import (
     parse_external_id,
     shared_selector,
 )
+from altar.backends.kubernetes.preflight import check_cluster
 from altar.backends.kubernetes.render import (
     CPU_POOL,
     DEFAULT_DIGEST_VERIFIER_IMAGE,
@@ -189,6 +190,10 @@ class KubernetesExecutionBackend(ExecutionBackend):
         """Refuse what :meth:`submit` would, with no API call: the Job is rendered (GPU pools
         not configured, caps, inputs the task cannot verify) and thrown away."""
         self.render(spec)
+
+    async def check_backend(self) -> list[tuple[str, str]]:
+        """Namespace, PVC and ``create jobs`` there (:mod:`~.kubernetes.preflight`)."""
+        return await check_cluster(self._calls, self.namespace, self.options.pvc_name)
 
     # -- submit --
 
