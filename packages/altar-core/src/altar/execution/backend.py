@@ -134,8 +134,9 @@ class ExecutionBackend(ABC):
     async def check_backend(self) -> list[tuple[str, str]]:
         """Problems with the backend's own setup, all at once (``altar check``, ``--dry-run``).
 
-        Each is (the option it concerns, e.g. ``"partition"``, one line naming the fix).
-        Read-only: may ask the provider, must not create anything. The default finds none.
+        Each is (the option it concerns, e.g. ``"partition"``, or ``""`` for none, such as
+        credentials from the environment; one line naming the fix). Read-only: may ask the
+        provider, must not create anything. The default finds none.
         """
         return []
 

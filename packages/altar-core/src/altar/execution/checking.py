@@ -168,7 +168,8 @@ async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckRepor
 
 async def _check_backend(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
     for option, text in await backend.check_backend():
-        report.problems.append(f"{plan.source}: backend.options.{option}: {text}")
+        where = f"backend.options.{option}" if option else "backend"  # "": no option (a login)
+        report.problems.append(f"{plan.source}: {where}: {text}")
 
 
 async def check_plan(plan: Plan, backend: ExecutionBackend) -> CheckReport:
