@@ -413,7 +413,8 @@ async def run_plan(
 ) -> RunResult:
     """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
 
-    ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2).
+    ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2);
+    those given are recorded in the journal (``flags``) so resume commands repeat them.
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
     Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
