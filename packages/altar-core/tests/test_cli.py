@@ -494,7 +494,7 @@ def test_a_signal_stops_altar_run_with_a_resume_hint(tmp_path, signum, code, how
     child.send_signal(signum)
     _, err = child.communicate(timeout=60)
     assert child.returncode == code, err
-    assert f"altar: {how}; submitted tasks keep running. Resume with: altar run " in err
+    assert f"altar: {how}; 1 submitted task(s) keep running. Resume with: altar run " in err
     assert err.rstrip().endswith(f"altar run '{plan}' --run-dir {tmp_path / 'r'}")
     assert sum(1 for line in err.splitlines() if "Resume with" in line) == 1
     assert "Traceback" not in err
@@ -648,9 +648,11 @@ def test_a_backend_whose_poll_fails_for_good_is_one_line_not_a_traceback(
     monkeypatch.setattr(fake_backend_class, "poll", forbidden)
     code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)
     assert code == 1
-    last = err.splitlines()[-1]
-    assert last.startswith("altar: backend 'fake' poll failed: RuntimeError: 403 Forbidden")
-    assert "resume it with the same run directory" in last
+    stopped, resume = err.splitlines()[-2:]
+    assert stopped.startswith("altar: backend 'fake' poll failed: RuntimeError: 403 Forbidden")
+    assert "its submitted tasks keep running" in stopped
+    assert "resume it with the same run directory" in stopped
+    assert resume == f"altar: resume with: altar run {plan_file} --run-dir {tmp_path / 'r'}"
     assert "Traceback" not in err
     code, out, err = run_cli(["status", tmp_path / "r"], capsys)
     assert code == 0

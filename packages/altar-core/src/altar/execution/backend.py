@@ -63,6 +63,9 @@ class ExecutionBackend(ABC):
     #: them with importlib.util.find_spec, so ``altar backends`` can give the install hint
     #: without importing them.
     requires: ClassVar[tuple[str, ...]] = ()
+    #: False when :meth:`stage_inputs` stages single files only, so ``altar check`` refuses
+    #: a local directory input as staging would (default True: a directory may be staged).
+    stages_directories: ClassVar[bool] = True
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -141,8 +144,9 @@ class ExecutionBackend(ABC):
     async def check_backend(self) -> list[tuple[str, str]]:
         """Problems with the backend's own setup, all at once (``altar check``, ``--dry-run``).
 
-        Each is (the option it concerns, e.g. ``"partition"``, one line naming the fix).
-        Read-only: may ask the provider, must not create anything. The default finds none.
+        Each is (the option it concerns, e.g. ``"partition"``, or ``""`` for none, such as
+        credentials from the environment; one line naming the fix). Read-only: may ask the
+        provider, must not create anything. The default finds none.
         """
         return []
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from altar.execution.__about__ import __version__
 from altar.execution.errors import (
     AltarError,
+    BackendCallError,
     BackendUnavailableError,
     CancelIncompleteError,
     DigestMismatchError,
@@ -433,10 +434,14 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (asyncio.CancelledError, KeyboardInterrupt):
         printer.close()
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
-        err.write(
-            f"altar: {how}; submitted tasks keep running. Resume with: {_resume(args, run_dir)}\n"
-        )
+        err.write(f"altar: {how}; {_in_flight(run_dir)}. Resume with: {_resume(args, run_dir)}\n")
         return 128 + stopped_by[0].value if stopped_by else EXIT_INTERRUPTED
+    except BackendCallError as error:  # it says "resume": give the command to paste
+        printer.close()
+        err.write(f"altar: {_line(error)}\n")
+        if not args.quiet:
+            err.write(f"altar: resume with: {_resume(args, run_dir)}\n")
+        return EXIT_FAILED
     finally:
         _restore_signals()
         if ticker is not None:
@@ -532,23 +537,55 @@ def _cache_choice(args: argparse.Namespace, plan: Plan) -> CacheSettings | bool:
 
 
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
-    """The command that resumes this run: every flag a resume must repeat."""
-    from altar.execution.cli_resume import resume_command
+    """The command that resumes this run: every flag a resume must repeat (this command's,
+    and those an earlier start of the run recorded in its journal)."""
+    from altar.execution.cli_resume import flag_words, resume_command
+    from altar.execution.journal import Journal
 
-    extra: list[str] = []
-    if args.max_parallel is not None:
-        extra += ["--max-parallel", str(args.max_parallel)]
-    if args.max_retries is not None:
-        extra += ["--max-retries", str(args.max_retries)]
-    if args.max_provider_retries is not None:
-        extra += ["--max-provider-retries", str(args.max_provider_retries)]
-    if args.cache:
+    flags: dict[str, int] = {}
+    with contextlib.suppress(AltarError, OSError):
+        flags.update(Journal.load(run_dir).flags)
+    given = (
+        ("max_parallel", args.max_parallel),
+        ("max_retries", args.max_retries),
+        ("max_provider_retries", getattr(args, "max_provider_retries", None)),
+    )
+    for name, value in given:
+        if value is not None:
+            flags[name] = value
+    extra = flag_words(flags)
+    if getattr(args, "cache", None):
         extra += ["--cache", str(args.cache)]
-    if args.no_cache:
+    if getattr(args, "no_cache", False):
         extra += ["--no-cache"]
     return resume_command(
-        str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
+        str(args.plan),
+        str(run_dir),
+        backend=args.backend,
+        options=args.option,
+        extra=extra,
     )
+
+
+def _in_flight(run_dir: Path) -> str:
+    """What still runs at the provider after the run stopped, from its journal, in words."""
+    from altar.execution.journal import Journal
+    from altar.execution.records import IN_DOUBT, PENDING, RUNNING, SUBMITTING
+
+    try:
+        tasks = Journal.load(run_dir).tasks.values()
+    except (AltarError, OSError):
+        return "no task was submitted"  # stopped before its journal existed
+    running = sum(1 for record in tasks if record.state in (PENDING, RUNNING))
+    doubtful = sum(
+        1 for r in tasks if r.attempts and r.attempts[-1].state in (SUBMITTING, IN_DOUBT)
+    )
+    parts = []
+    if running:
+        parts.append(f"{running} submitted task(s) keep running")
+    if doubtful:
+        parts.append(f"{doubtful} whose submit did not answer may be running")
+    return "; ".join(parts) if parts else "no submitted task is running"
 
 
 def _journal_backend(run_dir: Path) -> ExecutionBackend:

@@ -41,6 +41,8 @@ __all__ = [
     "cancel",
     "max_time_s",
     "parse_duration",
+    "parse_gres",
+    "partition_gres",
     "queue",
     "read_records",
     "remove_dir",
@@ -304,6 +306,44 @@ def max_time_s(
     if partition is None:
         return None  # no default partition: sbatch will say what is wrong
     raise UnsupportedCapabilityError(f"Slurm reports no partition {partition!r}")
+
+
+_GRES_NOTE = re.compile(r"\([^)]*\)")  # "(S:0-1)": the sockets a GRES is bound to
+
+
+def parse_gres(text: str) -> dict[tuple[str, str | None], int]:
+    """``gpu:a100:4(S:0-1),gpu:2`` -> {("gpu", "a100"): 4, ("gpu", None): 2}; ``(null)``: {}."""
+    found: dict[tuple[str, str | None], int] = {}
+    for item in _GRES_NOTE.sub("", text.strip()).split(","):
+        parts = item.strip().split(":")
+        if not parts[0] or parts[0] == "(null)":
+            continue
+        count = 1
+        if len(parts) > 1 and parts[-1].isdigit():
+            count = int(parts.pop())
+        kind = parts[1] if len(parts) > 1 else None
+        found[(parts[0], kind)] = max(found.get((parts[0], kind), 0), count)
+    return found
+
+
+def partition_gres(
+    node: LoginNode, partition: str | None, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
+) -> list[dict[tuple[str, str | None], int]]:
+    """The GRES of each group of the partition's nodes (the default partition without a
+    name), from one ``sinfo``; empty when the partition has no nodes."""
+    argv = ["sinfo", "--noheader", "--format=%P|%G"]
+    result = node.run(bounded(argv, timeout_s))
+    if not result.ok:
+        _raise_timeout("sinfo", result, timeout_s)
+        _raise_outage("sinfo", result)
+        raise BackendUnavailableError(f"sinfo failed: {result.stderr.strip()}")
+    groups = []
+    for line in result.stdout.splitlines():
+        name, _, gres = line.partition("|")
+        default = name.endswith("*")
+        if (partition is None and default) or name.rstrip("*") == partition:
+            groups.append(parse_gres(gres))
+    return groups
 
 
 def tail(node: LoginNode, paths: Sequence[str], lines: int) -> str:

@@ -311,7 +311,7 @@ class FakeLoginNode(LocalLoginNode):
         bounded = argv[0] == "timeout"
         if bounded:  # coreutils `timeout --kill-after=K SECONDS command...`
             argv = argv[3:]
-            if self.hung and argv[0] in ("squeue", "sacct", "scontrol", "scancel"):
+            if self.hung and argv[0] in ("squeue", "sacct", "scontrol", "scancel", "sinfo"):
                 return CommandResult(124, "", "")
         program = argv[0]
         if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_PROGRAM]:
@@ -323,6 +323,7 @@ class FakeLoginNode(LocalLoginNode):
             "sacct": self._sacct,
             "scancel": self._scancel,
             "scontrol": self._scontrol,
+            "sinfo": self._sinfo,
         }.get(program)
         if handler is not None:
             return handler(list(argv[1:]))
@@ -528,6 +529,22 @@ class FakeLoginNode(LocalLoginNode):
             default = "YES" if name == self.default_partition else "NO"
             lines.append(f"PartitionName={name} Default={default} MaxTime={shown} State=UP")
         return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
+
+    def _sinfo(self, args: list[str]) -> CommandResult:
+        """``sinfo --noheader --format=%P|%G``: the one node's GRES in every partition."""
+        down = self._down("sinfo")
+        if down is not None:
+            return down
+        if args != ["--noheader", "--format=%P|%G"]:
+            return CommandResult(1, "", f"sinfo: fake answers one format, not {args!r}\n")
+        gres = ",".join(
+            f"gpu:{kind}:{count}" if kind else f"gpu:{count}" for kind, count in self.gpus.items()
+        )
+        lines = [
+            f"{name}{'*' if name == self.default_partition else ''}|{gres or '(null)'}\n"
+            for name in self.partitions
+        ]
+        return CommandResult(0, "".join(lines), "")
 
     def forget(self, job_id: str | int) -> None:
         """Purge a job from the controller and the database (a lost job)."""
