@@ -72,3 +72,26 @@ def test_the_demo_runs_twice_executing_nothing_the_second_time(
                  cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "input demo/models/fold1.weights digest changed" in done.stdout
+
+
+@pytest.mark.docker
+def test_a_plan_cached_on_local_hits_in_process(docker_host: str, tmp_path: Path) -> None:
+    demo = tmp_path / "demo"
+    shutil.copytree(DEMO, demo, ignore=shutil.ignore_patterns("results"))
+    plan = demo / "plan.toml"
+    plan.write_text(plan.read_text() + '\n[cache]\ndir = "../store"\ntrust_tags = true\n')
+    first = altar("run", str(plan), "--run-dir", str(tmp_path / "local"), "--json", "--quiet",
+                  "--option", f"data_root={tmp_path / 'volume'}", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(demo / "results")
+    second = altar(
+        "run", str(plan), "--backend", "in-process", "--run-dir", str(tmp_path / "inproc"),
+        "--option", "runtime=altar.conformance.reference:run_command_locally",
+        "--json", "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    tasks = json.loads(second.stdout)["tasks"]
+    assert {t["status"] for t in tasks} == {"cached"}
+    assert sorted(p.name for p in (demo / "results").iterdir()) == [
+        "fold0.tsv", "fold1.tsv", "fold2.tsv", "summary.tsv",
+    ]  # fmt: skip

@@ -80,6 +80,8 @@ def test_a_tag_is_uncacheable_unless_trusted_and_a_resolved_digest_pins_it():
     assert image_identity("busybox:latest", trust_tags=True) == "tag:busybox:latest"
     resolved = "sha256:" + "c" * 64
     assert image_identity("busybox:latest", resolved) == resolved
+    # trusted, a tag keys alike whether or not a backend could resolve it (across backends)
+    assert image_identity("busybox:latest", resolved, trust_tags=True) == "tag:busybox:latest"
     assert image_identity(PINNED) == "sha256:" + "a" * 64  # the repo name is not the content
     with pytest.raises(ValueError, match="resolved image digest"):
         image_identity("busybox:latest", "latest")

@@ -168,8 +168,9 @@ class RunCache:
 
     async def _image(self, image: str) -> str:
         if image not in self._images:
-            # a pinned reference is its own digest: the backend is not asked
-            resolved = None if "@" in image else await self.backend.image_digest(image)
+            # a pinned reference is its own digest, a trusted tag its text: nothing to ask
+            asks = "@" not in image and not self.settings.trust_tags
+            resolved = await self.backend.image_digest(image) if asks else None
             self._images[image] = image_identity(
                 image, resolved, trust_tags=self.settings.trust_tags
             )

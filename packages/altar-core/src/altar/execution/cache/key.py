@@ -47,16 +47,20 @@ class TaskKey:
 
 
 def image_identity(image: str, resolved: str | None = None, *, trust_tags: bool = False) -> str:
-    """The ``image`` field: a pinned digest, else ``resolved``, else the tag if trusted."""
+    """The ``image`` field: a pinned digest, else the tag if trusted, else ``resolved``.
+
+    A trusted tag is keyed by its text even where a backend could resolve it, so the same plan
+    keys alike on every backend (one that resolves tags and one that cannot).
+    """
     _, at, pinned = image.rpartition("@")
     if at and is_sha256_digest(pinned):
         return pinned
+    if trust_tags:
+        return f"tag:{image}"
     if resolved is not None:
         if not is_sha256_digest(resolved):
             raise ValueError(f"a resolved image digest must be sha256:<64 hex>, got {resolved!r}")
         return resolved
-    if trust_tags:
-        return f"tag:{image}"
     raise UncacheableError(
         f"image {image!r} is a tag, which may point at other bytes tomorrow: pin it "
         "(repo@sha256:...) or set cache_trust_tags = true in the plan"
