@@ -17,14 +17,14 @@ once). Each row stands beside the issue's goal and, where the issue asks, a bare
 doing the same bookkeeping (a dict update and a JSON line appended per task) as the baseline.
 
     uv run python packages/altar-core/benchmarks/bench_scale.py [--quick | --full]
-        [--profile {run,status}] [--keep DIR]
+        [--profile {run,status,runs,check,report,parallel}]... [--profile-tasks N] [--keep DIR]
 
 ``--quick`` (the default): 1k and 10k plans, a 200 chain, 1k fan-in and ``max_parallel``
 rows, a kill at half of 5k: about a minute or two. ``--full``: the issue's sizes (100k flat,
 2,000 chain, 10k fan-in and ``max_parallel``, kill at half of 50k): about a quarter of an hour
-on 2 busy cores. ``--profile`` prints the top 10 functions (cProfile) of ``altar run`` or
-``altar status`` on the 10k plan. Always exits 0 unless a command fails outright or the
-resumed run executed a task twice or never.
+on 2 busy cores. ``--profile COMMAND`` prints instead the top 10 functions (cProfile) of that
+``altar`` command on a 10k plan (``parallel``: ``altar run --max-parallel 10``). Always exits
+0 unless a command fails outright or the resumed run executed a task twice or never.
 """
 
 from __future__ import annotations
@@ -313,8 +313,11 @@ def bare_status(n: int, work: Path) -> float:
     return elapsed
 
 
-async def in_process_overhead(n: int, work: Path) -> float:
-    """ms per task of ``run_plan`` on the instant backend with no poll pause, less the bare loop."""
+async def in_process_overhead(n: int, work: Path) -> tuple[float, float]:
+    """ms per task of ``run_plan`` on the instant backend with no poll pause, less the bare loop.
+
+    Best of three, as wall time and as this process's CPU time (steadier on a shared machine).
+    """
     from altar.execution.plan import plan_from_specs
     from altar.execution.runner import run_plan
 
@@ -322,9 +325,9 @@ async def in_process_overhead(n: int, work: Path) -> float:
         ContainerTaskSpec(kind="bench", image="busybox:latest", command=["true", str(i)])
         for i in range(n)
     ]
-    best = float("inf")
+    wall = cpu = float("inf")
     for rep in range(3):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = await run_plan(
             plan_from_specs(specs),
             InstantBackend(),
@@ -332,22 +335,32 @@ async def in_process_overhead(n: int, work: Path) -> float:
             poll_interval_s=0.0,
             max_poll_interval_s=0.0,
         )
-        best = min(best, time.perf_counter() - start)
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.process_time() - start_cpu)
         assert result.ok
-    bare = min(bare_loop(n, work) for _ in range(3))
-    return (best - bare) / n * 1000
+    bare_wall = bare_cpu = float("inf")
+    for _ in range(3):
+        start_cpu = time.process_time()
+        bare_wall = min(bare_wall, bare_loop(n, work))
+        bare_cpu = min(bare_cpu, time.process_time() - start_cpu)
+    return (wall - bare_wall) / n * 1000, (cpu - bare_cpu) / n * 1000
 
 
 # -- the table --------------------------------------------------------------------------------
 
 
 class Table:
-    """Rows of figure / measured / goal / bare loop / ratio / verdict, printed as they come."""
+    """Rows of figure / measured / CPU / goal / bare loop / ratio / verdict, printed as they come.
+
+    CPU is the process's user + system time: on a shared machine it is the steadier figure of
+    Altar's own cost, where wall time also counts waiting for the cores and the poll pauses.
+    """
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, ...]] = []
         print(
-            f"{'figure':<48}{'measured':>16}  {'goal (issue 24)':<24}{'bare loop':>12}{'ratio':>9}"
+            f"{'figure':<48}{'measured':>12}{'CPU':>10}  {'goal (issue 24)':<26}"
+            f"{'bare loop':>11}{'ratio':>8}"
         )
 
     def row(
@@ -358,12 +371,15 @@ class Table:
         met: bool | None = None,
         bare: str = "",
         ratio: float | None = None,
+        cpu: float | None = None,
     ) -> None:
         verdict = "" if met is None else ("met" if met else "MISSED")
         ratio_text = f"{ratio:.0f}x" if ratio is not None else ""
-        cells = (figure, measured, goal, bare, ratio_text, verdict)
+        cpu_text = secs(cpu) if cpu is not None else ""
+        cells = (figure, measured, cpu_text, goal, bare, ratio_text, verdict)
         self.rows.append(cells)
-        print(f"{figure:<48}{measured:>16}  {goal:<24}{bare:>12}{ratio_text:>9}  {verdict}")
+        line = f"{figure:<48}{measured:>12}{cpu_text:>10}  {goal:<26}{bare:>11}{ratio_text:>8}"
+        print(f"{line}  {verdict}".rstrip())
         sys.stdout.flush()
 
     def note(self, text: str) -> None:
@@ -423,7 +439,8 @@ def flat_runs(table: Table, sizes: Sizes, work: Path) -> Path:
         bare = bare_loop(n, here)
         ms = proc.wall_s / n * 1000
         label = f"{n // 1000}k tasks: altar run"
-        table.row(f"{label}: wall", secs(proc.wall_s), "", None, secs(bare), proc.wall_s / bare)
+        wall, ratio = secs(proc.wall_s), proc.wall_s / bare
+        table.row(f"{label}: wall", wall, "", None, secs(bare), ratio, proc.cpu_s)
         table.row(f"{label}: ms per task", f"{ms:.3f} ms", "", None, f"{bare / n * 1000:.4f} ms")
         table.row(f"{label}: CPU ms per task", f"{proc.cpu_s / n * 1000:.3f} ms")
         goal, met = judged(n, 100_000, "<= 200 MB RSS", proc.rss_bytes <= 200 * MB)
@@ -445,18 +462,18 @@ def inspect_largest(table: Table, sizes: Sizes, here: Path) -> None:
         proc = altar(["status", "runs/run", *flags], here)
         goal, met = judged(n, 100_000, "<= 2 s", proc.wall_s <= 2.0)
         what = f"{label}: altar status {' '.join(flags)}".rstrip()
-        table.row(what, secs(proc.wall_s), goal, met, secs(bare), proc.wall_s / bare)
+        table.row(what, secs(proc.wall_s), goal, met, secs(bare), proc.wall_s / bare, proc.cpu_s)
         table.row(f"{what}: peak RSS", f"{proc.rss_bytes / MB:.0f} MB")
     proc = altar(["runs", "runs"], here)
     goal, met = judged(n, 100_000, "<= 0.5 s", proc.wall_s <= 0.5)
-    table.row(f"{label}: altar runs (one such run)", secs(proc.wall_s), goal, met)
+    table.row(f"{label}: altar runs (one such run)", secs(proc.wall_s), goal, met, cpu=proc.cpu_s)
     proc = altar(["check", "plan.json"], here)
     goal, met = judged(n, 100_000, "<= 3 s", proc.wall_s <= 3.0)
-    table.row(f"{label}: altar check", secs(proc.wall_s), goal, met)
+    table.row(f"{label}: altar check", secs(proc.wall_s), goal, met, cpu=proc.cpu_s)
     report = here / "report.html"
     proc = altar(["report", "runs/run", "--output", str(report)], here)
     goal, met = judged(n, 100_000, "<= 5 MB HTML", report.stat().st_size <= 5 * MB)
-    table.row(f"{label}: altar report: wall", secs(proc.wall_s))
+    table.row(f"{label}: altar report: wall", secs(proc.wall_s), cpu=proc.cpu_s)
     table.row(
         f"{label}: altar report: HTML size", f"{report.stat().st_size / MB:.1f} MB", goal, met
     )
@@ -488,6 +505,7 @@ def chains(table: Table, sizes: Sizes, work: Path) -> None:
             per_link <= 0.010,
             f"{bare * 1000:.4f} ms",
             per_link / bare,
+            proc.cpu_s,
         )
         table.row(f"chain of {n:,}: CPU ms per link", f"{proc.cpu_s / n * 1000:.2f} ms")
 
@@ -506,6 +524,7 @@ def fan_in_run(table: Table, sizes: Sizes, work: Path) -> None:
         None,
         secs(bare),
         proc.wall_s / bare,
+        proc.cpu_s,
     )
     table.row(f"fan-in of {n:,}: peak RSS", f"{proc.rss_bytes / MB:.0f} MB")
 
@@ -526,6 +545,7 @@ def parallel_run(table: Table, sizes: Sizes, work: Path) -> None:
         met,
         f"{bare:.4f} ms",
         ms / bare,
+        proc.cpu_s,
     )
     cpu_ms = proc.cpu_s / n * 1000
     goal, met = judged(n, 10_000, "<= 1 ms per task (own)", cpu_ms <= 1.0)
@@ -594,21 +614,40 @@ def kill_and_resume(table: Table, sizes: Sizes, work: Path) -> bool:
     return once
 
 
-def print_profile(which: str, work: Path) -> None:
+PROFILED = ("run", "status", "runs", "check", "report", "parallel")
+
+
+def print_profile(commands: list[str], work: Path, tasks: int = 10_000) -> None:
+    """cProfile of each ``altar`` command on a ``tasks``-task plan: top 10 by own time."""
     import pstats
 
-    here = work / f"profile-{which}"
+    here = work / "profile"
     here.mkdir()
-    plan = write_plan(here / "plan.json", flat(10_000))
-    stats = here / "profile.out"
-    if which == "status":
-        altar(["run", str(plan), "--run-dir", "runs/run"], here)
-    argv = ["run", str(plan), "--run-dir", "runs/run"] if which == "run" else ["status", "runs/run"]
-    altar(argv, here, profile=stats)
-    print(f"\naltar {which} on 10k tasks, cProfile: top 10 by own time")
-    pstats.Stats(str(stats)).sort_stats("tottime").print_stats(10)
-    print(f"altar {which} on 10k tasks, cProfile: top 10 by cumulative time")
-    pstats.Stats(str(stats)).sort_stats("cumulative").print_stats(10)
+    write_plan(here / "plan.json", flat(tasks))
+    argvs = {
+        "run": ["run", "plan.json", "--run-dir", "runs/run"],
+        "status": ["status", "runs/run"],
+        "runs": ["runs", "runs"],
+        "check": ["check", "plan.json"],
+        "report": ["report", "runs/run", "--output", "report.html"],
+        "parallel": ["run", "plan.json", "--run-dir", "runs/mp10", "--max-parallel", "10"],
+    }
+    if "run" not in commands:
+        altar(argvs["run"], here)
+    for command in PROFILED:
+        if command not in commands:
+            continue
+        if command == "run":
+            shutil.rmtree(here / "runs", ignore_errors=True)
+        stats = here / f"{command}.prof"
+        proc = altar(argvs[command], here, profile=stats)
+        print(
+            f"\naltar {command} on {tasks:,} tasks under cProfile: {secs(proc.wall_s)} wall, "
+            f"{secs(proc.cpu_s)} CPU; top 10 by own time"
+        )
+        pstats.Stats(str(stats)).sort_stats("tottime").print_stats(10)
+        print(f"altar {command}: top 10 by cumulative time")
+        pstats.Stats(str(stats)).sort_stats("cumulative").print_stats(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -619,7 +658,16 @@ def main(argv: list[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="1k and 10k plans (the default)")
     size.add_argument("--full", action="store_true", help="the issue's sizes, up to 100k")
-    parser.add_argument("--profile", choices=["run", "status"], help="cProfile on 10k tasks")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILED,
+        action="append",
+        help="instead of the table: cProfile of this altar command (repeatable; parallel: "
+        "altar run --max-parallel 10)",
+    )
+    parser.add_argument(
+        "--profile-tasks", metavar="N", type=int, default=10_000, help="plan size for --profile"
+    )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp)")
     args = parser.parse_args(argv)
     sizes = FULL if args.full else QUICK
@@ -636,15 +684,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cores, load {load:.1f}, work in {work}"
         )
         if args.profile:
-            print_profile(args.profile, work)
+            print_profile(args.profile, work, args.profile_tasks)
             return 0
         table = Table()
-        overhead = asyncio.run(in_process_overhead(1000, work))
+        overhead, overhead_cpu = asyncio.run(in_process_overhead(1000, work))
         table.row(
             "1k tasks: runner overhead (in process, no pause)",
             f"{overhead:.3f} ms",
             "keep <= 0.3 ms per task",
             overhead <= 0.3,
+        )
+        table.row(
+            "1k tasks: runner overhead, CPU time",
+            f"{overhead_cpu:.3f} ms",
+            "keep <= 0.3 ms per task",
+            overhead_cpu <= 0.3,
         )
         largest = flat_runs(table, sizes, work)
         inspect_largest(table, sizes, largest)
