@@ -18,13 +18,16 @@ doing the same bookkeeping (a dict update and a JSON line appended per task) as 
 
     uv run python packages/altar-core/benchmarks/bench_scale.py [--quick | --full]
         [--profile {run,status,runs,check,report,parallel}]... [--profile-tasks N] [--keep DIR]
+        [--poll-interval S]
 
 ``--quick`` (the default): 1k and 10k plans, a 200 chain, 1k fan-in and ``max_parallel``
 rows, a kill at half of 5k: about a minute or two. ``--full``: the issue's sizes (100k flat,
 2,000 chain, 10k fan-in and ``max_parallel``, kill at half of 50k): about a quarter of an hour
 on 2 busy cores. ``--profile COMMAND`` prints instead the top 10 functions (cProfile) of that
 ``altar`` command on a 10k plan (``parallel``: ``altar run --max-parallel 10``). Always exits
-0 unless a command fails outright or the resumed run executed a task twice or never.
+0 unless a command fails outright or the resumed run executed a task twice or never. The backend
+keeps the contract's default ``poll_interval_s`` (0.2 s), which bounds the chain and
+``max_parallel`` rows' wall time; ``--poll-interval S`` sets another.
 """
 
 from __future__ import annotations
@@ -127,6 +130,9 @@ def altar_child(argv: list[str]) -> int:
     from altar.execution.registry import register
 
     register("instant", InstantBackend)
+    pause = os.environ.get("BENCH_POLL_INTERVAL")
+    if pause:
+        InstantBackend.poll_interval_s = float(pause)
     fsyncs = [0]
     if os.environ.get("BENCH_COUNT_FSYNC"):
         for name in ("fsync", "fdatasync"):
@@ -670,8 +676,16 @@ def main(argv: list[str] | None = None) -> int:
         "--profile-tasks", metavar="N", type=int, default=10_000, help="plan size for --profile"
     )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp)")
+    parser.add_argument(
+        "--poll-interval",
+        metavar="S",
+        type=float,
+        help=f"the instant backend's poll_interval_s (default {InstantBackend.poll_interval_s})",
+    )
     args = parser.parse_args(argv)
     sizes = FULL if args.full else QUICK
+    if args.poll_interval is not None:  # the measured processes read it
+        os.environ["BENCH_POLL_INTERVAL"] = str(args.poll_interval)
 
     if args.keep:
         work = Path(args.keep).resolve()
@@ -680,9 +694,10 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tempfile.mkdtemp(prefix="altar-bench-scale-"))
     try:
         load = os.getloadavg()[0]
+        pause = args.poll_interval if args.poll_interval is not None else 0.2
         print(
-            f"scale benchmark ({'full' if args.full else 'quick'}), instant backend, "
-            f"{os.cpu_count()} cores, load {load:.1f}, work in {work}"
+            f"scale benchmark ({'full' if args.full else 'quick'}), instant backend "
+            f"(poll_interval_s {pause:g}), {os.cpu_count()} cores, load {load:.1f}, work in {work}"
         )
         if args.profile:
             print_profile(args.profile, work, args.profile_tasks)
