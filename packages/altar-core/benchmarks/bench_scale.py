@@ -21,8 +21,8 @@ doing the same bookkeeping (a dict update and a JSON line appended per task) as 
         [--poll-interval S]
 
 ``--quick`` (the default): 1k and 10k plans, a 200 chain, 1k fan-in and ``max_parallel``
-rows, a kill at half of 5k: about a minute or two. ``--full``: the issue's sizes (100k flat,
-2,000 chain, 10k fan-in and ``max_parallel``, kill at half of 50k): about a quarter of an hour
+rows, a kill at half of 5k: about two minutes. ``--full``: the issue's sizes (100k flat,
+2,000 chain, 10k fan-in and ``max_parallel``, kill at half of 50k): 15 to 20 minutes
 on 2 busy cores. ``--profile COMMAND`` prints instead the top 10 functions (cProfile) of that
 ``altar`` command on a 10k plan (``parallel``: ``altar run --max-parallel 10``). Always exits
 0 unless a command fails outright or the resumed run executed a task twice or never. The backend
