@@ -18,7 +18,7 @@ doing the same bookkeeping (a dict update and a JSON line appended per task) as 
 
     uv run python packages/altar-core/benchmarks/bench_scale.py [--quick | --full]
         [--profile {run,status,runs,check,report,parallel}]... [--profile-tasks N] [--keep DIR]
-        [--poll-interval S]
+        [--poll-interval S] [--chain-budget S]
 
 ``--quick`` (the default): 1k and 10k plans, a 200 chain, 1k fan-in and ``max_parallel``
 rows, a kill at half of 5k: about two minutes. ``--full``: the issue's sizes (100k flat,
@@ -486,16 +486,16 @@ def inspect_largest(table: Table, sizes: Sizes, here: Path) -> None:
     table.row(f"{label}: altar report: peak RSS", f"{proc.rss_bytes / MB:.0f} MB")
 
 
-def chains(table: Table, sizes: Sizes, work: Path) -> None:
+def chains(table: Table, sizes: Sizes, work: Path, budget_s: float = CHAIN_BUDGET_S) -> None:
     lengths = [sizes.chain]
     if sizes.chain_long:
         lengths.append(sizes.chain_long)
     per_link = 0.0
     for n in lengths:
-        if n != sizes.chain and per_link * n > CHAIN_BUDGET_S:
+        if n != sizes.chain and per_link * n > budget_s:
             table.note(
                 f"chain of {n:,}: not run, {per_link * 1000:.0f} ms per link predicts "
-                f"{per_link * n:.0f} s (budget {CHAIN_BUDGET_S:.0f} s)"
+                f"{per_link * n:.0f} s (budget {budget_s:.0f} s: --chain-budget)"
             )
             continue
         here = work / f"chain-{n}"
@@ -677,6 +677,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temp)")
     parser.add_argument(
+        "--chain-budget",
+        metavar="S",
+        type=float,
+        default=CHAIN_BUDGET_S,
+        help=f"run the long chain if it would take at most S s (default {CHAIN_BUDGET_S:g})",
+    )
+    parser.add_argument(
         "--poll-interval",
         metavar="S",
         type=float,
@@ -718,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         largest = flat_runs(table, sizes, work)
         inspect_largest(table, sizes, largest)
-        chains(table, sizes, work)
+        chains(table, sizes, work, args.chain_budget)
         fan_in_run(table, sizes, work)
         parallel_run(table, sizes, work)
         once = kill_and_resume(table, sizes, work)
