@@ -10,6 +10,7 @@ declare fails here even though the shared development venv would hide it.
     nox -s "conformance(kubernetes)"       one backend through altar-conformance
     nox -s "integration(slurm)"            real-provider tests (starts scripts/services)
     nox -s docs bench demo released_core
+    nox -s bench -- scale --full           one benchmark, with its own arguments
 """
 
 from __future__ import annotations
@@ -192,16 +193,27 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=DEFAULT_PYTHON)
 def bench(session: nox.Session) -> None:
-    """Run every benchmark script; each prints its own table of medians, ratios and targets."""
+    """Run every benchmark script; each prints its own table of medians, ratios and targets.
+
+    ``nox -s bench -- scale --full`` runs one script (``bench_scale.py``, named with or without
+    its ``bench_`` prefix) and passes it the arguments after its name; other arguments go to
+    every script.
+    """
     _sync(session, "--all-packages", "--group", "dev")
     scripts = sorted(
         {*ROOT.glob("*/benchmarks/bench_*.py"), *ROOT.glob("*/*/benchmarks/bench_*.py")}
     )
     if not scripts:
         session.error("no benchmarks found (*/benchmarks/bench_*.py)")
+    args = list(session.posargs)
+    if args and not args[0].startswith("-"):
+        wanted = args.pop(0).removesuffix(".py").removeprefix("bench_")
+        scripts = [script for script in scripts if script.stem == f"bench_{wanted}"]
+        if not scripts:
+            session.error(f"no benchmark named bench_{wanted}.py")
     for script in scripts:
         session.log(f"benchmark: {script.relative_to(ROOT)}")
-        session.run("python", str(script), *session.posargs)
+        session.run("python", str(script), *args)
 
 
 @nox.session(python=DEFAULT_PYTHON)
