@@ -63,7 +63,9 @@ class RunEvent:
     task of an in-doubt submit: the run follows it), ``removed`` (a provider object of this run
     the journal does not own was cancelled and cleaned up), ``litter_removed`` (temporary files
     that killed processes of this run left), ``state`` (a task changed state), ``retry``,
-    ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
+    ``succeeded``, ``cached`` (served from the task cache), ``cache_miss`` (a stored entry
+    was dropped, or could not be served), ``cache_wait`` (another run computes the task),
+    ``cache_store_failed``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
     ``backend_unavailable``, ``held`` (a provider limit holds submits back), ``paused`` (the
     provider ended many attempts at once: submits wait for it), ``hold_lifted``,
     ``cleanup_failed``, ``stopping`` (the run is ending early and waits
