@@ -122,6 +122,9 @@ class FakeDockerRuntime:
         self.streams: list[FakeEventStream] = []
         # Operations ("create", "start") whose next answer is lost after the engine did them.
         self.lose_answers: set[str] = set()
+        # Set by restart_engine (None: no start reported, as from a TCP engine).
+        self.restarted_at: float | None = None
+        self.live_restore = False  # True: restarts keep containers running, none reported
         self._lock = threading.RLock()
 
     # -- engine behaviour ---------------------------------------------------------------------
@@ -430,6 +433,10 @@ class FakeDockerRuntime:
             self._request("info")
             return self.cpus
 
+    def engine_restarted_at(self) -> float | None:
+        with self._lock:  # the kernel's answer, and live-restore read once: no request counted
+            return None if self.live_restore else self.restarted_at
+
     # -- scripting (not engine requests) -----------------------------------------------------
 
     def finish(self, container_id: str, exit_code: int, *, oom: bool = False) -> None:
@@ -464,6 +471,23 @@ class FakeDockerRuntime:
                         stream.push(ContainerEvent(container.id, "start", container.started_at))
         for stream in list(self.streams):
             stream.drain()  # outside the lock: the reader may be waiting on it
+
+    def restart_engine(self, *, lose: Sequence[str] = ()) -> None:
+        """dockerd dies and starts again, without live-restore (as seen on Docker 20.10):
+        streams end, the events window is lost, every running container is stopped at the
+        start (exit 137 after the stop timeout, no OOM flag); ``lose``: containers gone."""
+        with self._lock:
+            self.break_event_streams()
+            self.events.clear()
+            started = [c.started_at for c in self.containers.values() if c.started_at]
+            self.restarted_at = max([self.now(), *(t + 1e-3 for t in started)])
+            for container_id in lose:
+                self.containers.pop(self._get(container_id).id, None)
+            for container in self.containers.values():
+                if container.state in ("running", "paused") and not self.live_restore:
+                    container.state, container.exit_code = "exited", 137
+                    container.finished_at = at = self.restarted_at
+                    self._event(container, ContainerEvent(container.id, "die", at, 137))
 
     def write_log(self, container_id: str, lines: list[str], *, stream: str = "stdout") -> None:
         """The container writes ``lines`` to ``stream`` (``stdout`` or ``stderr``)."""

@@ -236,6 +236,15 @@ class DockerRuntime(Protocol):
         """How many CPUs the engine offers a container (its info's ``NCPU``)."""
         ...
 
+    def engine_restarted_at(self) -> float | None:
+        """When the running engine started (epoch seconds), if starting it ended every
+        container that ran before it (Docker without live-restore); None when that cannot be
+        told or when its restarts leave containers running (live-restore, Podman).
+
+        Optional: the backend reads a runtime without it as one whose restarts are unknown.
+        """
+        ...
+
 
 def timeout_from_labels(labels: dict[str, str]) -> int | None:
     """The limit a container carries, or None (no label, or not a positive integer)."""
