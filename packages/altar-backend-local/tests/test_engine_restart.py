@@ -145,3 +145,29 @@ async def test_a_runtime_without_engine_restarted_at_still_polls(tmp_path: objec
     status = await _poll(backend, handle)
     assert status.failure is not None
     assert status.failure.reason == "exit_143"
+
+
+@pytest.mark.asyncio
+async def test_a_container_left_running_but_never_started_by_the_restart_is_engine_lost(
+    tmp_path: object,
+) -> None:
+    """Seen on Docker 20.10 (engine-kill crash test): dockerd killed while starting a container
+    lists it ``running`` after its restart, ``StartedAt`` unset, its pid long gone, forever."""
+    engine = FakeDockerRuntime()
+    first = _backend(tmp_path, engine)
+    stuck = await first.submit(SPEC)
+    healthy = await first.submit(SPEC)
+    engine.restart_engine(stuck=[stuck.external_id])
+    engine.release_start()  # nothing held; a container started after the restart is fine
+    started_after = await first.submit(SPEC)
+    fresh = _backend(tmp_path, engine)  # no event of its start was ever seen
+    status = await _poll(fresh, stuck)
+    assert status.state is TaskState.FAILED
+    assert status.failure is not None
+    assert status.failure.provider_ending == "engine_lost"
+    assert "never started" in (status.failure.detail or "")
+    assert (await _poll(fresh, started_after)).state is TaskState.RUNNING
+    assert (await _poll(fresh, healthy)).failure is not None  # stopped by the restart
+    engine.requests.clear()
+    await fresh.poll([started_after])  # its start is known now: no inspect again
+    assert engine.requests["inspect"] == 0

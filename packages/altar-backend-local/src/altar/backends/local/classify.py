@@ -19,6 +19,7 @@ __all__ = [
     "engine_lost_failure",
     "gone_after_engine_restart",
     "live_state",
+    "lost_start_failure",
     "start_unknown_failure",
     "terminal_failure",
     "timeout_failure",
@@ -211,6 +212,23 @@ def gone_after_engine_restart(
         "container_missing",
         f"engine_lost: container {container_id} existed at {_clock(seen_at)} and is gone after "
         f"the Docker engine restarted at {_clock(restarted_at)}",
+        deterministic=False,
+        provider_ending="engine_lost",
+    )
+
+
+def lost_start_failure(container_id: str, restarted_at: float) -> TaskFailure:
+    """A container the engine reports running although it never started, with no process.
+
+    Seen when ``dockerd`` was killed while starting a container: the restarted engine lists
+    it ``running`` with no ``StartedAt`` and the pid of a process that ended long ago; it
+    never reports its end. Whether the task ran, and how it ended, is lost with the engine.
+    """
+    return TaskFailure(
+        "job_failed",
+        f"engine_lost: the Docker engine restarted at {_clock(restarted_at)} while it started "
+        f"container {container_id}; it reports the container running but never started, with "
+        "no process left, and will never report its end: its outcome is lost",
         deterministic=False,
         provider_ending="engine_lost",
     )

@@ -472,21 +472,22 @@ class FakeDockerRuntime:
         for stream in list(self.streams):
             stream.drain()  # outside the lock: the reader may be waiting on it
 
-    def restart_engine(self, *, lose: Sequence[str] = ()) -> None:
-        """dockerd dies and starts again, without live-restore (as seen on Docker 20.10):
-        streams end, the events window is lost, every running container is stopped at the
-        start (exit 137 after the stop timeout, no OOM flag); ``lose``: containers gone."""
+    def restart_engine(self, *, lose: Sequence[str] = (), stuck: Sequence[str] = ()) -> None:
+        """dockerd dies and starts again without live-restore (as Docker 20.10 was seen to):
+        streams and the events window are lost; each running container is stopped (137 after
+        the stop timeout, no OOM flag); ``lose``: gone; ``stuck``: left running, never started."""
         with self._lock:
             self.break_event_streams()
             self.events.clear()
             started = [c.started_at for c in self.containers.values() if c.started_at]
-            self.restarted_at = max([self.now(), *(t + 1e-3 for t in started)])
-            for container_id in lose:
-                self.containers.pop(self._get(container_id).id, None)
+            self.restarted_at = at = max([self.now(), *(t + 1e-3 for t in started)])
+            for container in [self._get(i) for i in lose]:
+                del self.containers[container.id]
             for container in self.containers.values():
-                if container.state in ("running", "paused") and not self.live_restore:
-                    container.state, container.exit_code = "exited", 137
-                    container.finished_at = at = self.restarted_at
+                if container.id in stuck or container.name in stuck:
+                    container.started_at = None  # running, with a process that is gone
+                elif container.state in ("running", "paused") and not self.live_restore:
+                    container.state, container.exit_code, container.finished_at = "exited", 137, at
                     self._event(container, ContainerEvent(container.id, "die", at, 137))
 
     def write_log(self, container_id: str, lines: list[str], *, stream: str = "stdout") -> None:

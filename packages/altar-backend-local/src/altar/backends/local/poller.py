@@ -32,10 +32,12 @@ from altar.backends.local.classify import (
     engine_lost_failure,
     gone_after_engine_restart,
     live_state,
+    lost_start_failure,
     terminal_failure,
     timeout_failure,
 )
 from altar.backends.local.events import EventFollower
+from altar.backends.local.restarts import process_runs
 from altar.backends.local.runtime import (
     ContainerDetail,
     ContainerEvent,
@@ -218,6 +220,13 @@ class Poller:
                 )
                 self._remember_as(key, summary.id, observation)
                 return observation
+            restarted = self._lost_while_starting(summary, restart)
+            if restarted is not None:
+                observation = Observation(
+                    TaskState.FAILED, lost_start_failure(summary.id, restarted)
+                )
+                self._remember_as(key, summary.id, observation)
+                return observation
             return Observation(state, started_at=self._known_start(summary.id))
         outcome = outcomes.get(summary.id)
         if outcome is None:
@@ -244,6 +253,25 @@ class Poller:
         )
         self._remember_as(key, summary.id, observation)
         return observation
+
+    def _lost_while_starting(self, summary: ContainerSummary, restart: _Once) -> float | None:
+        """The engine's start, if it left ``summary`` running without ever starting it.
+
+        Only a running container whose start nobody saw (no event, no earlier inspect),
+        created before the engine's last start, costs an inspect, once: one that started
+        is remembered so.
+        """
+        if summary.state != "running" or self._known_start(summary.id) is not None:
+            return None
+        restarted = restart()
+        if restarted is None or summary.created > restarted:
+            return None
+        detail = self._inspect_noting_start(summary.id)
+        if detail is None or detail.state != "running" or detail.started_at is not None:
+            return None
+        if detail.pid is not None and process_runs(detail.pid):
+            return None  # its process runs after all: the engine will see it end
+        return restarted
 
     def _engine_ending(
         self, container_id: str, outcome: Outcome, restart: _Once

@@ -20,7 +20,7 @@ import struct
 import time
 from pathlib import Path
 
-__all__ = ["ENGINE_PROCESS", "engine_pid", "process_started_at", "socket_path"]
+__all__ = ["ENGINE_PROCESS", "engine_pid", "process_runs", "process_started_at", "socket_path"]
 
 #: The only process whose start is taken for the engine's (a proxy's start says nothing).
 ENGINE_PROCESS = "dockerd"
@@ -70,3 +70,12 @@ def process_started_at(pid: int) -> float | None:
     except (OSError, ValueError, IndexError, AttributeError):
         return None
     return time.time() - (boottime - since_boot)
+
+
+def process_runs(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host and has not finished (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -113,6 +113,7 @@ class ContainerDetail:
     finished_at: float | None  # engine epoch seconds; None while it never finished
     started_at: float | None = None  # engine epoch seconds; None while it never started
     labels: dict[str, str] = field(default_factory=dict)
+    pid: int | None = None  # its main process as the engine knows it; None when not running
 
 
 @dataclass(frozen=True)

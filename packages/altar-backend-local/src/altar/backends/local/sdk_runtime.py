@@ -334,6 +334,7 @@ class DockerSdkRuntime:
             finished_at=_parse_time(state.get("FinishedAt")),
             started_at=_parse_time(state.get("StartedAt")),
             labels=dict((data.get("Config") or {}).get("Labels") or {}),
+            pid=int(state.get("Pid") or 0) or None,
         )
 
     def exit_events(
