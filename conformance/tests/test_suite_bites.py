@@ -110,6 +110,7 @@ CASES = {
                 "test_a_restarted_process_can_cancel_a_task",
                 "test_a_resubmitted_key_adopts_the_task_after_a_restart",
                 "test_list_submissions_finds_every_task_of_the_run",
+                "test_a_provider_ending_reads_the_same_after_a_restart",
             }
         ),
     ),

@@ -40,6 +40,7 @@ class Counts:
     rerun_status: int | None = None
     engine_kills: int = 0
     succeeded: int = 0  # tasks the journal ends with as succeeded
+    first_status: int | None = None  # the exit status of the first run, before any resume
     #: task -> failed attempts charged to its retries (no provider_ending), submit refusals out
     charged: dict[str, int] = field(default_factory=dict)
     #: failed attempts by reason (``reason/provider_ending`` when the provider ended them)
@@ -80,6 +81,7 @@ class Counts:
         lines.append(
             f"  {self.succeeded} of {self.tasks} tasks succeeded; failed attempts: "
             f"{reasons or 'none'}; retries charged: {sum(self.charged.values())}"
+            + ("" if self.first_status is None else f"; first run's status {self.first_status}")
         )
         problems = {
             "doubles": self.doubles,

@@ -358,6 +358,7 @@ def run_engine_scenario(
     driver.drive.rerun_status = driver.finish()
     after = read_ledger(setup.plan.ledger, setup.plan.marker).total
     counts = count(setup, driver.drive, after - before, excuse_retries=True)
+    counts.first_status = status
     counts.engine_kills = engine.kills
     counts.notes.extend(notes)
     log(counts.format())

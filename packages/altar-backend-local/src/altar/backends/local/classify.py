@@ -155,7 +155,8 @@ def start_unknown_failure(container_id: str) -> TaskFailure:
     """A container the engine may have run and then forgot (see :mod:`.launch`)."""
     return TaskFailure(
         "job_failed",
-        f"container {container_id} may have run: the Docker engine restarted while starting "
+        f"engine_lost: container {container_id} may have run: the Docker engine restarted "
+        "while starting "
         "it and restored it as never started, so its outcome is lost; it is not started twice",
         deterministic=False,
         provider_ending="engine_lost",
