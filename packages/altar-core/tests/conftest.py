@@ -22,11 +22,13 @@ from pathlib import Path
 
 import pytest
 from altar.execution import (
+    PROVIDER_ENDINGS,
     BackendUnavailableError,
     Capacity,
     ContainerTaskSpec,
     ExecutionBackend,
     PathResolver,
+    ProviderLimitError,
     TaskFailure,
     TaskHandle,
     TaskLogs,
@@ -98,6 +100,7 @@ class FakeProvider:
     stage_reports_size: bool = True
     stage_error: str | None = None  # raised once every input was "copied"
     adoptions: list[str] = field(default_factory=list)  # ids a keyed submit returned again
+    limit_refusals: int = 0  # submits refused with ProviderLimitError ("limit" outcomes)
     list_calls: list[str] = field(default_factory=list)
 
     def live(self) -> list[FakeTask]:
@@ -157,6 +160,10 @@ class FakeBackend(ExecutionBackend):
             raise BackendUnavailableError("fake provider is down")
         if outcome == "reject":
             raise UnsupportedCapabilityError(f"fake cannot run a {spec.resources.gpu} GPU")
+        if outcome == "limit":  # like a namespace quota or a per-user submit limit
+            p.submits[key] = attempt + 1
+            p.limit_refusals += 1
+            raise ProviderLimitError("fake quota exceeded: 0 of 4 left", limit="fake quota")
         if outcome == "submit_error":
             p.submits[key] = attempt + 1
             raise RuntimeError("fake submit exploded")
@@ -212,6 +219,10 @@ class FakeBackend(ExecutionBackend):
             return TaskFailure(task.outcome, f"exited with {code}", True, code)
         if task.outcome == "oom":
             return TaskFailure("oom_killed", "killed for memory", False, 137)
+        if task.outcome in PROVIDER_ENDINGS:  # as a scheduler reports it: no exit status
+            return TaskFailure(
+                "job_failed", f"{task.outcome} by the fake", provider_ending=task.outcome
+            )
         return TaskFailure(task.outcome, f"{task.outcome} happened", False)
 
     def _write_outputs(self, task: FakeTask) -> None:

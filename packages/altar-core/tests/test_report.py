@@ -173,7 +173,9 @@ def test_the_event_log_never_stops_a_run_and_skips_torn_lines(tmp_path):
     gone = EventRecorder(tmp_path / "missing-dir", seen.append, clock=lambda: T0)
     gone(RunEvent("submitted", "a submitted", task_id="a", attempt=1))
     assert [e.kind for e in seen] == ["submitted"]  # forwarded although the write failed
-    recorder = EventRecorder(tmp_path, clock=iter([T0, T0 + 0.1, T0 + 1.0, T0 + 2.0]).__next__)
+    # the first clock reading is the process line's, written before the first event
+    clock = iter([T0, T0, T0 + 0.1, T0 + 1.0, T0 + 2.0]).__next__
+    recorder = EventRecorder(tmp_path, clock=clock)
     for done in (1, 2, 3):  # throttled: the second comes 0.1 s after the first
         recorder(RunEvent("staging_progress", "", bytes_done=done, bytes_total=3))
     recorder(RunEvent("state", "a running", task_id="a"))  # in the journal already: not kept
@@ -182,11 +184,12 @@ def test_the_event_log_never_stops_a_run_and_skips_torn_lines(tmp_path):
         log.write('{"at": 1, "kind": "sta')  # torn by a crash
     events = read_events(tmp_path)
     assert [(e.kind, e.bytes_done) for e in events] == [
+        ("process", None),
         ("staging_progress", 1),
         ("staging_progress", 3),
         ("retry", None),
     ]
-    assert events[2].message == "a attempt 1 failed (oom_killed); retrying"
+    assert events[3].message == "a attempt 1 failed (oom_killed); retrying"
 
 
 def test_report_output_to_a_directory_or_unwritable_path_is_one_line(

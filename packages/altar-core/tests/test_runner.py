@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 from altar.execution import ResourceRequest, Transfer, runner
+from altar.execution.budget import RetryBudget
 from altar.execution.clock import Clock
 from altar.execution.journal import Journal, open_journal
 from altar.execution.labels import submission_key
@@ -183,7 +184,7 @@ async def test_every_event_counts_the_task_states_of_that_moment(
         backend,
         journal,
         max_parallel=None,
-        max_retries=2,
+        budget=RetryBudget(2),
         poll_interval_s=0.0,
         max_poll_interval_s=0.0,
         on_event=on_event,

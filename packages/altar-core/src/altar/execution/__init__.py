@@ -10,7 +10,6 @@ from altar.execution.backend import EXECUTION_BACKEND_GROUP, DigestVerification,
 from altar.execution.digest import (
     VERIFICATION_RECORD_FORMAT,
     VERIFICATION_RECORD_SUFFIX,
-    copy_and_verify,
     has_verification_record,
     sha256_file,
     verify_file_digest,
@@ -18,6 +17,7 @@ from altar.execution.digest import (
     verify_files_script,
     verify_transfer_digest,
 )
+from altar.execution.digest_copy import copy_and_verify
 from altar.execution.errors import (
     AltarError,
     BackendCallError,

@@ -143,6 +143,15 @@ class ExecutionBackend(ABC):
         """
         return None
 
+    async def image_digest(self, image: str) -> str | None:
+        """The content digest (``sha256:...``) ``image`` would run as, or None if unknown.
+
+        The task cache keys a task by it, so a tag that moves to other bytes misses. Only a
+        digest the provider really uses belongs here (a local engine's image id); None (the
+        default) leaves a tag uncacheable unless the plan trusts tags.
+        """
+        return None
+
     async def await_completion(
         self,
         handles: list[TaskHandle],

@@ -1,15 +1,19 @@
 """Cancelling a run's tasks and releasing what finished tasks hold: plain functions.
 
-Both the tick loop (a cancel request, an early end) and :func:`altar.execution.runner.cancel_run`
-(a run no process drives) call these over a :class:`~altar.execution.ledger.Ledger`.
+Both the tick loop (a cancel request, an early end) and :func:`cancel_run` (a run no process
+drives, or a request to the process that does) call these over a
+:class:`~altar.execution.ledger.Ledger`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from pathlib import Path
 
 from altar.execution.backend import ExecutionBackend
+from altar.execution.errors import CancelIncompleteError, JournalError
 from altar.execution.gather import gather_bounded
 from altar.execution.journal import (
     CANCELLED,
@@ -18,13 +22,27 @@ from altar.execution.journal import (
     PENDING,
     RUNNING,
     SUBMITTING,
+    Journal,
     TaskRecord,
+    lock_is_held,
+    run_lock,
 )
 from altar.execution.ledger import Ledger
+from altar.execution.reconciling import reconcile
 from altar.execution.results import one_line
 from altar.execution.types import TaskFailure
 
-__all__ = ["CANCELS_AT_ONCE", "cancel_all", "cancel_one", "cleanup_finished"]
+__all__ = [
+    "CANCELS_AT_ONCE",
+    "CANCEL_REQUEST",
+    "cancel_all",
+    "cancel_one",
+    "cancel_run",
+    "cleanup_finished",
+]
+
+#: The file `altar cancel` leaves in a run directory to ask the process driving it to cancel.
+CANCEL_REQUEST = "cancel-requested"
 
 CANCELS_AT_ONCE = 32  # a provider round trip each; a bound keeps a big run polite
 
@@ -112,3 +130,38 @@ async def cleanup_finished(ledger: Ledger, backend: ExecutionBackend) -> None:
             return
     for record in ledger.records.values():
         record.cleaned = record.final  # one still running (its cancel failed): a later run
+
+
+async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:
+    """Cancel a run: directly if no process drives it, else ask the driving process to.
+
+    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case, which
+    raises :class:`CancelIncompleteError` if some tasks could not be cancelled (call it again
+    to retry them).
+    """
+    run_dir = Path(run_dir)
+    journal = Journal.load(run_dir)
+    if lock_is_held(run_dir):
+        (run_dir / CANCEL_REQUEST).write_text("cancel\n")
+        return "requested"
+    if backend is None:
+        raise ValueError("cancelling a run that no process drives needs its backend")
+    with run_lock(run_dir):
+        journal = Journal.load(run_dir)
+        ledger = Ledger(journal)
+        try:
+            failed = await cancel_all(ledger, backend, "cancelled by `altar cancel`")
+        finally:  # stopped midway (Ctrl-C): keep the cancels that were made
+            with contextlib.suppress(JournalError):
+                ledger.flush()
+        await cleanup_finished(ledger, backend)
+        await reconcile(ledger, backend, journal.run_id)
+        journal.finished = not failed
+        journal.save()
+    if failed:
+        raise CancelIncompleteError(
+            f"could not cancel {len(failed)} task(s) of {run_dir}: {', '.join(failed)}; they "
+            "may still be running (see `altar status`); cancel again to retry them",
+            failed,
+        )
+    return "cancelled"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -21,13 +22,14 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from altar.execution import cli_logs, cli_report, cli_runs, cli_status
+from altar.execution import cli_cache, cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
 from altar.execution.backend import ExecutionBackend
+from altar.execution.cache.settings import CacheSettings
 from altar.execution.checking import check_plan
 from altar.execution.cli_check import cmd_check, print_check, print_error_json
 from altar.execution.cli_resume import option_text, resume_command
-from altar.execution.compare import compare_backends
+from altar.execution.compare import ComparisonReport, compare_backends, compare_runs
 from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
@@ -136,7 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-parallel", metavar="N", type=_positive, help="tasks in flight at most")
     p.add_argument("--max-retries", metavar="N", type=_non_negative, help="retries per task")
+    p.add_argument(
+        "--max-provider-retries",
+        metavar="N",
+        type=_non_negative,
+        help="retries per task after the provider ended an attempt (preempted, node lost, ...)",
+    )
     p.add_argument("--run-dir", metavar="DIR", help="run directory (default: a new one)")
+    cached = p.add_mutually_exclusive_group()
+    cached.add_argument(
+        "--cache", metavar="DIR", help="use the task cache store in DIR (even without [cache])"
+    )
+    cached.add_argument("--no-cache", action="store_true", help="never use the task cache")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
         "--dry-run",
@@ -177,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("report", help="write a run's self-contained HTML report")
     cli_report.add_arguments(p)
 
+    p = commands.add_parser("cache", help="list, verify or prune the task cache")
+    cli_cache.add_arguments(p)
+
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -199,10 +215,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("verify-script", help="print the POSIX sh digest verifier")
     p.add_argument("--no-trust-records", action="store_true", help="the script hashes every file")
 
-    p = commands.add_parser("compare", help="run a plan on two backends and diff the results")
-    p.add_argument("plan", metavar="PLAN")
-    p.add_argument("--backend", metavar="TYPE", required=True, help="backend under test")
-    p.add_argument("--reference", metavar="TYPE", required=True, help="reference backend")
+    p = commands.add_parser(
+        "compare", help="run a plan on two backends, or read two runs, and diff the results"
+    )
+    p.add_argument(
+        "targets",
+        metavar="PLAN | RUN_DIR RUN_DIR",
+        nargs="+",
+        help="a plan to run on --backend and --reference, or two run directories to compare",
+    )
+    p.add_argument("--backend", metavar="TYPE", help="backend under test (with a PLAN)")
+    p.add_argument("--reference", metavar="TYPE", help="reference backend (with a PLAN)")
     p.add_argument("--option", metavar="KEY=VALUE", type=_option, action="append", default=[])
     p.add_argument(
         "--reference-option", metavar="KEY=VALUE", type=_option, action="append", default=[]
@@ -367,6 +390,8 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             run_dir=run_dir,
             max_parallel=args.max_parallel,
             max_retries=args.max_retries,
+            max_provider_retries=args.max_provider_retries,
+            cache=_cache_choice(args, plan),
             on_event=show,
             backend_options=options,
             max_poll_interval_s=MAX_POLL_INTERVAL_S,
@@ -452,6 +477,16 @@ def _earlier_s(run_dir: Path) -> float:
     return max(0.0, max(stamps) - journal.created_at) if journal.created_at else 0.0
 
 
+def _cache_choice(args: argparse.Namespace, plan: Plan) -> CacheSettings | bool:
+    """``--no-cache``: none; ``--cache DIR``: that store, keyed as the plan says; else the plan."""
+    if args.no_cache:
+        return False
+    if args.cache:
+        settings = plan.cache or CacheSettings()
+        return dataclasses.replace(settings, store_dir=Path(args.cache).expanduser())
+    return True
+
+
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
     """The command that resumes this run: every flag a resume must repeat."""
     extra: list[str] = []
@@ -459,6 +494,12 @@ def _resume(args: argparse.Namespace, run_dir: Path) -> str:
         extra += ["--max-parallel", str(args.max_parallel)]
     if args.max_retries is not None:
         extra += ["--max-retries", str(args.max_retries)]
+    if args.max_provider_retries is not None:
+        extra += ["--max-provider-retries", str(args.max_provider_retries)]
+    if args.cache:
+        extra += ["--cache", str(args.cache)]
+    if args.no_cache:
+        extra += ["--no-cache"]
     return resume_command(
         str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
     )
@@ -529,7 +570,59 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     return status
 
 
+def _compare_output(report: ComparisonReport, as_json: bool, out: TextIO) -> int:
+    if as_json:
+        _print_json(report.to_dict(), out)
+    else:
+        out.write(terminal_safe(report.format()) + "\n")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+async def _cmd_compare_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``altar compare RUN_DIR RUN_DIR``: two runs' journals and outputs; nothing runs."""
+    flags = (
+        ("--backend", args.backend),
+        ("--reference", args.reference),
+        ("--option", args.option),
+        ("--reference-option", args.reference_option),
+        ("--workdir", args.workdir),
+    )
+    given = [flag for flag, value in flags if value]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not used when comparing two run directories (they are for "
+            "altar compare PLAN --backend TYPE --reference TYPE)"
+        )
+    backends: list[ExecutionBackend | None] = []
+    for run_dir in args.targets:
+        if not Journal.exists(Path(run_dir)):
+            raise UsageError(
+                f"{run_dir} is not a run directory (no journal); altar compare takes two run "
+                "directories, or one plan with --backend and --reference"
+            )
+        try:  # only to ask for a failed task's log tail the journal did not keep
+            backends.append(_journal_backend(Path(run_dir)))
+        except (AltarError, BackendUnavailableError):
+            backends.append(None)
+    report = await compare_runs(args.targets[0], args.targets[1], backends=backends)
+    return _compare_output(report, args.json, out)
+
+
 async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if len(args.targets) == 2:
+        return await _cmd_compare_runs(args, out, err)
+    if len(args.targets) > 2:
+        raise UsageError(
+            "altar compare takes one plan (with --backend and --reference) or two run directories"
+        )
+    flags = (("--backend", args.backend), ("--reference", args.reference))
+    missing = [flag for flag, value in flags if not value]
+    if missing:
+        raise UsageError(
+            f"the following arguments are required to compare a plan on two backends: "
+            f"{', '.join(missing)} (or give two run directories to compare existing runs)"
+        )
+    args.plan = args.targets[0]
     plan = load_plan(args.plan)
     backend, _ = _backend_for(plan, args.backend, args.option)
     reference, _ = _backend_for(plan, args.reference, args.reference_option)
@@ -552,22 +645,7 @@ async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         on_event=on_event,
         max_poll_interval_s=MAX_POLL_INTERVAL_S,
     )
-    if args.json:
-        _print_json(
-            {
-                "backend": report.backend,
-                "reference": report.reference,
-                "ok": report.ok,
-                "differences": [
-                    {"task_id": d.task_id, "aspect": d.aspect, "detail": d.detail}
-                    for d in report.differences
-                ],
-            },
-            out,
-        )
-    else:
-        out.write(report.format() + "\n")
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return _compare_output(report, args.json, out)
 
 
 # -- entry point ------------------------------------------------------------------------
@@ -587,6 +665,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_runs.cmd_runs(args, out)
         if args.command == "report":
             return cli_report.cmd_report(args, out)
+        if args.command == "cache":
+            return cli_cache.cmd_cache(args, out)
         if args.command == "verify-script":
             out.write(verify_files_script(trust_records=not args.no_trust_records))
             return EXIT_OK

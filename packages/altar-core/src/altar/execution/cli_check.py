@@ -16,7 +16,7 @@ from altar.execution.errors import AltarError
 from altar.execution.plan import Plan, load_plan
 from altar.execution.progress import terminal_safe
 
-__all__ = ["cmd_check", "error_problems", "print_check", "print_error_json"]
+__all__ = ["cmd_check", "error_problems", "plan_lines", "print_check", "print_error_json"]
 
 BackendFor = Callable[
     [Plan, str | None, Sequence[tuple[str, Any]]], tuple[ExecutionBackend, dict[str, Any]]
@@ -45,16 +45,31 @@ def error_problems(error: AltarError) -> list[str]:
 def print_error_json(error: AltarError, backend: str | None, out: TextIO) -> int:
     """``check --json`` on a plan or backend error: the report, with the problems; exit 2."""
     report = CheckReport(tasks=0, backend=backend or "", problems=error_problems(error))
-    out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    data = report.to_dict()
+    data.update(sweeps=[], outputs_dir=None)  # the same keys as a report of a plan read
+    out.write(json.dumps(data, indent=2) + "\n")
     return 2
 
 
 def print_check(report: CheckReport, plan: Plan, as_json: bool, out: TextIO, err: TextIO) -> int:
     if as_json:
-        out.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        data = report.to_dict()
+        data["sweeps"] = [sweep.to_dict() for sweep in plan.sweeps]
+        data["outputs_dir"] = plan.outputs_dir
+        out.write(json.dumps(data, indent=2) + "\n")
     else:
         for problem in report.problems:
             err.write(f"altar: error: {terminal_safe(problem)}\n")
         if report.ok:
             out.write(terminal_safe(format_check(report, plan.source)) + "\n")
+            for line in plan_lines(plan):
+                out.write(terminal_safe(line) + "\n")
     return 0 if report.ok else 2
+
+
+def plan_lines(plan: Plan) -> list[str]:
+    """What the plan expands to: a line per sweep, and where its outputs go if it says."""
+    lines = [f"sweep {sweep.describe()}" for sweep in plan.sweeps]
+    if plan.outputs_dir is not None:
+        lines.append(f"outputs: relative output uris go below outputs_dir = {plan.outputs_dir!r}")
+    return lines

@@ -22,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="where to write the page (default: RUN_DIR/report.html)",
     )
-    p.add_argument("--json", action="store_true", help="print {path, bytes, tasks, counts}")
+    p.add_argument(
+        "--json", action="store_true", help="print {path, bytes, tasks, counts, interruptions}"
+    )
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
@@ -48,6 +50,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             "bytes": size,
             "tasks": len(report.tasks),
             "counts": dict(report.counts),
+            "interruptions": len(report.interruptions),
         }
         out.write(json.dumps(data, indent=2) + "\n")
     else:

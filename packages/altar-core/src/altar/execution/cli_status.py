@@ -100,7 +100,9 @@ def format_status_summary(result: RunResult, *, driven: bool, resume: str) -> st
     if driven:
         return line + " (an altar process is driving it)"
     waiting = [
-        t for t in result.tasks if t.status not in ("succeeded", FAILED, "skipped", CANCELLED)
+        t
+        for t in result.tasks
+        if t.status not in ("succeeded", "cached", FAILED, "skipped", CANCELLED)
     ]
     if waiting:
         line += f"\nresume it with: {resume}"
@@ -113,7 +115,9 @@ def status_exit(result: RunResult) -> int:
 
 def _settled(result: RunResult) -> bool:
     """Every task final (a ``collecting`` success is not: its outputs are still to come)."""
-    return all(t.status in ("succeeded", FAILED, "skipped", CANCELLED) for t in result.tasks)
+    return all(
+        t.status in ("succeeded", "cached", FAILED, "skipped", CANCELLED) for t in result.tasks
+    )
 
 
 async def _snapshot(
@@ -132,8 +136,8 @@ async def _snapshot(
                 )
         else:
             polled = await _poll(backend, journal, err, warn=warn)
-    retries, with_outputs = plan_facts(journal)
-    result = status_result(journal, polled, max_retries=retries, with_outputs=with_outputs)
+    budget, with_outputs = plan_facts(journal)
+    result = status_result(journal, polled, budget=budget, with_outputs=with_outputs)
     return result, journal, driven
 
 

@@ -6,7 +6,8 @@ The whole tree (a class's other bases in parentheses)::
     ├── ValueError
     │   ├── DigestMismatchError            bytes do not match their declared sha256
     │   │   └── TransferIntegrityError     ... for an input or output a backend moved or a task read
-    │   └── UnsupportedCapabilityError     the backend cannot represent what the spec asks for
+    │   ├── UnsupportedCapabilityError     the backend cannot represent what the spec asks for
+    │   └── UncacheableError               the task cache cannot key a task (a tag, no digest)
     ├── OSError
     │   └── ConnectionError
     │       └── BackendUnavailableError    the provider could not be asked; transient, retry later
@@ -61,6 +62,7 @@ __all__ = [
     "RunStoppedError",
     "StagingError",
     "TransferIntegrityError",
+    "UncacheableError",
     "UnsupportedCapabilityError",
 ]
 
@@ -83,6 +85,10 @@ class UnsupportedCapabilityError(ValueError):
     def __init__(self, message: str, *, capability: str | None = None) -> None:
         super().__init__(message)
         self.capability = capability
+
+
+class UncacheableError(ValueError):
+    """The task cache cannot key this task (say, its image is a mutable tag); says why."""
 
 
 class BackendUnavailableError(ConnectionError):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from altar.execution.errors import JournalError
 from altar.execution.journal import Journal, TaskRecord
 from altar.execution.results import RunEvent
+from altar.execution.types import TaskFailure
 
 __all__ = ["Ledger"]
 
@@ -31,6 +32,8 @@ class Ledger:
         # Kept current by set_state, so an event's counts cost O(states), not O(tasks).
         self._counts: Counter[str] = Counter(record.state for record in self.records.values())
         self._commit: asyncio.Future[None] | None = None
+        #: attempts the provider ended since the run loop last looked (see ``ended``)
+        self.endings: list[tuple[str, TaskFailure]] = []
 
     def emit(
         self,
@@ -63,6 +66,10 @@ class Ledger:
         self._counts[record.state] -= 1
         self._counts[state] += 1
         record.state = state
+
+    def ended(self, record: TaskRecord, failure: TaskFailure) -> None:
+        """Note an attempt the provider ended, for the run's hold (:mod:`.holding`)."""
+        self.endings.append((record.id, failure))
 
     def changed(self, record: TaskRecord) -> None:
         self.journal.mark(record)

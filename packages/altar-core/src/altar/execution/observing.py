@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 from altar.execution.backend import ExecutionBackend
+from altar.execution.budget import RetryBudget
 from altar.execution.errors import BackendCallError, BackendUnavailableError, OutputCollectionError
 from altar.execution.gather import gather_bounded
 from altar.execution.journal import FAILED, PENDING, QUEUED, RUNNING, SUCCEEDED, Attempt, TaskRecord
@@ -25,22 +26,29 @@ __all__ = ["call_error", "collect_succeeded", "fail_attempt", "poll_open"]
 
 
 def fail_attempt(
-    ledger: Ledger, record: TaskRecord, attempt: Attempt, failure: TaskFailure, *, max_retries: int
+    ledger: Ledger,
+    record: TaskRecord,
+    attempt: Attempt,
+    failure: TaskFailure,
+    *,
+    budget: RetryBudget,
 ) -> None:
-    """Mark ``attempt`` failed; queue the task again if the failure may pass and attempts remain."""
+    """Mark ``attempt`` failed; queue the task again if it may pass and its budget allows."""
     attempt.state = FAILED
     attempt.failure = failure
     attempt.finished_at = attempt.finished_at or time.time()
-    if not failure.deterministic and len(record.attempts) - record.retry_base <= max_retries:
+    ending = failure.provider_ending
+    if ending is not None:
+        ledger.ended(record, failure)
+    why = f"{ending.replace('_', ' ')}: {failure.reason}" if ending else failure.reason
+    if budget.allows(record, failure):
         ledger.set_state(record, QUEUED)
-        ledger.emit(
-            "retry",
-            f"{record.id} attempt {attempt.number} failed ({failure.reason}); retrying",
-            record,
-        )
+        charge = "; retrying (no retry used)" if ending else "; retrying"
+        ledger.emit("retry", f"{record.id} attempt {attempt.number} failed ({why}){charge}", record)
     else:
         ledger.set_state(record, FAILED)
-        ledger.emit("failed", f"{record.id} failed: {failure.reason}", record)
+        spent = " (provider retries used up)" if ending else ""
+        ledger.emit("failed", f"{record.id} failed: {why}{spent}", record)
     ledger.changed(record)
 
 
@@ -52,7 +60,7 @@ def call_error(backend: ExecutionBackend, call: str, error: Exception) -> Backen
 
 
 async def poll_open(
-    ledger: Ledger, backend: ExecutionBackend, *, max_retries: int
+    ledger: Ledger, backend: ExecutionBackend, *, budget: RetryBudget
 ) -> tuple[bool, bool]:
     """One ``poll`` call for every open task: (anything changed, any attempt finished)."""
     open_records = [r for r in ledger.records.values() if r.state in (PENDING, RUNNING) and r.last]
@@ -106,7 +114,7 @@ async def poll_open(
             continue
         failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
         record.detail = detail or failure.detail
-        fail_attempt(ledger, record, attempt, failure, max_retries=max_retries)
+        fail_attempt(ledger, record, attempt, failure, budget=budget)
     ledger.flush()
     return progress, bool(finished)
 

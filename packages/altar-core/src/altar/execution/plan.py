@@ -4,6 +4,7 @@ A plan is TOML (``.toml``) or JSON (any other suffix)::
 
     max_parallel = 2          # optional: at most this many tasks in flight
     max_retries = 2           # optional: attempts after a non-deterministic failure
+    max_provider_retries = 10 # optional: attempts after the provider ended one (preempted, ...)
 
     [backend]
     type = "local"
@@ -19,8 +20,11 @@ A plan is TOML (``.toml``) or JSON (any other suffix)::
 Tasks use the :func:`~altar.execution.spec_to_dict` form plus ``id`` and ``after`` (ids of
 tasks that must succeed first). A task that reads a logical path another task writes runs
 after that task too, and such inputs are not staged: the producer puts them on the volume.
-Relative ``uri`` paths resolve against the plan file's directory. Every problem is one
-:class:`~altar.execution.PlanError` line naming the file and the field.
+Relative ``uri`` paths resolve against the plan file's directory (relative output uris against
+the plan's ``outputs_dir`` if it has one: ``"results/{altar:run}"`` keeps each run's outputs
+apart, see :func:`outputs_for_run`). A task with a ``matrix`` is a sweep, expanded in place
+(:mod:`~altar.execution.sweeps`); ``after`` entries may be patterns with ``*``. Every problem is
+one :class:`~altar.execution.PlanError` line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from altar.execution.cache.settings import CacheSettings
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
-from altar.execution.placeholders import placeholder_error
+from altar.execution.placeholders import PLACEHOLDER, placeholder_error
+from altar.execution.sweeps import MAX_TASKS, Sweep, expand_sweep, is_sweep
 from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 
 __all__ = [
@@ -45,16 +51,27 @@ __all__ = [
     "PlanTask",
     "default_task_id",
     "load_plan",
+    "outputs_for_run",
     "parse_plan",
     "plan_from_specs",
     "with_outputs_under",
 ]
 
-_TOP_KEYS = ("backend", "description", "max_parallel", "max_retries", "tasks")
-_BACKEND_KEYS = ("max_parallel", "max_retries", "options", "type")
+_TOP_KEYS = (
+    "backend",
+    "cache",
+    "description",
+    "max_parallel",
+    "max_provider_retries",
+    "max_retries",
+    "outputs_dir",
+    "tasks",
+)
+_BACKEND_KEYS = ("max_parallel", "max_provider_retries", "max_retries", "options", "type")
 _TASK_KEYS = (
     "after",
     "avoid_hosts",
+    "cache",
     "command",
     "env",
     "id",
@@ -62,6 +79,7 @@ _TASK_KEYS = (
     "inputs",
     "kind",
     "labels",
+    "matrix",
     "outputs",
     "plugin_identity",
     "resources",
@@ -72,6 +90,8 @@ _RESOURCE_KEYS = ("count", "cpu", "gpu", "memory_gb")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: In ``outputs_dir`` or an output uri: the run directory's name, so each run collects apart.
+RUN_PLACEHOLDER = "{altar:run}"
 
 
 def default_task_id(kind: str, index: int) -> str:
@@ -82,11 +102,18 @@ def default_task_id(kind: str, index: int) -> str:
 
 @dataclass(frozen=True)
 class PlanTask:
-    """One task of a plan: a unique ``id``, its spec, and ids it must run after."""
+    """One task of a plan: a unique ``id``, its spec, and ids it must run after.
+
+    ``after`` entries may hold ``*`` (any run of characters): ``score-*`` is every task whose
+    id starts with ``score-``. ``origin`` is the plan field it came from when that is not
+    ``tasks[<its index>]`` (a sweep's task: ``tasks[0][fold=2, batch=7]``).
+    """
 
     id: str
     spec: ContainerTaskSpec
     after: tuple[str, ...] = ()
+    origin: str | None = field(default=None, compare=False, repr=False)
+    cache: bool = True  # ``cache = false``: never looked up or stored
 
 
 @dataclass(frozen=True)
@@ -103,6 +130,14 @@ class Plan:
     dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     base_dir: Path | None = None
     """The plan file's folder: relative uris and path options resolve against it."""
+    sweeps: tuple[Sweep, ...] = ()
+    """The ``[[tasks]]`` entries with a matrix, each expanded in place into :attr:`tasks`."""
+    outputs_dir: str | None = None
+    """The plan's ``outputs_dir`` as written (relative output uris were resolved below it)."""
+    max_provider_retries: int | None = None
+    """Attempts allowed after the provider ended one (see :mod:`altar.execution.budget`)."""
+    cache: CacheSettings | None = None
+    """The plan's ``[cache]`` table: the run looks tasks up and stores them (None: no cache)."""
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
@@ -127,7 +162,8 @@ class Plan:
         for index, task in enumerate(self.tasks):
             for number, transfer in enumerate(task.spec.inputs):
                 if repr(transfer.uri) in text or repr(transfer.logical_path) in text:
-                    found.append(f"tasks[{index}].inputs[{number}] (task {task.id})")
+                    where = task.origin or f"tasks[{index}]"
+                    found.append(f"{where}.inputs[{number}] (task {task.id})")
         return found
 
     def staged_inputs(self) -> list[Transfer]:
@@ -212,16 +248,37 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         header = _parse_header(data, fail)
     except PlanError as error:
         problems.append(str(error))
+    cache = None
+    try:
+        cache = _parse_cache(data.get("cache"), base_dir, fail)
+    except PlanError as error:
+        problems.append(str(error))
     raw_tasks = data.get("tasks")
     if not isinstance(raw_tasks, list) or not raw_tasks:
         problems.append(str(fail("tasks", "a plan needs at least one [[tasks]] entry")))
         raw_tasks = []
+    outputs_dir: str | None = None
+    outputs_base: str | Path | None = base_dir
+    try:
+        outputs_dir, outputs_base = _parse_outputs_dir(data.get("outputs_dir"), base_dir, fail)
+    except PlanError as error:
+        problems.append(str(error))
     tasks: list[PlanTask] = []
+    sweeps: list[Sweep] = []
     for index, item in enumerate(raw_tasks):
         try:
-            tasks.append(_parse_task(item, index, base_dir, fail))
+            if is_sweep(item):
+                sweeps.append(_parse_sweep(item, index, base_dir, fail, tasks, outputs_base))
+            else:
+                tasks.append(_parse_task(item, index, base_dir, fail, outputs_base=outputs_base))
         except PlanError as error:
             problems.append(str(error))
+    if len(tasks) > MAX_TASKS:
+        problems.append(
+            str(
+                fail("tasks", f"{len(tasks)} tasks after expanding the sweeps; at most {MAX_TASKS}")
+            )
+        )
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise PlanError(problems[0] + more, problems)
@@ -235,7 +292,35 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         source,
         description,
         base_dir=base_dir,
+        sweeps=tuple(sweeps),
+        outputs_dir=outputs_dir,
+        max_provider_retries=limits["max_provider_retries"],
+        cache=cache,
     )
+
+
+def _parse_cache(raw: Any, base_dir: Path | None, fail: Fail) -> CacheSettings | None:
+    """``[cache]``: ``dir`` (relative to the plan), ``version`` and ``trust_tags``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise fail("cache", f"must be a table, got {_kind(raw)}")
+    _check_keys(raw, ("dir", "trust_tags", "version"), "cache", fail)
+    store = raw.get("dir")
+    if store is not None and (not isinstance(store, str) or not store):
+        raise fail("cache.dir", f"must be a directory path, got {store!r}")
+    version = raw.get("version", "")
+    if not isinstance(version, str):
+        raise fail("cache.version", f"must be a string, got {version!r}")
+    trust = raw.get("trust_tags", False)
+    if not isinstance(trust, bool):
+        raise fail("cache.trust_tags", f"must be true or false, got {trust!r}")
+    where = None
+    if store is not None:
+        where = Path(os.path.expanduser(store))
+        if base_dir is not None and not where.is_absolute():
+            where = base_dir / where
+    return CacheSettings(where, version, trust)
 
 
 def _parse_header(
@@ -254,7 +339,7 @@ def _parse_header(
     if not isinstance(options, Mapping):
         raise fail("backend.options", f"must be a table, got {_kind(options)}")
     limits: dict[str, int | None] = {}
-    for key, minimum in (("max_parallel", 1), ("max_retries", 0)):
+    for key, minimum in (("max_parallel", 1), ("max_retries", 0), ("max_provider_retries", 0)):
         if key in data and key in backend:
             raise fail(f"backend.{key}", f"also set at the top level; set {key} once")
         where, value = (key, data[key]) if key in data else (f"backend.{key}", backend.get(key))
@@ -325,13 +410,56 @@ def resolve_path_options(
     return resolved
 
 
-def _resolve_uri(uri: str, base_dir: Path | None) -> str:
+def _resolve_uri(uri: str, base_dir: str | Path | None) -> str:
     if base_dir is None or _SCHEME.match(uri) or os.path.isabs(uri):
         return uri
+    if _SCHEME.match(str(base_dir)):  # outputs_dir = "gs://bucket/results/{altar:run}"
+        return f"{str(base_dir).rstrip('/')}/{uri.removeprefix('./')}"
     return os.path.normpath(os.path.join(base_dir, uri))
 
 
-def _parse_transfer(raw: Any, where: str, base_dir: Path | None, fail: Fail) -> Transfer:
+def _parse_outputs_dir(
+    value: Any, base_dir: Path | None, fail: Fail
+) -> tuple[str | None, str | Path | None]:
+    """``outputs_dir`` as written, and the folder relative output uris resolve against.
+
+    Without it they resolve against the plan's folder, as they always did (every run of the
+    plan writes there); ``{altar:run}`` in it is the run directory's name, filled in by
+    :func:`outputs_for_run`, so each run writes its own.
+    """
+    if value is None:
+        return None, base_dir
+    if not isinstance(value, str) or not value.strip():
+        raise fail("outputs_dir", f"must be a folder or uri, got {value!r}")
+    for match in PLACEHOLDER.finditer(value):
+        if match.group() != RUN_PLACEHOLDER:
+            raise fail(
+                "outputs_dir",
+                f"{match.group()}: the only placeholder here is {RUN_PLACEHOLDER} (the run's name)",
+            )
+    if _CONTROL.search(value) or "{altar:" in PLACEHOLDER.sub("", value):
+        raise fail("outputs_dir", f"must be a folder or uri, got {value!r}")
+    return value, _resolve_uri(value, base_dir)
+
+
+def outputs_for_run(plan: Plan, run_dir: str | os.PathLike[str]) -> Plan:
+    """``plan`` with :data:`RUN_PLACEHOLDER` in its output uris made ``run_dir``'s name.
+
+    A plan has it through ``outputs_dir`` or in an output's own ``uri``; any other plan is
+    returned as it is. The journal keeps the plan's own text (its spec digests are the same for
+    every run of the plan).
+    """
+    if not any(RUN_PLACEHOLDER in t.uri for task in plan.tasks for t in task.spec.outputs):
+        return plan
+    name = Path(run_dir).resolve().name
+    tasks = []
+    for task in plan.tasks:
+        outputs = [replace(t, uri=t.uri.replace(RUN_PLACEHOLDER, name)) for t in task.spec.outputs]
+        tasks.append(replace(task, spec=replace(task.spec, outputs=outputs)))
+    return replace(plan, tasks=tasks, dependencies=dict(plan.dependencies))
+
+
+def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fail) -> Transfer:
     if not isinstance(raw, Mapping):
         raise fail(where, f"must be a table with uri and logical_path, got {_kind(raw)}")
     _check_keys(raw, _TRANSFER_KEYS, where, fail)
@@ -364,14 +492,46 @@ def _parse_resources(raw: Any, where: str, fail: Fail) -> ResourceRequest:
     return ResourceRequest(**raw)
 
 
-def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> PlanTask:
+def _parse_sweep(
+    raw: Mapping[str, Any],
+    index: int,
+    base_dir: Path | None,
+    fail: Fail,
+    tasks: list[PlanTask],
+    outputs_base: str | Path | None,
+) -> Sweep:
+    """Append the tasks of the sweep ``raw`` (``tasks[index]``) to ``tasks``; return the sweep."""
     where = f"tasks[{index}]"
-    if not isinstance(raw, Mapping):
-        raise fail(where, f"must be a table, got {_kind(raw)}")
+    _check_task_keys(raw, where, fail)  # once, naming the template's field
+    sweep, expanded = expand_sweep(raw, where, fail)
+    for label, item in expanded:
+        tasks.append(
+            _parse_task(item, index, base_dir, fail, where=label, outputs_base=outputs_base)
+        )
+    return sweep
+
+
+def _check_task_keys(raw: Mapping[str, Any], where: str, fail: Fail) -> None:
     _check_keys(raw, _TASK_KEYS, where, fail)
     for key in ("kind", "image", "command"):
         if key not in raw:
             raise fail(f"{where}.{key}", "required")
+
+
+def _parse_task(
+    raw: Any,
+    index: int,
+    base_dir: Path | None,
+    fail: Fail,
+    *,
+    where: str | None = None,
+    outputs_base: str | Path | None = None,
+) -> PlanTask:
+    origin = where
+    where = where or f"tasks[{index}]"
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table, got {_kind(raw)}")
+    _check_task_keys(raw, where, fail)
     values: dict[str, Any] = {}
     for key in ("kind", "image", "command", "labels", "env", "timeout_s", "avoid_hosts"):
         if key not in raw:
@@ -385,9 +545,22 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
         if not isinstance(items, list):
             raise fail(f"{where}.{key}", f"must be a list of tables, got {_kind(items)}")
         values[key] = [
-            _parse_transfer(item, f"{where}.{key}[{i}]", base_dir, fail)
+            _parse_transfer(
+                item,
+                f"{where}.{key}[{i}]",
+                outputs_base if key == "outputs" and outputs_base is not None else base_dir,
+                fail,
+            )
             for i, item in enumerate(items)
         ]
+    for i, transfer in enumerate(values["outputs"]):
+        for match in PLACEHOLDER.finditer(transfer.uri):
+            if match.group() != RUN_PLACEHOLDER:
+                raise fail(
+                    f"{where}.outputs[{i}].uri",
+                    f"{match.group()}: the only placeholder in an output uri is "
+                    f"{RUN_PLACEHOLDER} (the run's name)",
+                )
     if "resources" in raw:
         values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
     if "plugin_identity" in raw:
@@ -418,7 +591,10 @@ def _parse_task(raw: Any, index: int, base_dir: Path | None, fail: Fail) -> Plan
     after = raw.get("after", [])
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
         raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
-    return PlanTask(task_id, spec, tuple(after))
+    cache = raw.get("cache", True)
+    if not isinstance(cache, bool):
+        raise fail(f"{where}.cache", f"must be true or false, got {cache!r}")
+    return PlanTask(task_id, spec, tuple(after), origin, cache)
 
 
 def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
@@ -431,13 +607,18 @@ def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None
             raise fail(field_name, problem)
 
 
+def _field(task: PlanTask, index: int) -> str:
+    """The plan field ``task`` came from: ``tasks[3]``, or a sweep's ``tasks[0][fold=1]``."""
+    return task.origin or f"tasks[{index}]"
+
+
 def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:
     first: dict[str, int] = {}
     for index, task in enumerate(tasks):
         if task.id in first:
             raise PlanError(
-                f"{source}: tasks[{index}].id: {task.id!r} is already the id of "
-                f"tasks[{first[task.id]}]; task ids must be unique"
+                f"{source}: {_field(task, index)}.id: {task.id!r} is already the id of "
+                f"{_field(tasks[first[task.id]], first[task.id])}; task ids must be unique"
             )
         first[task.id] = index
     writers: dict[str, tuple[int, str]] = {}
@@ -446,7 +627,7 @@ def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:
             other = writers.get(transfer.logical_path)
             if other is not None and other[0] != index:
                 raise PlanError(
-                    f"{source}: tasks[{index}].outputs[{i}].logical_path: "
+                    f"{source}: {_field(task, index)}.outputs[{i}].logical_path: "
                     f"{transfer.logical_path!r} is also written by {other[1]!r}; "
                     "two tasks cannot write one path"
                 )
@@ -459,7 +640,7 @@ def _check_unique(tasks: Sequence[PlanTask], source: str) -> None:
             known = sources.setdefault(transfer.logical_path, transfer)
             if (known.uri, known.digest) != (transfer.uri, transfer.digest):
                 raise PlanError(
-                    f"{source}: tasks[{index}].inputs[{i}]: logical path "
+                    f"{source}: {_field(task, index)}.inputs[{i}]: logical path "
                     f"{transfer.logical_path!r} is staged from two sources "
                     f"({known.uri!r}, {transfer.uri!r}) or with two digests"
                 )
@@ -473,15 +654,29 @@ def _dependencies(tasks: Sequence[PlanTask], source: str) -> dict[str, tuple[str
     for index, task in enumerate(tasks):
         needed: list[str] = []
         for j, name in enumerate(task.after):
+            if "*" in name:  # a pattern: every other task it matches
+                pattern = re.compile(".*".join(map(re.escape, name.split("*"))))
+                matched = [t for t in ids if t != task.id and pattern.fullmatch(t)]
+                if not matched:
+                    raise PlanError(
+                        f"{source}: {_field(task, index)}.after[{j}]: {name!r} matches no "
+                        "other task's id"
+                    )
+                needed += matched
+                continue
             if name not in ids:
-                raise PlanError(f"{source}: tasks[{index}].after[{j}]: no task has id {name!r}")
+                raise PlanError(
+                    f"{source}: {_field(task, index)}.after[{j}]: no task has id {name!r}"
+                )
             needed.append(name)
         for transfer in task.spec.inputs:
             producer = writer.get(transfer.logical_path)
             if producer is not None and producer != task.id:
                 needed.append(producer)
         if task.id in needed:
-            raise PlanError(f"{source}: tasks[{index}].after: a task cannot run after itself")
+            raise PlanError(
+                f"{source}: {_field(task, index)}.after: a task cannot run after itself"
+            )
         deps[task.id] = tuple(dict.fromkeys(needed))
     # reject cycles: repeatedly peel tasks whose dependencies are all peeled
     done: set[str] = set()

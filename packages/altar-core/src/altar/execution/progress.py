@@ -48,6 +48,9 @@ NOTABLE = frozenset(
         "cancelled",
         "cancel_failed",
         "backend_unavailable",
+        "held",
+        "paused",
+        "hold_lifted",
         "cleanup_failed",
         "stopping",
     }
@@ -63,6 +66,9 @@ WARNINGS = frozenset(
         "failed",
         "cancel_failed",
         "backend_unavailable",
+        "held",
+        "paused",
+        "hold_lifted",
         "cleanup_failed",
         "stopping",
     }
@@ -74,7 +80,7 @@ _ANSWERED = frozenset({"submitted", "state", "succeeded", "failed", "staged", "r
 _OUTAGE = re.compile(
     r"^(?:(?P<task>\S+): )?(?P<call>submit|poll|capacity|collect): (?P<why>.*)$", re.S
 )
-_FINAL = ("succeeded", "failed", "skipped", "cancelled")
+_FINAL = ("succeeded", "cached", "failed", "skipped", "cancelled")
 _DETAIL_WIDTH = 60
 #: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
 PLAIN_STAGING_INTERVAL_S = 5.0
@@ -106,6 +112,7 @@ def format_counts(counts: Mapping[str, int]) -> str:
 #: SGR colours of the STATUS column on a terminal.
 _COLOURS = {
     "succeeded": "32",  # green
+    "cached": "32",
     "failed": "31",  # red
     "running": "36",  # cyan
     "pending": "36",
@@ -167,7 +174,7 @@ def _last_line(text: str | None) -> str:
 def _detail(task: TaskResult) -> str:
     if task.status == "succeeded":
         return ""
-    if task.status == "skipped":
+    if task.status in ("skipped", "cached"):
         return task.detail or ""
     reason = task.reason or ""
     last = _last_line(task.detail)
@@ -184,7 +191,8 @@ def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
     """One row per task: id, kind, status, executions, time of the last attempt, why it failed.
 
     ATTEMPTS counts executions; a ``*`` marks a task started again after an in-doubt submit
-    (explained in a note under the table). ``colour`` paints the STATUS column (for a
+    (explained in a note under the table); ``(2 preempted)`` counts the attempts the provider
+    ended, which used no retry. ``colour`` paints the STATUS column (for a
     terminal; see :func:`use_colour`).
     """
     header = ("TASK", "KIND", "STATUS", "ATTEMPTS", "TIME", "DETAIL")
@@ -193,7 +201,7 @@ def format_table(tasks: Sequence[TaskResult], *, colour: bool = False) -> str:
             task.id,
             terminal_safe(task.kind),
             task.status,
-            f"{task.attempts}*" if task.reexecuted else str(task.attempts),
+            task.attempts_text,
             format_duration(task.duration_s),
             terminal_safe(_detail(task)),
         )

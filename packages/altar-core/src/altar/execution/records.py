@@ -161,6 +161,8 @@ class TaskRecord:
     #: attempts made before ``altar run --retry-failed`` reopened the task: the retry budget
     #: counts the attempts after them
     retry_base: int = 0
+    #: served from the task cache: the entry's origin (run_id, task_id, ...) and key
+    cached: dict[str, Any] | None = None
 
     @property
     def last(self) -> Attempt | None:
@@ -186,6 +188,7 @@ class TaskRecord:
             "cleaned": self.cleaned,
             "in_doubt": self.in_doubt,
             "retry_base": self.retry_base,
+            **({"cached": self.cached} if self.cached else {}),  # older journals unchanged
         }
 
     @classmethod
@@ -201,4 +204,5 @@ class TaskRecord:
             cleaned=bool(data.get("cleaned")),
             in_doubt=int(data.get("in_doubt", 0)),
             retry_base=int(data.get("retry_base", 0)),
+            cached=data.get("cached"),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,34 @@ from altar.execution.journal import (
     SKIPPED,
     SUBMITTING,
     SUCCEEDED,
+    Attempt,
     Journal,
     TaskRecord,
 )
 
-__all__ = ["TASK_STATES", "RunEvent", "RunResult", "TaskResult", "one_line", "results_of"]
+__all__ = [
+    "CACHED",
+    "TASK_STATES",
+    "RunEvent",
+    "RunResult",
+    "TaskResult",
+    "one_line",
+    "results_of",
+]
 
-TASK_STATES = (QUEUED, SUBMITTING, PENDING, RUNNING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)
+#: A task's outcome when the task cache served it (its journal state is ``succeeded``).
+CACHED = "cached"
+TASK_STATES = (
+    QUEUED,
+    SUBMITTING,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    CACHED,
+    FAILED,
+    SKIPPED,
+    CANCELLED,
+)
 
 
 def one_line(error: BaseException) -> str:
@@ -43,7 +64,9 @@ class RunEvent:
     the journal does not own was cancelled and cleaned up), ``litter_removed`` (temporary files
     that killed processes of this run left), ``state`` (a task changed state), ``retry``,
     ``succeeded``, ``failed``, ``skipped``, ``cancelled``, ``cancel_failed``,
-    ``backend_unavailable``, ``cleanup_failed``, ``stopping`` (the run is ending early and waits
+    ``backend_unavailable``, ``held`` (a provider limit holds submits back), ``paused`` (the
+    provider ended many attempts at once: submits wait for it), ``hold_lifted``,
+    ``cleanup_failed``, ``stopping`` (the run is ending early and waits
     for its submits in flight), ``done``.
     """
 
@@ -79,6 +102,19 @@ class TaskResult:
     external_id: str | None = None
     in_doubt: int = 0  # submits interrupted before their handle was recorded
     reexecuted: int = 0  # executions started again after an in-doubt submit (maybe twice)
+    #: attempts the provider ended (preempted, node lost, ...), by ending; they use no retry
+    provider_endings: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def attempts_text(self) -> str:
+        """ATTEMPTS as tables show it: ``3``, ``2*`` (re-executed), ``3 (2 preempted)``."""
+        text = f"{self.attempts}*" if self.reexecuted else str(self.attempts)
+        if self.provider_endings:
+            ended = ", ".join(
+                f"{n} {code.replace('_', ' ')}" for code, n in sorted(self.provider_endings.items())
+            )
+            text += f" ({ended})"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +129,7 @@ class TaskResult:
             "external_id": self.external_id,
             "in_doubt": self.in_doubt,
             "reexecuted": self.reexecuted,
+            "provider_endings": dict(self.provider_endings),
         }
 
 
@@ -108,7 +145,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return all(task.status == SUCCEEDED for task in self.tasks)
+        return all(task.status in (SUCCEEDED, CACHED) for task in self.tasks)
 
     def counts(self) -> dict[str, int]:
         counts = {state: 0 for state in TASK_STATES}
@@ -132,6 +169,8 @@ def task_result(record: TaskRecord) -> TaskResult:
     """One task's outcome, as the journal has it."""
     last = record.last
     failure = last.failure if last else None
+    if record.cached and record.state == SUCCEEDED:
+        return cached_result(record)
     if record.state in (SKIPPED, CANCELLED):
         # a cancelled task's last failure may be an earlier attempt's, awaiting its retry
         reason, detail, exit_code = record.state, record.detail, None
@@ -155,7 +194,31 @@ def task_result(record: TaskRecord) -> TaskResult:
         external_id=last.handle.external_id if last and last.handle else None,
         in_doubt=record.in_doubt,
         reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
+        provider_endings=ended_counts(record.attempts),
     )
+
+
+def cached_result(record: TaskRecord) -> TaskResult:
+    """A task the cache served: 0 executions, the entry's origin as its detail."""
+    origin = record.cached or {}
+    where = f"{origin.get('task_id', '?')} of run {origin.get('run_id', '?')}"
+    return TaskResult(
+        id=record.id,
+        kind=record.kind,
+        status=CACHED,
+        attempts=sum(attempt.executions for attempt in record.attempts),
+        detail=f"cached: from {where}",
+    )
+
+
+def ended_counts(attempts: Sequence[Attempt]) -> dict[str, int]:
+    """How many of ``attempts`` the provider ended, by ending (what ``provider_endings`` holds)."""
+    counts: dict[str, int] = {}
+    for attempt in attempts:
+        ending = attempt.failure.provider_ending if attempt.failure is not None else None
+        if ending is not None:
+            counts[ending] = counts.get(ending, 0) + 1
+    return counts
 
 
 def results_of(journal: Journal, elapsed_s: float = 0.0) -> RunResult:

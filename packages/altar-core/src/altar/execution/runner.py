@@ -13,7 +13,8 @@ submitted and never has one task running twice at once (see the journal module f
 crash window a backend that mints fresh ids leaves open).
 
 Failures: a non-deterministic one (``timeout``, ``oom_killed``, ``container_missing``,
-``job_failed``, ...) is retried up to ``max_retries`` times; a deterministic one (``exit_<n>``,
+``job_failed``, ...) is retried up to ``max_retries`` times, one the provider ended
+(``provider_ending``) up to ``max_provider_retries`` times; a deterministic one (``exit_<n>``,
 ``input_digest_mismatch``) stops that task, and its ``failure_detail`` (the log tail) is kept.
 A task whose dependency did not succeed is ``skipped``.
 
@@ -21,10 +22,13 @@ The parts, one module each: :mod:`~altar.execution.results` (``RunEvent``, ``Tas
 ``RunResult``), :mod:`~altar.execution.errors` (the run errors under ``RunStoppedError``),
 :mod:`~altar.execution.journal` (``open_journal``), :mod:`~altar.execution.ledger` (state
 changes, journal writes, events), :mod:`~altar.execution.scheduling` (pure: ``ready``,
-``choose``, ``blocked``), :mod:`~altar.execution.submitting`, :mod:`~altar.execution.observing`
-(poll and collect), :mod:`~altar.execution.cancelling` (cancel and cleanup, also used by
-:func:`cancel_run`) and :mod:`~altar.execution.clock` (the injected clock). This module keeps the
-tick loop and the public entry points; every name it exported before still imports from here.
+``choose``, ``blocked``), :mod:`~altar.execution.budget` (the retry budgets),
+:mod:`~altar.execution.holding` (submits held back by limits and provider endings),
+:mod:`~altar.execution.submitting`, :mod:`~altar.execution.observing` (poll and collect),
+:mod:`~altar.execution.cancelling` (cancel and cleanup, and ``cancel_run``),
+:mod:`~altar.execution.runs` (``run_status``) and :mod:`~altar.execution.clock` (the injected
+clock). This module keeps the tick loop and ``run_plan``; every name it exported before still
+imports from here.
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ from typing import Any
 from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
-from altar.execution.cancelling import cancel_all, cleanup_finished
+from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
+from altar.execution.cache.settings import CacheSettings
+from altar.execution.caching import RunCache
+from altar.execution.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
 from altar.execution.clock import Clock
 from altar.execution.errors import (
     BackendCallError,
@@ -51,6 +58,7 @@ from altar.execution.errors import (
     RunStoppedError,
     StagingError,
 )
+from altar.execution.holding import Hold
 from altar.execution.journal import (
     IN_DOUBT,
     PENDING,
@@ -61,7 +69,6 @@ from altar.execution.journal import (
     SUCCEEDED,
     Journal,
     TaskRecord,
-    lock_is_held,
     open_journal,
     run_lock,
 )
@@ -69,7 +76,7 @@ from altar.execution.ledger import Ledger
 from altar.execution.litter import litter_directories, remove_litter, remove_run_dir_litter
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.placeholders import expand_spec
-from altar.execution.plan import Plan, PlanTask
+from altar.execution.plan import Plan, PlanTask, outputs_for_run
 from altar.execution.reconciling import reconcile
 from altar.execution.results import (
     TASK_STATES,
@@ -79,11 +86,13 @@ from altar.execution.results import (
     one_line,
     results_of,
 )
+from altar.execution.runs import run_status
 from altar.execution.staging import stage_run
 from altar.execution.submitting import Submits
 
 __all__ = [
     "CANCEL_REQUEST",
+    "DEFAULT_MAX_RETRIES",
     "TASK_STATES",
     "BackendCallError",
     "CancelIncompleteError",
@@ -100,8 +109,6 @@ __all__ = [
     "run_status",
 ]
 
-CANCEL_REQUEST = "cancel-requested"
-DEFAULT_MAX_RETRIES = 2
 # A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
 # a provider that already accepted one keeps running it, so its handle is worth journaling (a
 # resumed run then polls it instead of submitting it again and running the task twice).
@@ -128,11 +135,12 @@ class _Run:
         journal: Journal,
         *,
         max_parallel: int | None,
-        max_retries: int,
+        budget: RetryBudget,
         poll_interval_s: float,
         max_poll_interval_s: float,
         on_event: Callable[[RunEvent], None] | None,
         clock: Clock | None = None,
+        cache: CacheSettings | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -140,7 +148,7 @@ class _Run:
         self.ledger = Ledger(journal, on_event)
         self.clock = clock if clock is not None else Clock()
         self.max_parallel = max_parallel
-        self.max_retries = max_retries
+        self.budget = budget
         self.poll_interval_s = poll_interval_s
         self.max_poll_interval_s = max_poll_interval_s
         self.on_event = on_event
@@ -153,7 +161,7 @@ class _Run:
             # the plan's text, so its spec digests are the same on every backend
             {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
             run_id=journal.run_id,
-            max_retries=max_retries,
+            budget=budget,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
         )
@@ -165,6 +173,8 @@ class _Run:
         self.set_state = self.ledger.set_state
         self.changed = self.ledger.changed
         self.flush = self.ledger.flush
+        self.hold = Hold(lambda kind, message: self.emit(kind, message))
+        self.cache = RunCache(cache, plan, backend, self.ledger, journal) if cache else None
 
     def _news(self) -> None:
         self._landed = True
@@ -227,8 +237,21 @@ class _Run:
     def pool(self, record: TaskRecord) -> str:
         return self.tasks[record.id].spec.resources.gpu or "cpu"
 
+    def feed_hold(self) -> None:
+        """Tell the hold what the provider refused and ended since the last tick."""
+        now = self.now()
+        for error in self.submits.limits:
+            self.hold.limited(error, now)
+        for task_id, failure in self.ledger.endings:
+            self.hold.ended(task_id, failure, now)
+        self.submits.limits.clear()
+        self.ledger.endings.clear()
+        self.hold.observe(self.records)
+
     async def choose(self, ready: list[TaskRecord]) -> list[TaskRecord]:
         """The ready tasks to submit now (asks the backend's capacity only if any may go)."""
+        if self.hold.closed(self.now()):
+            return []
         allowed = scheduling.choose(
             ready,
             records=self.records.values(),
@@ -245,13 +268,14 @@ class _Run:
             return []
         except Exception as error:
             raise call_error(self.backend, "capacity", error) from error
-        return scheduling.choose(
+        chosen = scheduling.choose(
             allowed,
             records=self.records.values(),
             max_parallel=None,
             free=capacity.pools,
             pool=self.pool,
         )
+        return self.hold.admit(chosen, self.now())
 
     def now(self) -> float:
         """The clock of the poll schedule."""
@@ -321,7 +345,7 @@ class _Run:
             )
 
     async def poll(self) -> tuple[bool, bool]:
-        return await poll_open(self.ledger, self.backend, max_retries=self.max_retries)
+        return await poll_open(self.ledger, self.backend, budget=self.budget)
 
     async def collect(self) -> bool:
         specs = {task_id: task.spec for task_id, task in self.tasks.items()}
@@ -353,7 +377,13 @@ class _Run:
                 self.submits.reap()
                 self.skip_blocked()
                 collected = await self.collect()
-                batch = await self.choose(self.ready())
+                self.feed_hold()
+                ready = self.ready()
+                if self.cache is not None:
+                    if collected:
+                        await self.cache.store_collected()
+                    ready = await self.cache.serve(ready)
+                batch = await self.choose(ready)
                 self.submits.launch(batch)
                 changed = finished = False
                 due = self.now() >= self.last_poll + self.interval
@@ -377,6 +407,8 @@ class _Run:
                 if await self.wait(self.last_poll + self.interval - self.now()):
                     self.interval = self.poll_interval_s  # a submit landed: its task is news
             await self.submits.drain()
+            if self.cache is not None:
+                await self.cache.store_collected()
             await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
@@ -402,48 +434,51 @@ async def run_plan(
     run_dir: str | Path,
     max_parallel: int | None = None,
     max_retries: int | None = None,
+    max_provider_retries: int | None = None,
     poll_interval_s: float | None = None,
     max_poll_interval_s: float = 5.0,
     on_event: Callable[[RunEvent], None] | None = None,
     backend_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
+    cache: CacheSettings | bool = True,
 ) -> RunResult:
     """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
 
-    ``max_parallel`` and ``max_retries`` default to the plan's values (then unlimited and 2).
+    ``max_parallel``, ``max_retries`` and ``max_provider_retries`` default to the plan's
+    values (then unlimited, 2 and 10; see :mod:`altar.execution.budget`).
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
     Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
     doubles up to ``max_poll_interval_s`` while nothing changes; each tick makes one ``poll``
     call for every open task. Submits run concurrently in the background; a slot freed by a
     finished task is refilled at once. ``clock`` (default: the event loop's) times the
-    polls and the waits between them; tests pass a fake one.
+    polls and the waits between them; tests pass a fake one. ``cache``: True uses the plan's
+    ``[cache]`` table if it has one, False no cache, or settings of its own (see
+    :mod:`altar.execution.caching`).
     """
     run_dir = Path(run_dir)
     if poll_interval_s is None:
         poll_interval_s = backend.poll_interval_s
     if max_parallel is None:
         max_parallel = plan.max_parallel
-    if max_retries is None:
-        max_retries = plan.max_retries if plan.max_retries is not None else DEFAULT_MAX_RETRIES
     if max_parallel is not None and max_parallel < 1:
         raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be zero or more, got {max_retries}")
+    budget = plan_budget(plan, max_retries, max_provider_retries)
     with run_lock(run_dir):
         if backend_options is None and plan.backend_type == backend.name:
             backend_options = plan.backend_options
         journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}))
         run = _Run(
-            plan,
+            outputs_for_run(plan, run_dir),  # outputs_dir = "results/{altar:run}": this run's
             backend,
             journal,
             max_parallel=max_parallel,
-            max_retries=max_retries,
+            budget=budget,
             poll_interval_s=poll_interval_s,
             max_poll_interval_s=max_poll_interval_s,
             on_event=on_event,
             clock=clock,
+            cache=plan.cache if cache is True else cache or None,
         )
         return await run.run()
 
@@ -451,60 +486,3 @@ async def run_plan(
 def run_plan_sync(plan: Plan, backend: ExecutionBackend, **kwargs: Any) -> RunResult:
     """:func:`run_plan` for synchronous callers (starts its own event loop)."""
     return asyncio.run(run_plan(plan, backend, **kwargs))
-
-
-async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = None) -> RunResult:
-    """The journal's view of a run, with open tasks polled once on ``backend`` if given.
-
-    Read-only: the journal is not changed (the run that owns it records what it sees).
-    """
-    journal = Journal.load(Path(run_dir))
-    if backend is not None:
-        open_records = [
-            r
-            for r in journal.tasks.values()
-            if r.state in (PENDING, RUNNING) and r.last is not None and r.last.handle is not None
-        ]
-        if open_records:
-            handles = [r.attempts[-1].handle for r in open_records]
-            statuses = await backend.poll(handles)  # type: ignore[arg-type]
-            for record, status in zip(open_records, statuses, strict=True):
-                record.state = status.state.value
-                record.last.state = status.state.value  # type: ignore[union-attr]
-                record.last.failure = status.failure  # type: ignore[union-attr]
-    return results_of(journal)
-
-
-async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:
-    """Cancel a run: directly if no process drives it, else ask the driving process to.
-
-    Returns ``"cancelled"`` or ``"requested"``. ``backend`` is needed for the direct case, which
-    raises :class:`CancelIncompleteError` if some tasks could not be cancelled (call it again
-    to retry them).
-    """
-    run_dir = Path(run_dir)
-    journal = Journal.load(run_dir)
-    if lock_is_held(run_dir):
-        (run_dir / CANCEL_REQUEST).write_text("cancel\n")
-        return "requested"
-    if backend is None:
-        raise ValueError("cancelling a run that no process drives needs its backend")
-    with run_lock(run_dir):
-        journal = Journal.load(run_dir)
-        ledger = Ledger(journal)
-        try:
-            failed = await cancel_all(ledger, backend, "cancelled by `altar cancel`")
-        finally:  # stopped midway (Ctrl-C): keep the cancels that were made
-            with contextlib.suppress(JournalError):
-                ledger.flush()
-        await cleanup_finished(ledger, backend)
-        await reconcile(ledger, backend, journal.run_id)
-        journal.finished = not failed
-        journal.save()
-    if failed:
-        raise CancelIncompleteError(
-            f"could not cancel {len(failed)} task(s) of {run_dir}: {', '.join(failed)}; they "
-            "may still be running (see `altar status`); cancel again to retry them",
-            failed,
-        )
-    return "cancelled"

@@ -19,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from altar.execution.backend import ExecutionBackend
+from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
 from altar.execution.errors import AltarError, JournalError
 from altar.execution.journal import (
     CANCELLED,
@@ -39,7 +41,13 @@ from altar.execution.journal import (
     lock_is_held,
 )
 from altar.execution.plan import load_plan
-from altar.execution.runner import DEFAULT_MAX_RETRIES, RunResult, TaskResult
+from altar.execution.results import (
+    RunResult,
+    TaskResult,
+    cached_result,
+    ended_counts,
+    results_of,
+)
 from altar.execution.types import TaskState, TaskStatus
 
 __all__ = [
@@ -72,19 +80,18 @@ STATUS_ORDER = (
 
 def plan_max_retries(journal: Journal) -> int:
     """The retries a resume of this run allows: its plan's, else altar's default."""
-    return plan_facts(journal)[0]
+    return plan_facts(journal)[0].max_retries
 
 
-def plan_facts(journal: Journal) -> tuple[int, frozenset[str] | None]:
-    """From the run's plan file, if it can still be read: (max_retries, ids of tasks with outputs).
+def plan_facts(journal: Journal) -> tuple[RetryBudget, frozenset[str] | None]:
+    """From the run's plan file, if it can still be read: (its budget, ids of tasks with outputs).
 
     The second is None when the plan cannot be read (every success then awaits collection).
     """
     with contextlib.suppress(AltarError, OSError, ValueError):
         plan = load_plan(journal.plan_source)
-        retries = plan.max_retries if plan.max_retries is not None else DEFAULT_MAX_RETRIES
-        return retries, frozenset(task.id for task in plan.tasks if task.spec.outputs)
-    return DEFAULT_MAX_RETRIES, None
+        return plan_budget(plan), frozenset(task.id for task in plan.tasks if task.spec.outputs)
+    return RetryBudget(), None
 
 
 def open_handles(journal: Journal) -> list[TaskRecord]:
@@ -108,9 +115,11 @@ def _duration(attempt: Attempt | None, status: TaskStatus | None) -> float | Non
 def _row(
     record: TaskRecord,
     status: TaskStatus | None,
-    max_retries: int,
+    budget: RetryBudget,
     with_outputs: frozenset[str] | None = None,
 ) -> TaskResult:
+    if record.cached and record.state == SUCCEEDED:
+        return cached_result(record)
     last = record.last
     state = record.state
     failure = last.failure if last is not None else None
@@ -122,9 +131,7 @@ def _row(
             detail = failure.detail if failure is not None else None
     exit_code = failure.exit_code if failure is not None else None
     reason = failure.reason if failure is not None else None
-    retried = failure is not None and not failure.deterministic
-    made = len(record.attempts) - record.retry_base
-    if state == FAILED and status is not None and retried and made <= max_retries:
+    if state == FAILED and status is not None and failure and budget.allows(record, failure):
         # the runner retries it: resuming the run submits it again
         state = QUEUED
         detail = f"attempt {len(record.attempts)} failed ({reason}); resuming the run retries it"
@@ -151,6 +158,9 @@ def _row(
         external_id=last.handle.external_id if last and last.handle else None,
         in_doubt=record.in_doubt,
         reexecuted=sum(attempt.reexecuted for attempt in record.attempts),
+        provider_endings=ended_counts(
+            [*record.attempts[:-1], replace(last, failure=failure)] if last else []
+        ),
     )
 
 
@@ -160,6 +170,7 @@ def status_result(
     *,
     max_retries: int = DEFAULT_MAX_RETRIES,
     with_outputs: frozenset[str] | None = None,
+    budget: RetryBudget | None = None,
 ) -> RunResult:
     """The run's tasks as a resume will find them: the journal plus ``polled`` (by task id).
 
@@ -167,7 +178,8 @@ def status_result(
     success of another task has nothing to collect and shows ``succeeded`` at once.
     """
     polled = polled or {}
-    rows = [_row(r, polled.get(r.id), max_retries, with_outputs) for r in journal.tasks.values()]
+    budget = budget if budget is not None else RetryBudget(max_retries)
+    rows = [_row(r, polled.get(r.id), budget, with_outputs) for r in journal.tasks.values()]
     return RunResult(journal.run_dir, journal.backend_type, rows, run_id=journal.run_id)
 
 
@@ -241,3 +253,25 @@ def format_started(started_at: float | None) -> str:
     if not started_at:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_at))
+
+
+async def run_status(run_dir: str | Path, backend: ExecutionBackend | None = None) -> RunResult:
+    """The journal's view of a run, with open tasks polled once on ``backend`` if given.
+
+    Read-only: the journal is not changed (the run that owns it records what it sees).
+    """
+    journal = Journal.load(Path(run_dir))
+    if backend is not None:
+        open_records = [
+            r
+            for r in journal.tasks.values()
+            if r.state in (PENDING, RUNNING) and r.last is not None and r.last.handle is not None
+        ]
+        if open_records:
+            handles = [r.attempts[-1].handle for r in open_records]
+            statuses = await backend.poll(handles)  # type: ignore[arg-type]
+            for record, status in zip(open_records, statuses, strict=True):
+                record.state = status.state.value
+                record.last.state = status.state.value  # type: ignore[union-attr]
+                record.last.failure = status.failure  # type: ignore[union-attr]
+    return results_of(journal)

@@ -3,8 +3,8 @@
 For backends whose tasks read a directory on this machine (or one mounted from it): the local
 Docker backend's data root, the in-process reference backend's. A :class:`LocalStager` copies
 each input to the host path of its logical path, hashing it in the same pass
-(:func:`~altar.execution.digest.copy_and_verify`), and renames it into place only once the digest
-matched, so a task never reads a partial or wrong file.
+(:func:`~altar.execution.digest_copy.copy_and_verify`), and renames it into place only once
+the digest matched, so a task never reads a partial or wrong file.
 
 "Already there" has one mechanism: the ``verified-file/1`` record beside the file
 (:mod:`altar.execution.digest`). A current record skips the input without reading it. A record
@@ -39,7 +39,6 @@ from pathlib import Path
 
 from altar.execution.atomic import remove_stale_temporaries, stale_owners
 from altar.execution.digest import (
-    copy_and_verify,
     has_verification_record,
     input_label,
     output_label,
@@ -47,6 +46,7 @@ from altar.execution.digest import (
     verify_file,
     write_verification_record,
 )
+from altar.execution.digest_copy import copy_and_verify
 from altar.execution.errors import DigestMismatchError, TransferIntegrityError
 from altar.execution.transfer_progress import current_callback, report
 from altar.execution.types import Transfer

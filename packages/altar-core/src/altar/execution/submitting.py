@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from altar.execution.backend import ExecutionBackend
-from altar.execution.errors import BackendUnavailableError
+from altar.execution.budget import RetryBudget
+from altar.execution.errors import BackendUnavailableError, ProviderLimitError
 from altar.execution.labels import submission_key, submission_labels
 from altar.execution.ledger import Ledger
 from altar.execution.observing import fail_attempt
@@ -50,7 +51,7 @@ class Submits:
         specs: Mapping[str, ContainerTaskSpec],
         *,
         run_id: str,
-        max_retries: int,
+        budget: RetryBudget,
         grace_s: float,
         on_news: Callable[[], None],
     ) -> None:
@@ -61,11 +62,12 @@ class Submits:
         #: keys of in-doubt attempts a listing proved the provider never received
         self.absent: set[str] = set()
         self._resumed: dict[str, bool] = {}  # in-doubt attempts in flight again: re-executed?
-        self.max_retries = max_retries
+        self.budget = budget
         self.grace_s = grace_s
         self._on_news = on_news
         self.tasks: set[asyncio.Task[bool]] = set()
         self.refused = False  # a submit found the provider unavailable since last asked
+        self.limits: list[ProviderLimitError] = []  # limit refusals since the loop last looked
 
     def __bool__(self) -> bool:
         return bool(self.tasks)
@@ -160,18 +162,23 @@ class Submits:
             ledger.changed(record)
             ledger.flush()
             self.refused = True
-            ledger.emit("backend_unavailable", f"{record.id}: submit: {one_line(error)}", record)
+            if isinstance(error, ProviderLimitError):
+                self.limits.append(error)  # the run's hold says it, once
+            else:
+                ledger.emit(
+                    "backend_unavailable", f"{record.id}: submit: {one_line(error)}", record
+                )
             return False
         except ValueError as error:
             self._resumed.pop(record.id, None)
             failure = TaskFailure("submit_rejected", one_line(error), deterministic=True)
-            fail_attempt(ledger, record, attempt, failure, max_retries=self.max_retries)
+            fail_attempt(ledger, record, attempt, failure, budget=self.budget)
             ledger.flush()
             return True
         except Exception as error:
             self._resumed.pop(record.id, None)
             failure = TaskFailure("submit_failed", one_line(error), deterministic=False)
-            fail_attempt(ledger, record, attempt, failure, max_retries=self.max_retries)
+            fail_attempt(ledger, record, attempt, failure, budget=self.budget)
             ledger.flush()
             return True
         # no await between submit returning and the journal write: a cancelled run keeps it

@@ -349,6 +349,10 @@ class LocalDockerExecutionBackend(ExecutionBackend):
         present = await self._thread(lambda: self.runtime.image_present(image))
         return True if present else None
 
+    async def image_digest(self, image: str) -> str | None:
+        """The engine's image id for the task cache's key (None if the engine lacks it)."""
+        return await self._thread(lambda: self.runtime.image_id(image))
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def cancel(self, handle: TaskHandle) -> None:

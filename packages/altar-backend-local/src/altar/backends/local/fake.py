@@ -15,6 +15,7 @@ second) until :meth:`release_start`.
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
 import queue
 import secrets
@@ -427,6 +428,14 @@ class FakeDockerRuntime:
             self._request("image_inspect")
             # An engine that can pull every image (images=None) has none until it pulls.
             return self.images is not None and image in self.images
+
+    def image_id(self, image: str) -> str | None:
+        with self._lock:
+            self._request("image_inspect")
+            if self.images is None or image not in self.images:
+                return None
+            # a real engine's id is the digest of the image's config: stable per image
+            return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
     def cpu_count(self) -> int:
         with self._lock:

@@ -233,6 +233,10 @@ class DockerRuntime(Protocol):
         """Whether the engine has ``image`` locally (one image inspect; no pull)."""
         ...
 
+    def image_id(self, image: str) -> str | None:
+        """The engine's id of ``image`` (``sha256:...``, its config digest), None if absent."""
+        ...
+
     def cpu_count(self) -> int:
         """How many CPUs the engine offers a container (its info's ``NCPU``)."""
         ...

@@ -446,6 +446,16 @@ class DockerSdkRuntime:
             raise
         return True
 
+    def image_id(self, image: str) -> str | None:
+        try:
+            found = self._call(lambda api: api.inspect_image(image), not_found=False)  # type: ignore[no-untyped-call]
+        except EngineRefusedError as error:
+            if error.status == 404:
+                return None
+            raise
+        identity = found.get("Id") if isinstance(found, dict) else None
+        return identity if isinstance(identity, str) else None
+
     def cpu_count(self) -> int:
         info = self._call(lambda api: api.info())
         return int(info.get("NCPU") or 0)

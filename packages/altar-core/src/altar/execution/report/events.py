@@ -2,7 +2,9 @@
 
 The journal records each attempt's submit, start and finish; it does not record when inputs
 were staged (nor how fast), when a success's outputs were collected or when a retry was
-decided. ``altar run`` appends those events here, one JSON line each, as they happen.
+decided. ``altar run`` appends those events here, one JSON line each, as they happen, after
+a ``process`` line marking each process that drives the run (a resume, a ``--retry-failed``):
+the report tells from them when the runner was down.
 
 The log is for display only: it is appended without fsync, a line torn by a crash is skipped,
 and a missing log just leaves those parts of the report empty. Nothing resumes from it.
@@ -21,9 +23,11 @@ from typing import Any
 
 from altar.execution.results import RunEvent
 
-__all__ = ["EVENTS_NAME", "EventRecorder", "LoggedEvent", "read_events"]
+__all__ = ["EVENTS_NAME", "PROCESS", "EventRecorder", "LoggedEvent", "read_events"]
 
 EVENTS_NAME = "events.jsonl"
+#: The first line each process driving the run writes.
+PROCESS = "process"
 #: Kinds worth keeping (``state`` changes are in the journal; the final counts are not news).
 KEPT = frozenset(
     {
@@ -75,10 +79,15 @@ class EventRecorder:
         self.clock = clock
         self._last_progress = -float("inf")
         self._broken = False  # a full disk must not stop the run: the log is for display
+        self._marked = False  # the ``process`` line, written with the first event once the
+        # run directory exists
 
     def __call__(self, event: RunEvent) -> None:
         if self.forward is not None:
             self.forward(event)
+        if not self._marked and not self._broken and self.path.parent.is_dir():
+            self._marked = True
+            self._append({"at": round(self.clock(), 3), "kind": PROCESS, "pid": os.getpid()})
         if event.kind not in KEPT or self._broken:
             return
         now = self.clock()
@@ -96,6 +105,9 @@ class EventRecorder:
             entry["bytes_total"] = event.bytes_total
         if event.kind in ("retry", "failed", "in_doubt", "backend_unavailable", "skipped"):
             entry["message"] = event.message[:500]
+        self._append(entry)
+
+    def _append(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, separators=(",", ":")) + "\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

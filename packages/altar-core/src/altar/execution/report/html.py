@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from altar.execution.report.model import Report, TaskRow
+from altar.execution.report.model import Interruption, Report, TaskRow
 from altar.execution.report.svg import slots_svg, staging_svg, timeline_svg
 
 __all__ = ["render_html"]
@@ -37,6 +37,9 @@ svg .grid{stroke:#eceef3;stroke-width:1}
 .m-fail{fill:#d9412b}.m-retry{fill:#f08a24}
 .s-failed .label{fill:#b3261e;font-weight:600}
 path.slots{fill:none;stroke:#3f8fd2;stroke-width:1.5}
+rect.gap{fill:#1d2330;fill-opacity:.12;stroke:#1d2330;stroke-opacity:.55;stroke-dasharray:3 2;
+pointer-events:none}
+.error{color:#b3261e;font-weight:600}.detail{color:#7a2a20}
 polyline.staged{fill:none;stroke:#9b7fd4;stroke-width:1.5}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eceef3;vertical-align:top}
@@ -114,16 +117,26 @@ def _row(task: TaskRow) -> str:
     )
     history = ", ".join(
         f"{bar.number}: {bar.outcome}{f' ({bar.reason})' if bar.reason else ''}"
+        + (f" [{bar.interrupted}]" if bar.interrupted else "")
         for bar in task.attempts
     )
     doubt = f' <span class="muted">({task.in_doubt} in doubt)</span>' if task.in_doubt else ""
+    hit = sum(1 for bar in task.attempts if bar.interrupted)
+    if hit:
+        doubt += f' <span class="muted">({hit} interrupted)</span>'
+    code = f" (exit code {task.exit_code})" if task.exit_code is not None else ""
+    detail = (
+        f'<br><span class="detail">{escape(task.detail)}</span>'
+        if task.detail and task.detail != task.reason
+        else ""
+    )
     return (
         f'<tr id="task-{escape(task.id)}" data-status="{escape(task.status)}" '
         f'data-search="{escape(search)}"><td>{escape(task.id)}</td><td>{escape(task.kind)}</td>'
         f'<td class="st st-{escape(task.status)}">{escape(task.status)}</td>'
         f'<td class="num" title="{escape(history)}">{len(task.attempts)}{doubt}</td>'
         f'<td class="num">{_duration(task.duration_s)}</td>'
-        f"<td>{escape(task.reason or '')}{tail}</td></tr>"
+        f"<td>{escape(task.reason or '')}{code if task.reason else ''}{detail}{tail}</td></tr>"
     )
 
 
@@ -151,6 +164,32 @@ def _staging_section(report: Report) -> str:
     )
 
 
+def _interruption(gap: Interruption) -> str:
+    took = _duration(gap.end - gap.start)
+    if gap.finished:
+        return (
+            f"<li>the run finished at {_utc(gap.start)} and was started again {took} later "
+            "(<code>altar run --retry-failed</code> or the same run directory again)</li>"
+        )
+    flying = ", ".join(gap.in_flight[:10]) + (", ..." if len(gap.in_flight) > 10 else "")
+    what = (
+        f"; {len(gap.in_flight)} task(s) were in flight and kept running: {escape(flying)}"
+        if gap.in_flight
+        else "; no task was in flight"
+    )
+    return (
+        f"<li>the runner stopped after {_utc(gap.start)} (its last sign of life; it was "
+        f"killed, crashed or stopped) and was resumed {took} later{what}</li>"
+    )
+
+
+def _interruptions_section(report: Report) -> str:
+    if not report.interruptions:
+        return '<p class="muted">None logged: one process drove the run.</p>'
+    items = "".join(_interruption(gap) for gap in report.interruptions)
+    return f'<ul id="interruptions">{items}</ul>'
+
+
 def render_html(report: Report) -> str:
     """The whole page for ``report``."""
     counts = "".join(
@@ -171,7 +210,13 @@ def render_html(report: Report) -> str:
             ("collecting", "c", "#45b39d"),
             ("failed", "f", "#d9412b"),
             ("failed, retried", "rt", "#f08a24"),
+            ("runner down", "gap", "rgba(29,35,48,.12);border:1px dashed #5d6675"),
         )
+    )
+    staging_error = (
+        f'<p class="error" id="staging-error">staging failed: {escape(report.staging_error)}</p>'
+        if report.staging_error
+        else ""
     )
     state = "finished" if report.finished else "not finished"
     rows = "".join(_row(task) for task in report.tasks)
@@ -186,11 +231,12 @@ def render_html(report: Report) -> str:
         f'<p class="meta">run <code>{escape(report.run_dir)}</code> · plan '
         f"<code>{escape(report.plan)}</code> · backend <code>{escape(report.backend)}</code> · "
         f"{_utc(report.start)} · {_duration(report.end - report.start)} · {state}</p>"
-        f'<p class="counts">{len(report.tasks)} tasks: {counts}</p>'
+        f'<p class="counts">{len(report.tasks)} tasks: {counts}</p>{staging_error}'
         f'<h2>Timeline</h2><p class="legend">{legend}</p>'
         f'<div class="scroll">{timeline_svg(report)}</div>'
         f'<h2>Slots in use</h2><div class="wide">{slots_svg(report)}</div>'
         f"<h2>Staging throughput</h2>{_staging_section(report)}"
+        f"<h2>Interruptions</h2>{_interruptions_section(report)}"
         "<h2>Tasks</h2>"
         '<p class="filters"><input id="filter" type="search" placeholder="filter by id, kind, '
         'reason" aria-label="filter tasks"> <select id="state" aria-label="status">'

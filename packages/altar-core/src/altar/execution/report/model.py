@@ -11,6 +11,12 @@ Per task, every attempt as phases on one time axis:
 
 The run's input staging is one band of its own, with its throughput; the slot usage is the
 number of attempts submitted and not finished at each moment.
+
+Interruptions are the times no altar process drove the run: from the last sign of life of a
+process (the last event it logged, or a later submit it journaled) to the next process's
+``process`` line (or, in a log from before those lines, its
+``resumed`` event). An attempt that was in flight then, or whose submit the stop cut short
+(found again by its key, or submitted again), says so.
 """
 
 from __future__ import annotations
@@ -18,16 +24,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from altar.execution.journal import Attempt, Journal, TaskRecord
-from altar.execution.report.events import LoggedEvent
+from altar.execution.journal import IN_DOUBT, Attempt, Journal, TaskRecord
+from altar.execution.report.events import PROCESS, LoggedEvent
 
 __all__ = [
     "AttemptBar",
+    "Interruption",
     "Phase",
     "Report",
     "Staging",
     "TaskRow",
     "build_report",
+    "last_line",
     "log_tail",
     "slot_usage",
 ]
@@ -51,6 +59,18 @@ class AttemptBar:
     phases: tuple[Phase, ...]
     reason: str | None = None
     retried: bool = False  # a later attempt followed this failed one
+    detail: str | None = None  # the last line of its failure's detail
+    interrupted: str | None = None  # how a stop of the runner touched it, if one did
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A time no altar process drove the run."""
+
+    start: float  # the last sign of life of the stopped process (an event, a submit)
+    end: float  # the next process's first
+    finished: bool  # the stopped process had ended the run: a rerun (--retry-failed), no crash
+    in_flight: tuple[str, ...] = ()  # tasks with an attempt submitted and not finished then
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,8 @@ class TaskRow:
     reason: str | None
     log_tail: str
     in_doubt: int = 0
+    detail: str | None = None  # the last line of the last failure's detail
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +121,8 @@ class Report:
     slots: tuple[tuple[float, int], ...]
     counts: Mapping[str, int] = field(default_factory=dict)
     finished: bool = False
+    interruptions: tuple[Interruption, ...] = ()
+    staging_error: str | None = None
 
 
 def log_tail(text: str | None) -> str:
@@ -116,8 +140,75 @@ def _attempt_end(attempt: Attempt, now: float) -> float:
     return attempt.finished_at if attempt.finished_at is not None else now
 
 
+def last_line(text: str | None) -> str | None:
+    """The last non-blank line of ``text`` (a log tail ends with the error, a traceback with its
+    exception), cut to :data:`TAIL_LINE_CHARS`; None if there is none."""
+    for line in reversed((text or "").splitlines()):
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= TAIL_LINE_CHARS else line[: TAIL_LINE_CHARS - 3] + "..."
+    return None
+
+
+def _in_flight(attempt: Attempt, at: float) -> bool:
+    submitted = attempt.submitted_at
+    return (
+        submitted is not None
+        and submitted <= at
+        and (attempt.finished_at is None or attempt.finished_at > at)
+    )
+
+
+def _interruptions(
+    events: Sequence[LoggedEvent], records: Sequence[TaskRecord]
+) -> tuple[Interruption, ...]:
+    starts = [i for i, e in enumerate(events) if e.kind == PROCESS]
+    if not starts:  # a log from before the process lines: a resume with open tasks says so
+        starts = [i for i, e in enumerate(events) if e.kind == "resumed"]
+    found = []
+    for index in starts:
+        if index == 0:
+            continue
+        last, restart = events[index - 1], events[index].at
+        # the stopped process was alive at its last event, and at each submit it journaled
+        # after it (a submit's time is the runner's clock, never the provider's)
+        stop = max(
+            [last.at]
+            + [
+                a.submitted_at
+                for r in records
+                for a in r.attempts
+                if a.submitted_at is not None and last.at < a.submitted_at < restart
+            ]
+        )
+        flying = tuple(r.id for r in records if any(_in_flight(a, stop) for a in r.attempts))
+        found.append(Interruption(stop, restart, last.kind == "done", flying))
+    return tuple(found)
+
+
+def _interrupted(attempt: Attempt, gaps: Sequence[Interruption]) -> str | None:
+    """How a stop of the runner touched ``attempt``, in words (None if none did)."""
+    if attempt.reexecuted:
+        return (
+            f"its submit was cut short by a stop of the runner and it was submitted again "
+            f"({attempt.reexecuted} time(s)): it may have run twice"
+        )
+    if attempt.adopted:
+        return "its submit was cut short by a stop of the runner; the resumed run found it"
+    if attempt.state == IN_DOUBT:
+        return "its submit was cut short by a stop of the runner"
+    for gap in gaps:
+        if not gap.finished and _in_flight(attempt, gap.start):
+            return f"in flight while the runner was down ({gap.end - gap.start:.1f}s)"
+    return None
+
+
 def _bars(
-    record: TaskRecord, run_start: float, collected: Mapping[str, float], now: float
+    record: TaskRecord,
+    run_start: float,
+    collected: Mapping[str, float],
+    now: float,
+    gaps: Sequence[Interruption] = (),
 ) -> tuple[AttemptBar, ...]:
     bars = []
     queued_from = run_start
@@ -159,6 +250,8 @@ def _bars(
                 phases=tuple(phases),
                 reason=failure.reason if failure else None,
                 retried=outcome == "failed" and not last,
+                detail=last_line(failure.detail) if failure else None,
+                interrupted=_interrupted(attempt, gaps),
             )
         )
         queued_from = end
@@ -166,7 +259,11 @@ def _bars(
 
 
 def _row(
-    record: TaskRecord, run_start: float, collected: Mapping[str, float], now: float
+    record: TaskRecord,
+    run_start: float,
+    collected: Mapping[str, float],
+    now: float,
+    gaps: Sequence[Interruption] = (),
 ) -> TaskRow:
     last = record.last
     failure = last.failure if last else None
@@ -188,11 +285,13 @@ def _row(
         id=record.id,
         kind=record.kind,
         status=status,
-        attempts=_bars(record, run_start, collected, now),
+        attempts=_bars(record, run_start, collected, now, gaps),
         duration_s=last.duration_s if last else None,
         reason=reason,
         log_tail=tail,
         in_doubt=record.in_doubt,
+        detail=last_line(failure.detail) if failure and status in ("failed", "queued") else None,
+        exit_code=failure.exit_code if failure and status in ("failed", "queued") else None,
     )
 
 
@@ -252,7 +351,8 @@ def build_report(
     end = max(times) if times else start
     now = max(end, now if now is not None else end)
     collected = {e.task_id: e.at for e in events if e.kind == "succeeded" and e.task_id}
-    rows = tuple(_row(record, start, collected, now) for record in records)
+    gaps = _interruptions(events, records)
+    rows = tuple(_row(record, start, collected, now, gaps) for record in records)
     intervals = [
         (attempt.submitted_at, _attempt_end(attempt, now))
         for record in records
@@ -273,4 +373,6 @@ def build_report(
         slots=slot_usage(intervals),
         counts=counts,
         finished=journal.finished,
+        interruptions=gaps,
+        staging_error=journal.staging_error,
     )

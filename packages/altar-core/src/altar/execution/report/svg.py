@@ -71,10 +71,14 @@ def _axis(scale: _Scale, y: float, height: float) -> list[str]:
 
 def _attempt(task_id: str, bar: AttemptBar, scale: _Scale, y: float) -> list[str]:
     parts = []
+    note = f" ({bar.interrupted})" if bar.interrupted else ""
     for phase in bar.phases:
         x = scale.x(phase.start)
         width = max(scale.x(phase.end) - x, 0.8)
-        title = f"{task_id} attempt {bar.number}: {phase.kind} {_seconds(phase.end - phase.start)}"
+        title = (
+            f"{task_id} attempt {bar.number}: {phase.kind} "
+            f"{_seconds(phase.end - phase.start)}{note}"
+        )
         parts.append(
             f'<rect class="p-{phase.kind}" x="{_n(x)}" y="{_n(y)}" width="{_n(width)}" '
             f'height="{_n(BAR)}"><title>{escape(title)}</title></rect>'
@@ -82,7 +86,9 @@ def _attempt(task_id: str, bar: AttemptBar, scale: _Scale, y: float) -> list[str
     if bar.outcome == "failed" and bar.phases:
         mark_x = _n(scale.x(bar.phases[-1].end))
         what = "failed; retried" if bar.retried else "failed"
-        title = f"{task_id} attempt {bar.number} {what} ({bar.reason or 'unknown'})"
+        title = f"{task_id} attempt {bar.number} {what} ({bar.reason or 'unknown'})" + (
+            f": {bar.detail}" if bar.detail else ""
+        )
         mark = "retry" if bar.retried else "fail"
         parts.append(
             f'<rect class="m-{mark}" x="{mark_x}" y="{_n(y - 2)}" width="3" height="{_n(BAR + 4)}">'
@@ -127,6 +133,14 @@ def timeline_svg(report: Report) -> str:
             parts += _attempt(task.id, bar, scale, y + 2)
         parts.append("</g>")
         y += ROW
+    for gap in report.interruptions:  # over the rows, see-through: when no runner drove the run
+        x = scale.x(gap.start)
+        what = "the run finished; started again" if gap.finished else "runner down"
+        parts.append(
+            f'<rect class="gap" x="{_n(x)}" y="{_n(AXIS)}" '
+            f'width="{_n(max(scale.x(gap.end) - x, 1.5))}" height="{_n(rows * ROW)}">'
+            f"<title>{what} for {_seconds(gap.end - gap.start)}</title></rect>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 

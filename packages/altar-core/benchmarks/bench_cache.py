@@ -1,0 +1,115 @@
+"""Benchmark: the task cache's store, against the work it saves.
+
+Run: ``uv run python packages/altar-core/benchmarks/bench_cache.py [--repeat N] [--entries N]
+[--size-mib N]``. Prints medians side by side with a baseline and the ratio against the issue's
+targets (issue 25):
+
+- a verified lookup among ``--entries`` entries (default 10,000), one output each, its record
+  current: target ≤ 1 ms median per lookup; baseline: one ``os.stat`` of the output;
+- serving a cached output of ``--size-mib`` (default 1024) MiB by link, against copying it
+  with ``shutil.copyfile``: target ≤ 0.05x.
+
+Always exits 0; the figures are for reading, not for asserting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from altar.execution import ContainerTaskSpec, Transfer, sha256_file
+from altar.execution.cache import CacheStore, TaskKey, task_key
+
+IMAGE = "sha256:" + "a" * 64
+
+
+def _key(n: int) -> TaskKey:
+    spec = ContainerTaskSpec("k", "img", ["score", str(n)], outputs=[Transfer("o", "jobs/o")])
+    return task_key(spec, image=IMAGE, inputs={})
+
+
+def _timed(function: Callable[[], None], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_lookup(root: Path, entries: int, repeat: int) -> None:
+    store = CacheStore(root / "store")
+    outputs = root / "outputs"
+    outputs.mkdir()
+    for n in range(entries):
+        path = outputs / f"o{n}"
+        path.write_bytes(f"score {n}\n".encode())
+        store.put(_key(n), {"jobs/o": (path, sha256_file(path))})
+    time.sleep(1.1)  # the objects' status-change second is over: records can be written
+    for n in range(entries):
+        store.lookup(_key(n))  # writes each object's record (a first lookup hashes)
+    probes = [_key(n * 7919 % entries) for n in range(min(entries, 1000))]
+
+    def lookups() -> None:
+        for key in probes:
+            entry, problems = store.lookup(key)
+            assert entry is not None
+            assert not problems
+
+    def stats() -> None:
+        for key in probes:
+            os.stat(store.entry_path(key.digest))
+
+    ours = _timed(lookups, repeat) / len(probes)
+    base = _timed(stats, repeat) / len(probes)
+    print(
+        f"verified lookup, {entries} entries: {ours * 1e3:.3f} ms median per lookup "
+        f"(one stat: {base * 1e3:.4f} ms; {ours / base:.0f}x) target <= 1 ms: "
+        f"{'met' if ours <= 1e-3 else 'NOT met'}"
+    )
+
+
+def bench_serve(root: Path, size_mib: int, repeat: int) -> None:
+    store = CacheStore(root / "store-big")
+    big = root / "big.bin"
+    with open(big, "wb") as handle:
+        block = os.urandom(1 << 20)
+        for _ in range(size_mib):
+            handle.write(block)
+    digest = sha256_file(big)
+    entry = store.put(_key(-1), {"jobs/o": (big, digest)})
+    out = root / "served"
+
+    def serve() -> None:
+        store.materialize(entry, {"jobs/o": out})
+
+    def copy() -> None:
+        shutil.copyfile(store.object_path(digest), root / "copied.bin")
+
+    ours, base = _timed(serve, repeat), _timed(copy, repeat)
+    print(
+        f"serve {size_mib} MiB cached output: {ours * 1e3:.2f} ms median by link vs "
+        f"{base * 1e3:.1f} ms to copy it ({ours / base:.4f}x) target <= 0.05x: "
+        f"{'met' if ours <= 0.05 * base else 'NOT met'}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--entries", type=int, default=10_000)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="altar-bench-cache-") as tmp:
+        bench_lookup(Path(tmp), args.entries, args.repeat)
+        bench_serve(Path(tmp), args.size_mib, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

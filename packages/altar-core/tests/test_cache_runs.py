@@ -1,0 +1,178 @@
+"""Runs that use the task cache: a second run executes nothing, changes miss (issue 25)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from altar.execution import sha256_file
+from altar.execution.cache import CacheStore
+from altar.execution.journal import Journal
+from altar.execution.plan import parse_plan
+from altar.execution.progress import format_table
+from altar.execution.runner import run_plan
+
+from .runkit import FAST
+
+PINNED = "busybox@sha256:" + "a" * 64
+
+
+def plan_data(tmp_path: Path, weights: str = "w0", **cache: object) -> dict[str, object]:
+    (tmp_path / "weights.bin").write_text(weights)
+    task = {"image": PINNED, "kind": "fold"}
+    return {
+        "backend": {"type": "fake"},
+        "cache": {"dir": "store", **cache},
+        "tasks": [
+            {
+                **task,
+                "id": "prep",
+                "command": ["prep"],
+                "labels": {"task": "prep"},
+                "inputs": [{"uri": "weights.bin", "logical_path": "jobs/w.bin"}],
+                "outputs": [{"uri": "results/prep.txt", "logical_path": "jobs/prep.txt"}],
+            },
+            {
+                **task,
+                "id": "score",
+                "command": ["score"],
+                "labels": {"task": "score"},
+                "inputs": [{"uri": "unused", "logical_path": "jobs/prep.txt"}],
+                "outputs": [{"uri": "results/score.txt", "logical_path": "jobs/score.txt"}],
+            },
+        ],
+    }
+
+
+async def run(tmp_path, provider, backend_class, name, data):
+    plan = parse_plan(data, source="plan.toml", base_dir=tmp_path)
+    events = []
+    result = await run_plan(
+        plan,
+        backend_class(provider=provider),
+        run_dir=tmp_path / name,
+        on_event=events.append,
+        **FAST,
+    )
+    return result, events
+
+
+@pytest.fixture
+def volume(tmp_path, provider):
+    provider.root = tmp_path / "volume"
+    return provider
+
+
+@pytest.mark.asyncio
+async def test_a_second_run_executes_nothing_and_ends_with_the_same_results(
+    tmp_path, volume, fake_backend_class
+):
+    first, _ = await run(tmp_path, volume, fake_backend_class, "run1", plan_data(tmp_path))
+    assert [t.status for t in first.tasks] == ["succeeded", "succeeded"]
+    results = {p.name: p.read_bytes() for p in (tmp_path / "results").iterdir()}
+    for path in (tmp_path / "results").iterdir():
+        path.unlink()
+    second, events = await run(tmp_path, volume, fake_backend_class, "run2", plan_data(tmp_path))
+    assert volume.submits == {"prep": 1, "score": 1}  # nothing ran the second time
+    assert [(t.status, t.attempts) for t in second.tasks] == [("cached", 0), ("cached", 0)]
+    assert second.ok
+    assert {p.name: p.read_bytes() for p in (tmp_path / "results").iterdir()} == results
+    journal = Journal.load(tmp_path / "run1")
+    assert [t.detail for t in second.tasks] == [
+        f"cached: from prep of run {journal.run_id}",
+        f"cached: from score of run {journal.run_id}",
+    ]
+    assert "cached" in format_table(second.tasks)
+    assert [e.kind for e in events].count("cached") == 2
+    # prep's output is read by score on the backend's volume: it was staged there
+    staged = [t.logical_path for call in volume.stage_calls for t in call]
+    assert "jobs/prep.txt" in staged
+
+
+@pytest.mark.asyncio
+async def test_a_changed_input_reruns_its_task_and_what_reads_its_outputs(
+    tmp_path, volume, fake_backend_class
+):
+    await run(tmp_path, volume, fake_backend_class, "run1", plan_data(tmp_path))
+    changed, _ = await run(tmp_path, volume, fake_backend_class, "run2", plan_data(tmp_path, "w1"))
+    assert [t.status for t in changed.tasks] == ["succeeded", "succeeded"]
+    assert volume.submits == {"prep": 2, "score": 2}
+    again, _ = await run(tmp_path, volume, fake_backend_class, "run3", plan_data(tmp_path, "w1"))
+    assert [t.status for t in again.tasks] == ["cached", "cached"]
+
+
+@pytest.mark.asyncio
+async def test_a_corrupted_cached_output_is_recomputed_never_served(
+    tmp_path, volume, fake_backend_class
+):
+    await run(tmp_path, volume, fake_backend_class, "run1", plan_data(tmp_path))
+    store = CacheStore(tmp_path / "store")
+    digest = sha256_file(tmp_path / "results" / "score.txt")
+    obj = store.object_path(digest)
+    obj.chmod(0o644)
+    obj.write_text("corrupt")
+    result, events = await run(tmp_path, volume, fake_backend_class, "run2", plan_data(tmp_path))
+    assert [t.status for t in result.tasks] == ["cached", "succeeded"]
+    assert volume.submits["score"] == 2
+    assert any(e.kind == "cache_miss" and "score" in e.message for e in events)
+    assert (tmp_path / "results" / "score.txt").read_text() != "corrupt"
+
+
+@pytest.mark.asyncio
+async def test_a_tag_image_is_run_not_cached_unless_the_plan_trusts_tags(
+    tmp_path, volume, fake_backend_class
+):
+    data = plan_data(tmp_path)
+    for task in data["tasks"]:  # type: ignore[attr-defined]
+        task["image"] = "busybox:latest"
+    await run(tmp_path, volume, fake_backend_class, "run1", data)
+    await run(tmp_path, volume, fake_backend_class, "run2", data)
+    assert volume.submits == {"prep": 2, "score": 2}
+    trusting = plan_data(tmp_path, trust_tags=True)
+    for task in trusting["tasks"]:  # type: ignore[attr-defined]
+        task["image"] = "busybox:latest"
+    await run(tmp_path, volume, fake_backend_class, "run3", trusting)
+    result, _ = await run(tmp_path, volume, fake_backend_class, "run4", trusting)
+    assert [t.status for t in result.tasks] == ["cached", "cached"]
+
+
+@pytest.mark.asyncio
+async def test_cache_false_and_no_cache_table_never_look_up(tmp_path, volume, fake_backend_class):
+    data = plan_data(tmp_path)
+    data["tasks"][1]["cache"] = False  # type: ignore[index]
+    await run(tmp_path, volume, fake_backend_class, "run1", data)
+    result, _ = await run(tmp_path, volume, fake_backend_class, "run2", data)
+    assert [t.status for t in result.tasks] == ["cached", "succeeded"]
+    del data["cache"]
+    result, _ = await run(tmp_path, volume, fake_backend_class, "run3", data)
+    assert [t.status for t in result.tasks] == ["succeeded", "succeeded"]
+
+
+def test_altar_run_cache_flags_choose_the_store_or_none(tmp_path, fake_registry, capsys):
+    from altar.execution import cli
+
+    fake_registry.root = tmp_path / "volume"
+    data = plan_data(tmp_path)
+    del data["cache"]
+    plan = tmp_path / "plan.json"
+    plan.write_text(__import__("json").dumps(data))
+    store = tmp_path / "elsewhere"
+    argv = ["run", str(plan), "--json", "--quiet", "--cache", str(store)]
+    assert cli.main([*argv, "--run-dir", str(tmp_path / "r1")]) == 0
+    assert cli.main([*argv, "--run-dir", str(tmp_path / "r2")]) == 0
+    out = capsys.readouterr().out
+    second = __import__("json").loads(out[out.rindex('{\n  "run_dir"') :])
+    assert [t["status"] for t in second["tasks"]] == ["cached", "cached"]
+    assert list(CacheStore(store).entries())
+    nocache = [
+        "run",
+        str(plan),
+        "--json",
+        "--quiet",
+        "--no-cache",
+        "--run-dir",
+        str(tmp_path / "r3"),
+    ]
+    assert cli.main(nocache) == 0
+    assert fake_registry.submits == {"prep": 2, "score": 2}
+    assert cli.main([*argv, "--no-cache"]) == 2  # one or the other
