@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from altar.backends.local.fake_restarts import restart
 from altar.backends.local.runtime import (
     LIVE_CONTAINER_STATES,
     ContainerDetail,
@@ -482,22 +483,9 @@ class FakeDockerRuntime:
             stream.drain()  # outside the lock: the reader may be waiting on it
 
     def restart_engine(self, *, lose: Sequence[str] = (), stuck: Sequence[str] = ()) -> None:
-        """dockerd dies and starts again without live-restore (as Docker 20.10 was seen to):
-        streams and the events window are lost; each running container is stopped (137 after
-        the stop timeout, no OOM flag); ``lose``: gone; ``stuck``: left running, never started."""
+        """dockerd dies and starts again (see :func:`.fake_restarts.restart`)."""
         with self._lock:
-            self.break_event_streams()
-            self.events.clear()
-            started = [c.started_at for c in self.containers.values() if c.started_at]
-            self.restarted_at = at = max([self.now(), *(t + 1e-3 for t in started)])
-            for container in [self._get(i) for i in lose]:
-                del self.containers[container.id]
-            for container in self.containers.values():
-                if container.id in stuck or container.name in stuck:
-                    container.started_at = None  # running, with a process that is gone
-                elif container.state in ("running", "paused") and not self.live_restore:
-                    container.state, container.exit_code, container.finished_at = "exited", 137, at
-                    self._event(container, ContainerEvent(container.id, "die", at, 137))
+            restart(self, lose, stuck)
 
     def write_log(self, container_id: str, lines: list[str], *, stream: str = "stdout") -> None:
         """The container writes ``lines`` to ``stream`` (``stdout`` or ``stderr``)."""
