@@ -30,6 +30,7 @@ from altar.execution import (
     BackendUnavailableError,
     ContainerTaskSpec,
     ExecutionBackend,
+    ProviderLimitError,
     ResourceRequest,
     TaskFailure,
     TaskHandle,
@@ -523,3 +524,29 @@ async def test_a_0_3_0_runtimes_client_errors_are_not_transient(
     runtime.list_jobs = failing  # type: ignore[assignment]
     with pytest.raises(ApiException):
         await backend.poll([handle])
+
+
+@pytest.mark.asyncio
+async def test_a_0_3_0_runtimes_throttling_and_quota_refusals_are_limits(
+    backend: KubernetesExecutionBackend, runtime: LegacyRuntime
+) -> None:
+    throttled = ApiException(429, "Too Many Requests")
+    throttled.headers = {"Retry-After": "3"}  # type: ignore[attr-defined]
+
+    async def create(*_: Any, **__: Any) -> str:
+        raise throttled
+
+    runtime.create_job = create  # type: ignore[method-assign]
+    with pytest.raises(ProviderLimitError) as raised:
+        await backend.submit(spec())
+    assert raised.value.retry_after_s == 3.0
+    full = ApiException(403, "Forbidden")
+    full.body = (  # type: ignore[attr-defined]
+        '{"kind":"Status","reason":"Forbidden","code":403,"message":"jobs.batch \\"j\\" is '
+        "forbidden: exceeded quota: object-counts, requested: count/jobs.batch=1, used: "
+        'count/jobs.batch=5, limited: count/jobs.batch=5"}'
+    )
+    throttled = full
+    with pytest.raises(ProviderLimitError) as raised:
+        await backend.submit(spec())
+    assert raised.value.limit == "ResourceQuota object-counts"

@@ -31,6 +31,7 @@ from aiohttp import web
 from grpclib import GRPCError, Status
 from grpclib.events import RecvRequest, listen
 from grpclib.server import Server
+from modal._utils.grpc_utils import custom_detail_codec
 from modal_proto import api_grpc, api_pb2
 
 _ALPHANUMERIC = string.ascii_letters + string.digits
@@ -90,6 +91,8 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self.unavailable = False  # answer sandbox RPCs with UNAVAILABLE, as a failing gateway
         self.schedule_delay_s = 0.0  # how long a new sandbox waits for a worker (no task id)
         self.refuse_create: str | None = None  # answer SandboxCreate with INVALID_ARGUMENT
+        # answer the next SandboxCreates with RESOURCE_EXHAUSTED: (message, retry_after_secs)
+        self.exhaust_create: list[tuple[str, float | None]] = []
         self.list_page_size = 100  # SandboxList entries per page (Modal does not document it)
         self.create_answer_delay_s = 0.0  # create the sandbox, then wait before answering
         self._last_created = 0.0
@@ -254,6 +257,15 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self._record("SandboxCreate", request)
         if self.refuse_create is not None:
             raise GRPCError(Status.INVALID_ARGUMENT, self.refuse_create)
+        if self.exhaust_create:
+            message, retry_after = self.exhaust_create.pop(0)
+            # A server-side limit; with a retry policy the SDK sleeps and tries again itself.
+            details = (
+                None
+                if retry_after is None
+                else [api_pb2.RPCRetryPolicy(retry_after_secs=retry_after)]
+            )
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, message, details)
         name = request.definition.name
         if name and any(
             other.app_id == request.app_id
@@ -398,6 +410,15 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
             raise GRPCError(Status.NOT_FOUND, f"Sandbox {sandbox_id} not found")
         return sandbox
 
+    def end(self, sandbox_id: str, status: int, exception: str = "") -> None:
+        """Modal ends the sandbox with ``status`` (a GenericStatus) and its message."""
+        sandbox = self.sandboxes[sandbox_id]
+        if sandbox.result is None:
+            sandbox.result = api_pb2.GenericResult(status=status, exitcode=0, exception=exception)
+            sandbox.finished.set()
+        if sandbox.process is not None and sandbox.process.returncode is None:
+            sandbox.process.kill()
+
     def oom_kill(self, sandbox_id: str) -> None:
         """What Modal reports when the kernel kills the command at its memory limit."""
         sandbox = self.sandboxes[sandbox_id]
@@ -475,7 +496,8 @@ class ControlPlane:
         return self
 
     async def _start(self) -> None:
-        self._server = Server([self.servicer])
+        # the client's own details codec: RPCRetryPolicy details reach it as Modal sends them
+        self._server = Server([self.servicer], status_details_codec=custom_detail_codec)
         listen(self._server, RecvRequest, self._count)
         await self._server.start("127.0.0.1", 0)
         sockets = self._server._server.sockets  # the bound ephemeral port
@@ -530,6 +552,20 @@ class ControlPlane:
             self.servicer.oom_kill(sandbox_id)
 
         asyncio.run_coroutine_threadsafe(kill(), self._loop).result(10)
+
+    def end_by_provider(self, sandbox_id: str, ending: str) -> None:
+        """Cause provider ending ``ending`` as Modal reports it: a preempted or lost worker is
+        GENERIC_STATUS_INTERNAL_FAILURE, a host-memory eviction MEMORY_MANAGER_EVICTION."""
+        status, exception = {
+            "preempted": (_STATUS.GENERIC_STATUS_INTERNAL_FAILURE, "Worker preempted"),
+            "node_lost": (_STATUS.GENERIC_STATUS_INTERNAL_FAILURE, ""),
+            "evicted": (_STATUS.GENERIC_STATUS_MEMORY_MANAGER_EVICTION, ""),
+        }[ending]
+
+        async def end() -> None:
+            self.servicer.end(sandbox_id, status, exception)
+
+        asyncio.run_coroutine_threadsafe(end(), self._loop).result(10)
 
     @property
     def url(self) -> str:

@@ -81,7 +81,9 @@ def main() -> None:
     try:
         node = CountingLoginNode()
         with tempfile.TemporaryDirectory(prefix="altar-bench-poll-") as scratch:
-            backend = SlurmExecutionBackend(data_root=scratch, runtime=node)
+            # queue_interval_s=0: every poll asks squeue (this measures that query against the
+            # loop; a poll between queue queries reads only the jobs' records, see bench_records)
+            backend = SlurmExecutionBackend(data_root=scratch, runtime=node, queue_interval_s=0)
             token = "0" * 16 + "-" + "0" * 16 + "-" + "0" * 8
             handles = [TaskHandle("slurm", f"{job_id}:{token}") for job_id in ids]
             theirs: list[float] = []

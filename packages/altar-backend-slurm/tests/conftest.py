@@ -23,4 +23,8 @@ def backend(tmp_path: Path, node: FakeLoginNode) -> SlurmExecutionBackend:
         runtime=node,
         gpu_types={"gpu": None, "a100": "a100"},
         cancel_wait_s=0,
+        # Classification tests: every poll may ask the queue, and a missing record is not
+        # waited for (test_completion.py tests the pacing and the wait with a fake clock).
+        queue_interval_s=0,
+        exit_read_timeout_s=0,
     )

@@ -57,8 +57,16 @@ def _listing(path: str) -> list[str]:
 
 
 def _commands(node: FakeLoginNode) -> list[str]:
-    """The programs run, seen through their ``timeout --kill-after=2 N`` bound."""
-    return [call[3] if call[0] == "timeout" else call[0] for call in node.calls]
+    """The programs run, seen through their ``timeout --kill-after=2 N`` bound; the one
+    command that reads the jobs' records is ``records``."""
+    return [
+        call[3]
+        if call[0] == "timeout"
+        else "records"
+        if call[3:4] == ["altar-records"]
+        else call[0]
+        for call in node.calls
+    ]
 
 
 async def test_a_poll_of_many_jobs_is_one_squeue_while_they_run(
@@ -68,7 +76,7 @@ async def test_a_poll_of_many_jobs_is_one_squeue_while_they_run(
     node.calls.clear()
     statuses = await backend.poll(handles)
     assert {s.state for s in statuses} == {TaskState.RUNNING}
-    assert _commands(node) == ["squeue"]
+    assert _commands(node) == ["records", "squeue"]
 
 
 async def test_more_jobs_than_a_command_line_holds_are_still_one_squeue(
@@ -82,8 +90,8 @@ async def test_more_jobs_than_a_command_line_holds_are_still_one_squeue(
     node.calls.clear()
     statuses = await backend.poll(handles[1:])
     assert {s.state for s in statuses} == {TaskState.RUNNING}
-    assert _commands(node) == ["squeue"]
-    assert not any(arg.startswith("--jobs") for arg in node.calls[0])
+    assert _commands(node) == ["records", "squeue"]
+    assert not any(arg.startswith("--jobs") for arg in node.calls[1])
 
 
 async def test_finished_jobs_cost_at_most_one_sacct_more(
@@ -98,8 +106,9 @@ async def test_finished_jobs_cost_at_most_one_sacct_more(
     node.advance(node.min_job_age + 1)  # out of squeue's window: only sacct knows them
     node.calls.clear()
     statuses = await backend.poll(handles)
-    # One read of the jobs' own exit records (one command for all), then one sacct.
-    assert _commands(node) == ["squeue", "grep", "sacct"]
+    # The jobs' own records (one command for all) settle four; squeue finds one gone, whose
+    # record is looked for once more before one sacct.
+    assert _commands(node) == ["records", "squeue", "records", "sacct"]
     reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
     assert reasons == ["succeeded", "exit_3", "timeout", "oom_killed", "exit_2", "running"]
 
@@ -130,8 +139,8 @@ async def test_endings_squeue_can_tell_cost_no_sacct(
     await backend.cancel(handles[3])
     node.calls.clear()
     statuses = await backend.poll(handles)
-    # No sacct; one read of the finished jobs' exit records (their own start and end).
-    assert _commands(node) == ["squeue", "grep"]
+    # No sacct: the record settles the first, squeue the others.
+    assert _commands(node) == ["records", "squeue"]
     reasons = [s.failure.reason if s.failure else s.state.value for s in statuses]
     assert reasons == ["succeeded", "timeout", "oom_killed", "cancelled"]
     assert statuses[0].finished_at is not None  # the fake's record
@@ -165,7 +174,7 @@ async def test_outages_are_backend_unavailable_never_states(
     backend: SlurmExecutionBackend, node: FakeLoginNode, broken: str
 ) -> None:
     handle = await backend.submit(SPEC)
-    node.finish(handle.external_id, 3)
+    node.finish(handle.external_id, 3, record=False)  # only Slurm can tell how it ended
     node.advance(node.min_job_age + 1)
     if broken == "controller":
         node.available = False
@@ -333,7 +342,7 @@ async def test_cleanup_removes_finished_job_directories_only(
     await backend.cleanup([done, running])
     await backend.cleanup([done, running])
     assert not _listing(node.job(done.external_id).work_dir)
-    assert _listing(node.job(running.external_id).work_dir) == ["job.sbatch"]
+    assert _listing(node.job(running.external_id).work_dir) == ["job.sbatch", "started"]
 
 
 async def test_failure_detail_is_the_tail_of_stdout_and_stderr(

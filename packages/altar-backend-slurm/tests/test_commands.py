@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
-from altar.backends.slurm import LocalLoginNode
+from altar.backends.slurm import LocalLoginNode, commands
 from altar.backends.slurm.commands import submit
 from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
 
@@ -59,3 +60,36 @@ def test_sbatch_refusals_and_outages(tmp_path: Path, node: LocalLoginNode) -> No
         submit(node, str(tmp_path / "j2"), "#!/bin/sh\n")
     # after an outage the job may exist all the same, and it runs in this directory
     assert (tmp_path / "j2" / "job.sbatch").is_file()
+
+
+@pytest.mark.parametrize("budget", [commands.NAMED_RECORDS_BUDGET, 0])
+def test_the_records_of_many_jobs_are_read_in_one_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    # Named files while the names fit one command; past the budget, one find over the jobs
+    # directory (which also passes over jobs nobody asked about).
+    monkeypatch.setattr(commands, "NAMED_RECORDS_BUDGET", budget)
+    jobs = tmp_path / "jobs dir"
+    for token, files in {
+        "a-1": {"exit-status": "altar-exit/1 status=3\n", "started": "altar-start/1 start=1\n"},
+        "b-2": {"started": "altar-start/1 start=2\nsecond line\n"},
+        "c-3": {"exit-status.tmp": "torn"},
+        "other": {"exit-status": "altar-exit/1 status=0\n"},
+    }.items():
+        (jobs / token).mkdir(parents=True)
+        for name, text in files.items():
+            (jobs / token / name).write_text(text)
+    calls: list[list[str]] = []
+
+    class Recording(LocalLoginNode):
+        def run(self, argv: Any) -> Any:
+            calls.append(list(argv))
+            return super().run(argv)
+
+    found = commands.read_records(Recording(), str(jobs), ["a-1", "b-2", "c-3", "missing"])
+    assert found == {
+        "a-1": {"exit-status": "altar-exit/1 status=3", "started": "altar-start/1 start=1"},
+        "b-2": {"started": "altar-start/1 start=2"},
+    }
+    assert len(calls) == 1
+    assert commands.read_records(Recording(), str(tmp_path / "nowhere"), ["a-1"]) == {}

@@ -82,6 +82,9 @@ async def test_a_restarted_slurmctld_is_an_outage_then_the_job_is_followed_to_it
         container_runtime="docker",
         runtime_options=["-H", docker_host],
         query_timeout_s=5,
+        # every poll asks the queue about the running job (its records do not settle it), so
+        # the poll made while the controller is down meets the outage
+        queue_interval_s=0,
     )
     image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
     spec = ContainerTaskSpec(

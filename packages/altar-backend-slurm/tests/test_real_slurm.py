@@ -304,12 +304,15 @@ async def test_keyed_resubmit_adopts_the_job_from_a_new_instance(
 async def test_an_unreachable_controller_is_an_outage(
     local: SlurmExecutionBackend,
     tmp_path: Path,
+    docker_host: str,
     slurm_cluster: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Real squeue/sacct error texts, without stopping the slurmctld other tests share:
     the clients are pointed at ports nothing listens on."""
-    handle = await local.submit(_spec(["sh", "-c", "exit 0"]))
+    handle = await local.submit(_spec(["sleep", "5"]))  # no record yet when polled
+    # A later run's backend: it has never seen the job, so its first poll asks the queue.
+    local = _backend(local.data_root, docker_host, slurm_cluster)
     conf = await asyncio.to_thread(Path(slurm_cluster["conf"]).read_text)
     broken = tmp_path / "slurm.conf"
     broken.write_text(

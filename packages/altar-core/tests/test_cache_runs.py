@@ -176,3 +176,30 @@ def test_altar_run_cache_flags_choose_the_store_or_none(tmp_path, fake_registry,
     assert cli.main(nocache) == 0
     assert fake_registry.submits == {"prep": 2, "score": 2}
     assert cli.main([*argv, "--no-cache"]) == 2  # one or the other
+
+
+@pytest.mark.asyncio
+async def test_altar_cache_explain_names_the_changed_input(
+    tmp_path, volume, fake_backend_class, capsys
+):
+    from altar.execution import cli
+
+    await run(tmp_path, volume, fake_backend_class, "run1", plan_data(tmp_path))
+    await run(tmp_path, volume, fake_backend_class, "run2", plan_data(tmp_path, "w1"))
+    where = ["--cache", str(tmp_path / "store")]
+    # run2 stored its own entries too: explain against a store without them
+    store = CacheStore(tmp_path / "store")
+    run2 = Journal.load(tmp_path / "run2").run_id
+    for entry in list(store.entries()):
+        if entry.origin["run_id"] == run2:
+            store.drop(entry.key)
+    assert cli.main(["cache", "explain", *where, str(tmp_path / "run2"), "prep"]) == 0
+    out = capsys.readouterr().out
+    assert "differs from the nearest entry (prep of run" in out
+    assert "input jobs/w.bin digest changed" in out
+    assert cli.main(["cache", "explain", *where, str(tmp_path / "run2"), "score"]) == 0
+    assert "input jobs/prep.txt digest changed" in capsys.readouterr().out  # prep's key moved
+    assert cli.main(["cache", "explain", *where, str(tmp_path / "run1"), "prep"]) == 0
+    assert "the store holds an entry" in capsys.readouterr().out
+    assert cli.main(["cache", "explain", *where, str(tmp_path / "run1"), "nope"]) == 2
+    assert "never keyed" in capsys.readouterr().err

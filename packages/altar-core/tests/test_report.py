@@ -227,3 +227,30 @@ def test_staging_a_backend_does_not_measure_is_not_shown_as_0_bytes(tmp_path):
     )
     measured = [*events[:1], LoggedEvent(T0 + 1, "staging_progress", bytes_done=0, bytes_total=0)]
     assert "0 B in" in render_html(build_report(journal, [*measured, events[1]]))
+
+
+def test_provider_endings_and_cache_hits_are_named_in_the_report(tmp_path):
+    handle = TaskHandle("fake", "id-1", {}, None)
+    preempted = TaskFailure("job_failed", "PREEMPTED", provider_ending="preempted")
+    ran = TaskRecord("ran", "k", "sha256:" + "0" * 64, state="succeeded", outputs_collected=True)
+    ran.attempts = [
+        Attempt(1, "failed", handle, preempted, T0 + 1, T0 + 2, T0 + 3),
+        Attempt(2, "succeeded", handle, None, T0 + 4, T0 + 5, T0 + 6),
+    ]
+    hit = TaskRecord("hit", "k", "sha256:" + "0" * 64, state="succeeded", outputs_collected=True)
+    hit.cached = {"run_id": "r-earlier", "task_id": "hit", "key": "sha256:" + "1" * 64}
+    journal = Journal(
+        tmp_path / "run", "fake", {}, "plan.toml", {"ran": ran, "hit": hit}, created_at=T0
+    )
+    report = build_report(journal, [])
+    ran_row, hit_row = report.tasks
+    assert ran_row.attempts[0].reason == "preempted (job_failed)"
+    assert ran_row.reason == "attempt 1: preempted (job_failed) (retried)"
+    assert (hit_row.status, hit_row.reason, hit_row.attempts) == (
+        "cached",
+        "from hit of run r-earlier",
+        (),
+    )
+    page = render_html(report)
+    assert "st-cached" in page
+    assert "from hit of run r-earlier" in page

@@ -600,6 +600,33 @@ async def test_the_first_poll_interval_defaults_to_the_backends_own(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("backend_cap", "longest"), [(None, 8.0), (1.0, 1.0), (20.0, 8.0)])
+async def test_a_backend_may_lower_the_backoff_cap(
+    tmp_path, provider, fake_backend_class, backend_cap, longest
+):
+    # A backend whose poll is cheap (Slurm reads job records) sets max_poll_interval_s; one
+    # that does not (every 0.3.0 backend) keeps the runner's own cap.
+    timeline = Timeline(fake_backend_class)
+    timeline.backend_class.poll_interval_s = 0.25
+    if backend_cap is not None:
+        timeline.backend_class.max_poll_interval_s = backend_cap
+    provider.duration = 60
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a"),
+            timeline.backend_class(provider=provider),
+            run_dir=tmp_path / "run",
+            max_poll_interval_s=8.0,
+            clock=timeline.clock,
+        ),
+        timeout=30,  # a hang guard, not a measurement
+    )
+    assert result.ok
+    waits = [e[1] for e in timeline.entries if e[0] == "wait"]
+    assert max(waits) == longest
+
+
+@pytest.mark.asyncio
 async def test_a_run_ending_early_keeps_the_handle_of_a_submit_in_flight(
     tmp_path, provider, fake_backend_class
 ):

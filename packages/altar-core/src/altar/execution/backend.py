@@ -18,7 +18,13 @@ from altar.execution.types import (
     Transfer,
 )
 
-__all__ = ["EXECUTION_BACKEND_GROUP", "DigestVerification", "ExecutionBackend", "poll_sequentially"]
+__all__ = [
+    "EXECUTION_BACKEND_GROUP",
+    "DigestVerification",
+    "ExecutionBackend",
+    "poll_interval_cap",
+    "poll_sequentially",
+]
 
 EXECUTION_BACKEND_GROUP = "altar.execution_backends"
 
@@ -44,6 +50,11 @@ class ExecutionBackend(ABC):
     #: How soon a driver polls again after a change (it backs off from there while nothing
     #: changes). A backend whose poll is one cheap request for all tasks may lower it.
     poll_interval_s: ClassVar[float] = 0.2
+    #: The longest pause a driver lets pass between polls, whatever its own backoff would
+    #: allow; None (the default) leaves the pace to the driver. A backend whose poll is cheap
+    #: and whose provider queries it paces itself (Slurm reads job records every poll and asks
+    #: squeue once a minute) sets it to notice ends sooner. See :func:`poll_interval_cap`.
+    max_poll_interval_s: ClassVar[float | None] = None
     #: True promises that :meth:`submit` of a spec whose ``altar.submission`` label matches a
     #: provider object this backend created earlier returns a handle to that object, in
     #: whatever state (created: start it; running; finished: adopt it, never replace it),
@@ -205,3 +216,14 @@ async def poll_sequentially(
 ) -> list[TaskStatus]:
     """``poll`` for a provider whose native probe is per task: one ``poll_one`` per handle."""
     return [await poll_one(handle) for handle in handles]
+
+
+def poll_interval_cap(
+    backend: ExecutionBackend, driver_cap: float, poll_interval_s: float
+) -> float:
+    """The backoff cap a driver uses for ``backend``: its own ``driver_cap``, lowered to the
+    backend's ``max_poll_interval_s`` if that is set, never below ``poll_interval_s``."""
+    cap = getattr(backend, "max_poll_interval_s", None)
+    if cap is None:
+        return driver_cap
+    return max(poll_interval_s, min(driver_cap, float(cap)))

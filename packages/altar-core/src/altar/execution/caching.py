@@ -16,6 +16,8 @@ journaled hit is final like any success.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,7 +41,11 @@ from altar.execution.results import one_line
 from altar.execution.types import Transfer
 from altar.execution.uris import local_path_or_none
 
-__all__ = ["RunCache", "source_digest"]
+__all__ = ["KEYS_FILE", "RunCache", "read_keys", "source_digest"]
+
+#: In the run directory: one JSON line per task keyed (its key's fields, or why it is not
+#: cacheable), what ``altar cache explain`` compares with the store. Diagnostic only.
+KEYS_FILE = "cache-keys.jsonl"
 
 
 def source_digest(path: str) -> str:
@@ -56,6 +62,20 @@ def source_digest(path: str) -> str:
     digest = sha256_file(path)
     write_verification_record(path, digest, before)  # the next run of the plan: one stat
     return digest
+
+
+def read_keys(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """What :data:`KEYS_FILE` says of each task (the last line per task wins)."""
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        text = (run_dir / KEYS_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return found
+    for raw in text.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            line = json.loads(raw)
+            found[str(line["task"])] = line
+    return found
 
 
 class RunCache:
@@ -99,7 +119,20 @@ class RunCache:
                 str(error) if isinstance(error, UncacheableError) else one_line(error)
             )
         self.keys[task_id] = key
+        line: dict[str, Any] = {"task": task_id}
+        if key is None:
+            line["uncacheable"] = self.why[task_id]
+        else:
+            line.update(key=key.digest, fields=dict(key.fields))
+        self._note(line)
         return key
+
+    def _note(self, line: Mapping[str, Any]) -> None:
+        """Append one line to the run's :data:`KEYS_FILE` (small: one write, no fsync)."""
+        path = self.journal.run_dir / KEYS_FILE
+        # a diagnostic: a failure to write it is never a reason to stop the run
+        with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
 
     async def _make_key(self, task_id: str) -> TaskKey:
         spec = self.specs[task_id]

@@ -68,7 +68,8 @@ __all__ = ["main"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # SIGTERM and SIGHUP stop a run like Ctrl-C; the exit status is 128 + the signal: 143 and 129
 #: Longest pause between polls; the first comes after the backend's own ``poll_interval_s``
-#: and the pause doubles while nothing changes.
+#: and the pause doubles while nothing changes (a backend may lower the cap: its
+#: ``max_poll_interval_s``).
 MAX_POLL_INTERVAL_S = 5.0
 
 

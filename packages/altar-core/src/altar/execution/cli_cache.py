@@ -1,4 +1,7 @@
-"""``altar cache ls|verify|prune``: look after a task cache store (see ``docs/guide/cache.md``)."""
+"""``altar cache ls|verify|prune|explain``: look after a task cache store.
+
+See ``docs/guide/cache.md``.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,13 @@ import argparse
 import json
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from altar.execution.cache.store import CacheStore, default_store_dir
+from altar.execution.cache.key import explain
+from altar.execution.cache.store import CacheEntry, CacheStore, default_store_dir
+from altar.execution.caching import read_keys
 from altar.execution.errors import AltarError
 from altar.execution.progress import format_duration, terminal_safe
 
@@ -41,12 +47,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ("ls", "list the entries, newest first"),
         ("verify", "check every entry's outputs against their digests"),
         ("prune", "drop old entries, or the oldest until the store fits a size"),
+        ("explain", "why a run's task missed the cache: what differs from the nearest entry"),
     ):
         q = actions.add_parser(name, help=help_text)
         q.add_argument("--cache", metavar="DIR", help=f"the store (default: {default_store_dir()})")
         q.add_argument("--json", action="store_true", help="print JSON")
         if name == "verify":
             q.add_argument("--drop", action="store_true", help="drop the entries that fail")
+        if name == "explain":
+            q.add_argument("run_dir", metavar="RUN_DIR")
+            q.add_argument("task", metavar="TASK")
         if name == "prune":
             q.add_argument("--older-than", metavar="AGE", type=parse_age, help="e.g. 30d")
             q.add_argument("--max-size", metavar="SIZE", type=parse_size, help="e.g. 50G")
@@ -61,6 +71,8 @@ def cmd_cache(args: argparse.Namespace, out: TextIO) -> int:
         return _ls(store, args.json, out)
     if args.cache_command == "verify":
         return _verify(store, args.json, args.drop, out)
+    if args.cache_command == "explain":
+        return _explain(store, Path(args.run_dir), args.task, args.json, out)
     if args.older_than is None and args.max_size is None:
         raise AltarError("altar cache prune: say what to drop: --older-than AGE, --max-size SIZE")
     pruned = store.prune(older_than_s=args.older_than, max_bytes=args.max_size)
@@ -113,3 +125,44 @@ def _verify(store: CacheStore, as_json: bool, drop: bool, out: TextIO) -> int:
         dropped = " (dropped)" if drop and bad else ""
         out.write(f"{len(checked) - len(bad)} of {len(checked)} entries ok{dropped}\n")
     return 1 if bad else 0
+
+
+def nearest_entry(store: CacheStore, fields: Mapping[str, Any], task_id: str) -> CacheEntry | None:
+    """The stored entry closest to ``fields``: of the same task id if any, fewest differences."""
+    entries = list(store.entries())
+    same = [e for e in entries if e.origin.get("task_id") == task_id] or entries
+    return min(same, key=lambda e: len(explain(fields, e.fields)), default=None)
+
+
+def _explain(store: CacheStore, run_dir: Path, task_id: str, as_json: bool, out: TextIO) -> int:
+    keys = read_keys(run_dir)
+    if not run_dir.is_dir():
+        raise AltarError(f"{run_dir} is not a run directory")
+    line = keys.get(task_id)
+    if line is None:
+        known = ", ".join(sorted(keys)[:5]) or "none: the run used no cache"
+        raise AltarError(f"{run_dir}: task {task_id!r} was never keyed (keyed: {known})")
+    result: dict[str, Any] = {"task": task_id}
+    if "uncacheable" in line:
+        result.update(outcome="uncacheable", why=line["uncacheable"])
+        text = f"{task_id} is not cacheable: {line['uncacheable']}"
+    elif store.get(line["key"]) is not None:
+        result.update(outcome="stored", key=line["key"])
+        text = f"{task_id}: the store holds an entry for its key; a run looks it up and serves it"
+    else:
+        nearest = nearest_entry(store, line["fields"], task_id)
+        if nearest is None:
+            result.update(outcome="empty", key=line["key"])
+            text = f"{task_id}: no entry in {store.root} to compare with"
+        else:
+            differences = explain(line["fields"], nearest.fields)
+            result.update(
+                outcome="differs", key=line["key"], nearest=nearest.key, differences=differences
+            )
+            origin = nearest.origin
+            text = (
+                f"{task_id} differs from the nearest entry ({origin.get('task_id', '?')} of run "
+                f"{origin.get('run_id', '?')}):\n" + "\n".join(f"  {d}" for d in differences)
+            )
+    out.write(json.dumps(result, indent=2) + "\n" if as_json else terminal_safe(text) + "\n")
+    return 0

@@ -43,7 +43,7 @@ from typing import Any
 
 from altar.execution import scheduling
 from altar.execution.atomic import sweeping_for
-from altar.execution.backend import ExecutionBackend
+from altar.execution.backend import ExecutionBackend, poll_interval_cap
 from altar.execution.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
 from altar.execution.cache.settings import CacheSettings
 from altar.execution.caching import RunCache
@@ -150,7 +150,8 @@ class _Run:
         self.max_parallel = max_parallel
         self.budget = budget
         self.poll_interval_s = poll_interval_s
-        self.max_poll_interval_s = max_poll_interval_s
+        # the backoff's cap: the backend may lower it (ExecutionBackend.max_poll_interval_s)
+        self.max_poll_interval_s = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
         self.on_event = on_event
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.records = journal.tasks

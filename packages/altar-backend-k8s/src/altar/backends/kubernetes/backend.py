@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import time
@@ -10,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from altar.backends.kubernetes.admission import QuotaGate
 from altar.backends.kubernetes.adoption import decide, listed_labels, refusal
 from altar.backends.kubernetes.calls import RuntimeCalls
 from altar.backends.kubernetes.classify import classify_failure, failure_without_pods
@@ -52,6 +54,7 @@ from altar.execution import (
     ContainerTaskSpec,
     ExecutionBackend,
     PathResolver,
+    ProviderLimitError,
     TaskFailure,
     TaskHandle,
     TaskState,
@@ -113,6 +116,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
         delete_propagation: PropagationPolicy = "Background",
         volume_host_path: str | None = None,
         recreate_waits_s: Sequence[float] | None = None,
+        check_quotas: bool = True,
     ) -> None:
         if delete_propagation not in ("Background", "Foreground"):
             raise ValueError(
@@ -142,7 +146,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
             digest_verifier_image=digest_verifier_image,
             trust_verification_records=trust_verification_records,
         )
-        self.max_slots = dict(max_slots) if max_slots is not None else None
+        self.max_slots = None if max_slots is None else dict(max_slots)
         self.delete_propagation: PropagationPolicy = delete_propagation
         self.volume_host_path = volume_host_path
         self._recreate_waits_s = tuple(
@@ -154,6 +158,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
         # (job name, uid) -> final outcome seen (None = succeeded): an attempt replaced by a newer
         # one still reports its own outcome to this process.
         self._outcomes: dict[tuple[str, str], TaskFailure | None] = {}
+        self._quota_gate = QuotaGate(self._calls, enabled=check_quotas)
 
     def close(self) -> None:
         """Close the runtime's API connections, if it holds any."""
@@ -194,7 +199,9 @@ class KubernetesExecutionBackend(ExecutionBackend):
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         manifest, digest = self.render(spec)
+        await self._quota_gate.admit(manifest, key=spec.labels.get(LABEL_SUBMISSION), digest=digest)
         job = await self._create_or_adopt(manifest, digest, spec.labels.get(LABEL_SUBMISSION))
+        self._quota_gate.created(manifest)
         if job.uid:
             self._submitted[(job.name, job.uid)] = (tuple(spec.outputs), time.time())
         return mint_handle(self.name, spec, format_external_id(job.name, job.uid))
@@ -208,16 +215,23 @@ class KubernetesExecutionBackend(ExecutionBackend):
         for pause in (None, *self._recreate_waits_s):
             if pause:
                 await asyncio.sleep(pause)
+            limited: ProviderLimitError | None = None
             try:
                 return await self._calls.create_job(manifest)
             except K8sJobExistsError as conflict:
                 last = conflict
                 if conflict.being_deleted:
                     continue
+            except ProviderLimitError as error:
+                if not (error.limit or "").startswith("ResourceQuota"):
+                    raise  # throttled: asking again now would be throttled too
+                limited = error  # a full Job-count quota refuses even a taken name
             existing = await self._calls.read_job(name)
             decision = decide(existing, key=key, digest=digest)
             if decision == "adopt" and existing is not None:
-                return existing
+                return existing  # adopting takes no more of any quota
+            if limited is not None:
+                raise limited
             if decision == "refuse" and existing is not None:
                 raise refusal(existing, namespace=self.namespace, digest=digest)
             if decision != "replace" or existing is None:
@@ -284,22 +298,17 @@ class KubernetesExecutionBackend(ExecutionBackend):
                     if job.uid
                     else [p for p in pods if p.job_name == job.name]
                 )
-                failure = classify_failure(job, own)
-                failures[key] = failure
-                # Pods of a Job that is only FailureTarget may still be terminating: keep
-                # asking until the answer is final.
-                if job.uid and (job.replaceable or failure.reason != "job_failed"):
-                    self._remember_outcome(key, failure)
-        elif newly_failed:
+                failures[key] = classify_failure(job, own)
+        else:
             # A 0.3.0 runtime lists no pods: it explains each failed Job itself, once.
             for key, job in newly_failed.items():
                 described = await self._calls.describe_failure(job)
-                failure = described or classify_failure(job, [])
-                failures[key] = failure
-                # Pods of a Job that is only FailureTarget may still be terminating: keep
-                # asking until the answer is final.
-                if job.uid and (job.replaceable or failure.reason != "job_failed"):
-                    self._remember_outcome(key, failure)
+                failures[key] = described or classify_failure(job, [])
+        for key, job in newly_failed.items():
+            # Pods of a Job that is only FailureTarget may still be terminating: keep
+            # asking until the answer is final.
+            if job.uid and (job.replaceable or failures[key].reason != "job_failed"):
+                self._remember_outcome(key, failures[key])
         return [
             self._status(handle, ident, by_name, failures)
             for handle, ident in zip(handles, ids, strict=True)
@@ -433,9 +442,7 @@ class KubernetesExecutionBackend(ExecutionBackend):
     async def cancel(self, handle: TaskHandle) -> None:
         """Delete the handle's Job attempt with its pods; a newer attempt is never touched.
 
-        A 0.3.0 handle (bare Job name) names no attempt, so it deletes whatever Job holds the
-        name, as 0.3.0 did.
-        """
+        A 0.3.0 handle (a bare Job name) deletes whatever Job holds the name, as 0.3.0 did."""
         try:
             name, uid = parse_external_id(handle.external_id)
         except ValueError:
@@ -455,10 +462,8 @@ class KubernetesExecutionBackend(ExecutionBackend):
             return
         ids = []
         for handle in handles:
-            try:
+            with contextlib.suppress(ValueError):
                 ids.append(parse_external_id(handle.external_id))
-            except ValueError:
-                continue
         legacy = any(uid is None for _, uid in ids)
         jobs = await self._calls.list_jobs(self._selector(handles, legacy))
         by_name = {job.name: job for job in jobs}

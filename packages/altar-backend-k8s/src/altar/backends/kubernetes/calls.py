@@ -12,8 +12,11 @@ return type, :class:`RuntimeCalls` bridges it:
 - no ``list_pods``: a failed Job is explained by ``describe_failure`` (or the legacy
   ``diagnose``), one call per newly failed Job, and ``read_log_tail`` takes the Job's name;
 - a built-in ``ConnectionError`` or ``TimeoutError`` from any method, or an exception with an
-  HTTP ``status`` of 429 or 5xx (the clients' ``ApiException``), becomes
-  ``BackendUnavailableError``.
+  HTTP ``status`` of 5xx (the clients' ``ApiException``), becomes
+  ``BackendUnavailableError``; a 429 becomes ``ProviderLimitError`` (with ``Retry-After``);
+- a 403 on ``create_job`` whose message says ``exceeded quota`` becomes
+  ``ProviderLimitError`` (or a ``ValueError`` when the task alone exceeds the quota);
+- no ``list_resource_quotas``: the backend does not check quotas before a create.
 
 A method inherited unchanged from the :class:`KubernetesRuntime` protocol (a 0.3.0 runtime
 that subclasses it after changing imports) counts as absent.
@@ -29,9 +32,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from altar.backends.kubernetes.quota import refusal_error
 from altar.backends.kubernetes.runtime import KubernetesRuntime
-from altar.backends.kubernetes.values import K8sJobInfo, K8sPodInfo, PropagationPolicy
-from altar.execution import BackendUnavailableError, TaskFailure, TaskState
+from altar.backends.kubernetes.values import (
+    K8sJobInfo,
+    K8sPodInfo,
+    PropagationPolicy,
+    ResourceQuotaInfo,
+)
+from altar.execution import BackendUnavailableError, ProviderLimitError, TaskFailure, TaskState
 
 __all__ = ["RuntimeCalls"]
 
@@ -83,6 +92,12 @@ class RuntimeCalls:
             # A 0.3.0 runtime on kubernetes(_asyncio) lets the client's ApiException escape:
             # throttling and server errors are transient too.
             reason = getattr(error, "reason", None) or type(error).__name__
+            if status == 429:
+                raise ProviderLimitError(
+                    f"Kubernetes API {name} throttled (HTTP 429 {reason}); retry later",
+                    limit="Kubernetes API rate limit (HTTP 429)",
+                    retry_after_s=_retry_after(error),
+                ) from error
             raise BackendUnavailableError(
                 f"Kubernetes API {name} failed with HTTP {status} ({reason}); retry later"
             ) from error
@@ -90,7 +105,16 @@ class RuntimeCalls:
     # -- jobs --
 
     async def create_job(self, manifest: dict[str, Any]) -> K8sJobInfo:
-        created = await self._invoke("create_job", manifest, namespace=self.namespace)
+        try:
+            created = await self._invoke("create_job", manifest, namespace=self.namespace)
+        except Exception as error:
+            if _http_status(error) != 403:
+                raise
+            # A namespace ResourceQuota on Jobs (count/jobs.batch) refuses the create itself.
+            mapped = refusal_error(_error_text(error), namespace=self.namespace)
+            if mapped is None:
+                raise
+            raise mapped from error
         if isinstance(created, K8sJobInfo):
             return created
         name = str(created or manifest["metadata"]["name"])
@@ -122,6 +146,15 @@ class RuntimeCalls:
             kwargs["propagation_policy"] = propagation_policy
         deleted = await self._invoke("delete_job", name, **kwargs)
         return deleted is not False  # 0.3.0 returns None: the delete was requested
+
+    @property
+    def lists_quotas(self) -> bool:
+        return self._method("list_resource_quotas") is not None
+
+    async def list_resource_quotas(self) -> list[ResourceQuotaInfo] | None:
+        """The namespace's ResourceQuotas; None when the runtime may not read them."""
+        quotas = await self._invoke("list_resource_quotas", namespace=self.namespace)
+        return None if quotas is None else list(quotas)
 
     # -- pods, failures, logs --
 
@@ -168,6 +201,24 @@ def _http_status(error: BaseException) -> int | None:
     """The HTTP status of a client ``ApiException`` (``kubernetes`` or ``kubernetes_asyncio``)."""
     status = getattr(error, "status", None)
     return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
+def _error_text(error: BaseException) -> str:
+    """The API's message in an error: our K8sApiError's text, or an ApiException's body."""
+    body = getattr(error, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    return f"{error} {body}" if isinstance(body, str) and body not in str(error) else str(error)
+
+
+def _retry_after(error: BaseException) -> float | None:
+    headers: Any = getattr(error, "headers", None)
+    value = headers.get("Retry-After") if headers is not None and hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and seconds > 0 else None
 
 
 def _accepts(method: Callable[..., Any], keyword: str) -> bool:

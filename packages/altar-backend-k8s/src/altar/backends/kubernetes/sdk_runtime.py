@@ -25,9 +25,14 @@ from altar.backends.kubernetes.values import (
     K8sJobInfo,
     K8sPodInfo,
     PropagationPolicy,
+    ResourceQuotaInfo,
 )
-from altar.backends.kubernetes.wire import job_info_from_object, pod_info_from_object
-from altar.execution import BackendImportError, BackendUnavailableError
+from altar.backends.kubernetes.wire import (
+    job_info_from_object,
+    pod_info_from_object,
+    quota_info_from_object,
+)
+from altar.execution import BackendImportError, BackendUnavailableError, ProviderLimitError
 
 __all__ = ["ClientRuntime"]
 
@@ -47,6 +52,16 @@ def _status_body(error: Any) -> dict[str, Any]:
     return {}
 
 
+def _retry_after_s(error: Any) -> float | None:
+    headers = getattr(error, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: the runner's own growing pause will do
+    return seconds if seconds is not None and seconds > 0 else None
+
+
 def _client_installed() -> bool:
     try:
         return importlib.util.find_spec("kubernetes") is not None
@@ -62,7 +77,8 @@ class ClientRuntime:
     in-cluster service account, else the default kubeconfig (``$KUBECONFIG`` or
     ``~/.kube/config``). ``api_client`` injects a ready ``kubernetes.client.ApiClient``.
     A 429 answer is retried after its ``Retry-After`` (at most ``max_throttle_retries``
-    times); 5xx answers and connection failures raise BackendUnavailableError.
+    times), then raises ProviderLimitError with the server's last ``Retry-After``; 5xx
+    answers and connection failures raise BackendUnavailableError.
     """
 
     def __init__(
@@ -174,7 +190,16 @@ class ClientRuntime:
                     attempt += 1
                     self._sleep(self._throttle_wait(error, attempt))
                     continue
-                if status == 429 or status >= 500 or status == 0:
+                if status == 429:
+                    # Still throttled after our own waits: the runner holds its submits back
+                    # (the server's Retry-After, when it sent one) instead of failing them.
+                    raise ProviderLimitError(
+                        f"Kubernetes API {what} still throttled (HTTP 429) after "
+                        f"{attempt} retries; retry later",
+                        limit="Kubernetes API rate limit (HTTP 429)",
+                        retry_after_s=_retry_after_s(error),
+                    ) from error
+                if status >= 500 or status == 0:
                     body = _status_body(error)
                     raise BackendUnavailableError(
                         f"Kubernetes API {what} failed with HTTP {status}: "
@@ -356,6 +381,21 @@ class ClientRuntime:
         except ApiException as error:
             raise self._api_error(f"list {kind}", error) from error
         return list(listing.get("items") or [])
+
+    def list_resource_quotas(self, *, namespace: str) -> list[ResourceQuotaInfo] | None:
+        """The namespace's ResourceQuotas; None when the credentials may not list them."""
+        try:
+            items = self._list(
+                "resourcequotas",
+                lambda: self._core().list_namespaced_resource_quota,
+                namespace,
+                None,
+            )
+        except K8sApiError as error:
+            if error.status in (401, 403, 404):
+                return None
+            raise
+        return [quota_info_from_object(item) for item in items]
 
     def read_log_tail(
         self, pod_name: str, *, namespace: str, container: str, lines: int

@@ -27,6 +27,7 @@ __all__ = [
     "K8sJobInfo",
     "K8sPodInfo",
     "PropagationPolicy",
+    "ResourceQuotaInfo",
 ]
 
 #: The task's own container in every Job the backend renders.
@@ -87,7 +88,13 @@ class ContainerExit:
 @dataclass(frozen=True)
 class K8sPodInfo:
     """One Pod of a Job. ``disruption`` is set when the pod was stopped from outside (evicted
-    by the kubelet, preempted, or a ``DisruptionTarget`` condition): its reason and message."""
+    by the kubelet, preempted, or a ``DisruptionTarget`` condition): its reason and message.
+
+    ``disruption_reason`` is the ``DisruptionTarget`` condition's reason
+    (``PreemptionByScheduler``, ``DeletionByTaintManager``, ...) and ``status_reason`` the
+    pod's ``status.reason`` (``Evicted``, ``Terminated``, ``NodeLost``): what
+    :mod:`.classify` reads to name the provider ending. Both are None when not reported.
+    """
 
     name: str
     job_uid: str | None
@@ -96,6 +103,20 @@ class K8sPodInfo:
     init_exits: tuple[ContainerExit, ...] = ()
     container_exits: tuple[ContainerExit, ...] = ()
     disruption: str | None = None
+    disruption_reason: str | None = None
+    status_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceQuotaInfo:
+    """One namespace ResourceQuota: ``status.hard`` and ``status.used`` as the API reports them
+    (quantity strings). ``scoped`` quotas (``scopes``/``scopeSelector``) apply to some pods
+    only; the backend does not predict them."""
+
+    name: str
+    hard: dict[str, str] = field(default_factory=dict)
+    used: dict[str, str] = field(default_factory=dict)
+    scoped: bool = False
 
 
 class K8sApiError(RuntimeError):

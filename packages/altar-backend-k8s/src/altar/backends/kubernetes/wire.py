@@ -18,9 +18,10 @@ from altar.backends.kubernetes.values import (
     JobCondition,
     K8sJobInfo,
     K8sPodInfo,
+    ResourceQuotaInfo,
 )
 
-__all__ = ["job_info_from_object", "pod_info_from_object"]
+__all__ = ["job_info_from_object", "pod_info_from_object", "quota_info_from_object"]
 
 _UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 _NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -108,7 +109,22 @@ def pod_info_from_object(pod: Mapping[str, Any]) -> K8sPodInfo:
         init_exits=_exits(status.get("initContainerStatuses")),
         container_exits=_exits(status.get("containerStatuses")),
         disruption=_disruption(status),
+        disruption_reason=_target_reason(status),
+        status_reason=status.get("reason"),
     )
+
+
+def _target_reason(status: Mapping[str, Any]) -> str | None:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return str(c.get("reason") or "DisruptionTarget")
+    return None
+
+
+# A pod's status.reason when something outside it stopped it: the kubelet's node-pressure
+# eviction, its graceful node shutdown (``Terminated``; ``Shutdown`` before 1.22), and the
+# node controller's mark on pods of an unreachable node before 1.26 (``NodeLost``).
+_OUTSIDE_REASONS = frozenset({"Evicted", "Terminated", "Shutdown", "NodeLost"})
 
 
 def _disruption(status: Mapping[str, Any]) -> str | None:
@@ -121,8 +137,21 @@ def _disruption(status: Mapping[str, Any]) -> str | None:
         ),
         None,
     )
-    if status.get("reason") == "Evicted" or target is not None:
+    if status.get("reason") in _OUTSIDE_REASONS or target is not None:
         reason = status.get("reason") or (target or {}).get("reason") or "DisruptionTarget"
         message = status.get("message") or (target or {}).get("message") or ""
         return f"{reason}: {message}" if message else str(reason)
     return None
+
+
+def quota_info_from_object(quota: Mapping[str, Any]) -> ResourceQuotaInfo:
+    """Read a ResourceQuota object (API JSON); ``hard`` falls back to the spec's."""
+    meta = quota.get("metadata") or {}
+    spec = quota.get("spec") or {}
+    status = quota.get("status") or {}
+    return ResourceQuotaInfo(
+        name=str(meta.get("name", "")),
+        hard=_str_map(status.get("hard") or spec.get("hard")),
+        used=_str_map(status.get("used")),
+        scoped=bool(spec.get("scopes") or spec.get("scopeSelector")),
+    )

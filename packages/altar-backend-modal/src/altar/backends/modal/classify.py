@@ -16,10 +16,20 @@ _OOM_STATUSES = {
 
 _JOB_FAILED_STATUSES = {
     ResultStatus.INIT_FAILURE: "failed to start (image pull or container setup)",
-    ResultStatus.INTERNAL_FAILURE: "failed inside Modal (internal failure)",
     ResultStatus.IDLE_TIMEOUT: "was stopped by Modal's idle timeout",
     ResultStatus.UNKNOWN: "ended with a status this backend does not know",
 }
+
+
+# Who ended it, when Modal did: the OOM status its memory manager sets under host memory
+# pressure is an eviction; an internal failure is Modal losing the worker or preempting it
+# (the SDK's own words: "lost inputs or worker preemption"; sandboxes with a GPU, region or
+# cloud requirement are preemptible).
+_EVICTED = {ResultStatus.MEMORY_MANAGER_EVICTION}
+
+
+def _internal_ending(message: str) -> str:
+    return "preempted" if "preempt" in message.lower() else "node_lost"
 
 
 def _with_message(text: str, message: str) -> str:
@@ -31,6 +41,8 @@ def status_from_result(handle: TaskHandle, result: SandboxResult) -> TaskStatus:
 
     Classified on the result status, not the return code: the SDK's ``returncode`` turns a
     timeout into 124 and a termination into 137, which a command can also exit with.
+    ``INTERNAL_FAILURE`` (a lost or preempted worker) and ``MEMORY_MANAGER_EVICTION`` (host
+    memory pressure) carry a ``provider_ending``; their ``reason`` is what 0.3.0 reported.
     """
     what = f"modal sandbox {handle.external_id}"
     status, code = result.status, result.exit_code
@@ -57,10 +69,25 @@ def status_from_result(handle: TaskHandle, result: SandboxResult) -> TaskStatus:
             f"{what} was terminated (by cancel/cleanup, `modal container stop` or the dashboard)",
         )
     elif status in _OOM_STATUSES:
+        evicted = status in _EVICTED
         failure = TaskFailure(
-            "oom_killed",
-            _with_message(f"{what} {_OOM_STATUSES[status]}", result.message),
+            "oom_killed",  # what 0.3.0 consumers saw, eviction or not
+            _with_message(
+                f"{'evicted: ' if evicted else ''}{what} {_OOM_STATUSES[status]}", result.message
+            ),
             exit_code=code or None,
+            provider_ending="evicted" if evicted else None,
+        )
+    elif status is ResultStatus.INTERNAL_FAILURE:
+        ending = _internal_ending(result.message)
+        failure = TaskFailure(
+            "job_failed",
+            _with_message(
+                f"{ending}: {what} failed inside Modal (GENERIC_STATUS_INTERNAL_FAILURE: the "
+                "worker was lost or preempted)",
+                result.message,
+            ),
+            provider_ending=ending,
         )
     elif status in _JOB_FAILED_STATUSES:
         failure = TaskFailure(

@@ -23,9 +23,12 @@ costs 2 requests when the V2 lookup misses. Modal does not document its page siz
 fake's assumption.
 
 Tests script outcomes with :meth:`FakeModalRuntime.finish`, :meth:`expire`, :meth:`oom_kill`,
-:meth:`evict` and :meth:`write_output`; ``unreachable = True`` makes every call fail as a dead
-network would; ``drop_create_answers = n`` makes the next ``n`` creates reach Modal (the
-sandbox is created and runs) while the answer is lost, as when the connection drops. A create
+:meth:`evict`, :meth:`preempt`, :meth:`lose_worker` (or :meth:`end_by_provider`, one call per
+provider ending) and :meth:`write_output`; ``unreachable = True`` makes every call fail as a dead
+network would; :meth:`exhaust_creates` answers the next creates with RESOURCE_EXHAUSTED (a
+rate limit, quota or no capacity: ProviderLimitError, as the SDK runtime raises it);
+``drop_create_answers = n`` makes the next ``n`` creates reach Modal (the sandbox is created
+and runs) while the answer is lost, as when the connection drops. A create
 cancelled while it waits for scheduling terminates its sandbox, as the SDK's does.
 """
 
@@ -47,7 +50,7 @@ from altar.backends.modal.runtime import (
     SandboxRequest,
     SandboxResult,
 )
-from altar.execution import BackendUnavailableError
+from altar.execution import BackendUnavailableError, ProviderLimitError
 
 __all__ = ["FakeModalRuntime", "FakeSandbox", "new_sandbox_id"]
 
@@ -94,6 +97,7 @@ class FakeModalRuntime:
         self.list_page_size = list_page_size
         self.unreachable = False
         self.drop_create_answers = 0
+        self._exhausted: list[ProviderLimitError] = []  # answers for the next creates
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.volumes: dict[str, dict[str, _VolumeFile]] = {}
         self.uploads: list[str] = []
@@ -157,6 +161,8 @@ class FakeModalRuntime:
         await self._rpc("ImageGetOrCreate")
         _validate(request)
         await self._rpc("SandboxCreate")
+        if self._exhausted:
+            raise self._exhausted.pop(0)  # refused: nothing was created
         if request.name is not None and any(
             sandbox.request.name == request.name for _, sandbox in self._running(request.app_name)
         ):
@@ -266,6 +272,47 @@ class FakeModalRuntime:
     def evict(self, sandbox_id: str) -> None:
         """Modal's memory manager evicts the sandbox under host memory pressure."""
         self._end(sandbox_id, SandboxResult(ResultStatus.MEMORY_MANAGER_EVICTION, exit_code=0))
+
+    def preempt(self, sandbox_id: str) -> None:
+        """Modal preempts the worker under the sandbox (a GPU, region or cloud sandbox)."""
+        self._end(
+            sandbox_id,
+            SandboxResult(ResultStatus.INTERNAL_FAILURE, exit_code=0, message="Worker preempted"),
+        )
+
+    def lose_worker(self, sandbox_id: str) -> None:
+        """The worker running the sandbox is lost (Modal reports an internal failure)."""
+        self._end(sandbox_id, SandboxResult(ResultStatus.INTERNAL_FAILURE, exit_code=0))
+
+    def end_by_provider(self, sandbox_id: str, ending: str) -> None:
+        """Cause provider ending ``ending`` (``evicted``, ``preempted``, ``node_lost``): the
+        one scripting call a conformance hook needs."""
+        causes = {"evicted": self.evict, "preempted": self.preempt, "node_lost": self.lose_worker}
+        if ending not in causes:
+            raise ValueError(f"the fake cannot cause {ending!r}; it causes {sorted(causes)}")
+        causes[ending](sandbox_id)
+
+    def exhaust_creates(
+        self, times: int = 1, *, retry_after_s: float | None = None, capacity: bool = False
+    ) -> None:
+        """Answer the next ``times`` creates with RESOURCE_EXHAUSTED: a rate limit (with the
+        server's ``retry_after_s``) or, with ``capacity``, no capacity for the sandbox."""
+        for _ in range(times):
+            if capacity:
+                error = ProviderLimitError(
+                    "Modal has no capacity for this sandbox now: Insufficient capacity to "
+                    "create sandbox.; retry later",
+                    limit="Modal capacity",
+                    retry_after_s=retry_after_s,
+                )
+            else:
+                error = ProviderLimitError(
+                    "Modal refuses more requests for now (RESOURCE_EXHAUSTED: rate limit "
+                    "exceeded); retry later",
+                    limit="Modal rate limit or quota (RESOURCE_EXHAUSTED)",
+                    retry_after_s=retry_after_s,
+                )
+            self._exhausted.append(error)
 
     def write_output(self, sandbox_id: str, lines: list[str]) -> None:
         self._sandbox(sandbox_id).output.extend(lines)

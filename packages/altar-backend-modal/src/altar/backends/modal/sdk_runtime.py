@@ -29,14 +29,19 @@ from altar.backends.modal.runtime import (
     SandboxRequest,
     SandboxResult,
 )
-from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
+from altar.execution import (
+    BackendUnavailableError,
+    ProviderLimitError,
+    UnsupportedCapabilityError,
+)
 from grpclib.exceptions import StreamTerminatedError
+from modal_proto import api_pb2
 
 import modal
 import modal.exception as modal_errors
 from modal.types import FileEntryType
 
-__all__ = ["VERIFIED_SDK_VERSIONS", "ModalSdkRuntime", "result_from_proto"]
+__all__ = ["VERIFIED_SDK_VERSIONS", "ModalSdkRuntime", "limit_error", "result_from_proto"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +90,50 @@ def _private_result(sandbox: modal.Sandbox) -> tuple[bool, Any]:
         return False, None
 
 
+def _exhausted(error: BaseException) -> bool:
+    if isinstance(error, modal_errors.ResourceExhaustedError):
+        return True
+    if isinstance(error, modal_errors.Error):
+        return False  # the SDK's other wrappers: their status is private (.status warns)
+    return (
+        isinstance(error, grpclib.GRPCError) and error.status is grpclib.Status.RESOURCE_EXHAUSTED
+    )
+
+
+def limit_error(error: BaseException) -> ProviderLimitError:
+    """What a RESOURCE_EXHAUSTED answer means for the runner: hold submits back.
+
+    The server's ``RPCRetryPolicy`` detail (``retry_after_secs``) is the wait it asks for; the
+    SDK already slept through it until ``MODAL_MAX_THROTTLE_WAIT`` ran out, so what escapes
+    carries it on as ``retry_after_s``.
+    """
+    # The SDK's own wrapper keeps the details in _grpc_details (.details warns); a raw
+    # grpclib error has them as .details.
+    details = getattr(error, "_grpc_details", None)
+    if details is None and type(error) is grpclib.GRPCError:
+        details = error.details
+    retry_after = next(
+        (
+            max(float(entry.retry_after_secs), 0.1)
+            for entry in details or ()
+            if isinstance(entry, api_pb2.RPCRetryPolicy)
+        ),
+        None,
+    )
+    text = str(getattr(error, "_grpc_message", "") or error) or "RESOURCE_EXHAUSTED"
+    if "capacity" in text.lower():
+        return ProviderLimitError(
+            f"Modal has no capacity for this sandbox now: {text}; retry later",
+            limit="Modal capacity",
+            retry_after_s=retry_after,
+        )
+    return ProviderLimitError(
+        f"Modal refuses more requests for now (RESOURCE_EXHAUSTED: {text}); retry later",
+        limit="Modal rate limit or quota (RESOURCE_EXHAUSTED)",
+        retry_after_s=retry_after,
+    )
+
+
 @contextlib.contextmanager
 def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
     """Translate SDK errors: NOT_FOUND → SandboxNotFoundError, network/server → unavailable."""
@@ -102,15 +151,24 @@ def _modal_errors(sandbox_id: str | None = None) -> Iterator[None]:
     except (modal_errors.ConnectionError, modal_errors.InternalError) as error:
         raise BackendUnavailableError(f"Modal could not be asked: {error}") from error
     except modal_errors.ResourceExhaustedError as error:
-        # Sandbox.create found no capacity within its scheduling wait (and terminated it).
-        raise BackendUnavailableError(
-            f"Modal has no capacity for this sandbox now: {error}"
-        ) from error
+        # A rate limit or quota (gRPC RESOURCE_EXHAUSTED), or Sandbox.create finding no
+        # capacity within its scheduling wait (it terminated the sandbox): a limit for now.
+        raise limit_error(error) from error
+    except modal_errors.TimeoutError as error:
+        final = getattr(error, "final_exception", None)
+        if final is None:
+            raise  # a sandbox's or an exec's own timeout, not a request's
+        # The SDK's retries ran out of time; throttled all along is a limit, else unreachable.
+        if _exhausted(final):
+            raise limit_error(final) from error
+        raise BackendUnavailableError(f"Modal could not be asked in time: {error}") from error
     except modal_errors.ServiceError as error:
         raise BackendUnavailableError(f"Modal answered with a server error: {error}") from error
     except modal_errors.Error:
         raise  # a request Modal refused (InvalidError, ...): not transient, never hidden
     except grpclib.GRPCError as error:
+        if error.status is grpclib.Status.RESOURCE_EXHAUSTED:
+            raise limit_error(error) from error  # a path the SDK does not convert
         if error.status in _UNAVAILABLE_GRPC:
             raise BackendUnavailableError(f"Modal could not be asked: {error}") from error
         raise

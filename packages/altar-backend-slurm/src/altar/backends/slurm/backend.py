@@ -9,19 +9,15 @@ import posixpath
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
 from altar.backends.slurm import commands
-from altar.backends.slurm.classify import (
-    ExitRecord,
-    Observation,
-    QueueRow,
-    from_accounting,
-    from_queue,
-    from_queue_alone,
-    missing,
-    parse_exit_record,
+from altar.backends.slurm.classify import ExitRecord, Observation, from_queue, missing
+from altar.backends.slurm.completion import (
+    DEFAULT_EXIT_READ_TIMEOUT_S,
+    DEFAULT_QUEUE_INTERVAL_S,
+    Tracker,
 )
 from altar.backends.slurm.render import (
     CONTAINER_RUNTIMES,
@@ -142,14 +138,23 @@ class SlurmExecutionBackend(ExecutionBackend):
     - ``cancel_wait_s``: how long ``cancel`` waits for Slurm to end the job (default 15);
     - ``query_timeout_s``: how long squeue/sacct/scontrol/scancel may take before the poll
       raises ``BackendUnavailableError`` (default 20; None: no bound);
-    - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake).
+    - ``queue_interval_s``: a poll reads the jobs' own start and exit records every time, and
+      asks ``squeue`` about the jobs no record explains at most this often (default 60);
+    - ``exit_read_timeout_s``: how long a job that ended normally may keep its exit record
+      out of sight (a network filesystem's cache) before accounting decides (default 45);
+    - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake);
+      ``clock``: the monotonic clock that paces queue queries (tests pass a fake one).
+
+    See :mod:`.completion` for how a poll learns that jobs started and ended.
     """
 
     name: ClassVar[str] = "slurm"
     input_digest_verification = "task"
     adopts_submissions: ClassVar[bool] = True
-    # One squeue (and rarely one sacct) answers for every handle.
+    # A poll reads the jobs' records (one command for every handle); squeue is paced apart
+    # (queue_interval_s), so the runner may poll often and notice an end within 2 s.
     poll_interval_s: ClassVar[float] = 0.5
+    max_poll_interval_s: ClassVar[float | None] = 2.0
 
     def __init__(
         self,
@@ -174,7 +179,10 @@ class SlurmExecutionBackend(ExecutionBackend):
         login_environment: bool = False,
         cancel_wait_s: float = 15.0,
         query_timeout_s: float | None = commands.DEFAULT_QUERY_TIMEOUT_S,
+        queue_interval_s: float = DEFAULT_QUEUE_INTERVAL_S,
+        exit_read_timeout_s: float = DEFAULT_EXIT_READ_TIMEOUT_S,
         runtime: LoginNode | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if container_runtime not in CONTAINER_RUNTIMES:
             raise ValueError(
@@ -229,7 +237,23 @@ class SlurmExecutionBackend(ExecutionBackend):
         if query_timeout_s is not None and not query_timeout_s > 0:
             raise ValueError(f"query_timeout_s must be positive or None, got {query_timeout_s!r}")
         self.query_timeout_s = query_timeout_s
+        for option, value in (
+            ("queue_interval_s", queue_interval_s),
+            ("exit_read_timeout_s", exit_read_timeout_s),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{option} must be a number of seconds >= 0, got {value!r}")
+        self.queue_interval_s = float(queue_interval_s)
+        self.exit_read_timeout_s = float(exit_read_timeout_s)
         self.scratch = f"{self.data_root}/{SCRATCH_DIR}"
+        self.tracker = Tracker(
+            self.node,
+            self.scratch,
+            queue_interval_s=self.queue_interval_s,
+            exit_read_timeout_s=self.exit_read_timeout_s,
+            query_timeout_s=query_timeout_s,
+            clock=clock or time.monotonic,
+        )
         self._max_time: tuple[int | None] | None = None
         self._unreachable: BackendUnavailableError | None = None
         self._cancelled: set[str] = set()
@@ -400,10 +424,12 @@ class SlurmExecutionBackend(ExecutionBackend):
         digest, token, script = self._prepare(spec)
         existing = self._find_existing(spec, digest)
         if existing is not None:
+            self.tracker.submitted(existing[0])
             return self._handle(*existing, spec)
         job_id = commands.submit(
             self.node, self._layout(token).job_dir, script, gpu=spec.resources.gpu is not None
         )
+        self.tracker.submitted(job_id)
         return self._handle(job_id, token, spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -411,51 +437,10 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     # -- observation --------------------------------------------------------------------------
 
-    def _records(self, jobs: Mapping[str, str]) -> dict[str, ExitRecord]:
-        """The exit records of the given jobs (job id -> token) that exist, in one command."""
-        paths = {job_id: self._layout(token).exit_record for job_id, token in jobs.items()}
-        texts = commands.read_lines(self.node, list(paths.values()))
-        records = {}
-        for job_id, path in paths.items():
-            record = parse_exit_record(texts.get(path, ""))
-            if record is not None:
-                records[job_id] = record
-        return records
-
-    def _observe(self, jobs: Mapping[str, str]) -> dict[str, tuple[Observation, ExitRecord | None]]:
-        job_ids = list(jobs)
-        queued: dict[str, QueueRow] = {
-            row.job_id: row
-            for row in commands.queue(self.node, job_ids=job_ids, timeout_s=self.query_timeout_s)
-        }
-        seen: dict[str, Observation] = {}
-        undecided = []
-        for job_id in job_ids:
-            row = queued.get(job_id)
-            observed = from_queue(row) if row is not None else None
-            if observed is None:
-                undecided.append(job_id)
-            else:
-                seen[job_id] = observed
-        # The jobs' own records, in one command: the exact status of an undecided job (sacct
-        # has it only modulo 128) and the start and end of every finished one.
-        ended = [j for j in job_ids if j not in seen or seen[j].state.is_terminal]
-        records = self._records({job_id: jobs[job_id] for job_id in ended}) if ended else {}
-        if undecided:
-            rows = commands.accounting(self.node, job_ids=undecided, timeout_s=self.query_timeout_s)
-            for job_id in undecided:
-                record = records.get(job_id)
-                observed = from_accounting(job_id, rows, record)
-                if observed is None:
-                    row = queued.get(job_id)
-                    observed = from_queue_alone(row, record) if row is not None else missing(job_id)
-                seen[job_id] = observed
-        return {job_id: (seen[job_id], records.get(job_id)) for job_id in job_ids}
-
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         matches = [m for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))]
         jobs = {m.group(1): m.group(2) for m in sorted(matches, key=lambda m: int(m.group(1)))}
-        observations = await asyncio.to_thread(lambda: self._observe(jobs)) if jobs else {}
+        observations = await asyncio.to_thread(lambda: self.tracker.observe(jobs)) if jobs else {}
         statuses = []
         for handle in handles:
             match = _EXTERNAL_ID.fullmatch(handle.external_id)
@@ -547,8 +532,10 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def _cancel(self, job_id: str) -> None:
-        commands.cancel(self.node, job_id, timeout_s=self.query_timeout_s)
+    def _cancel(self, job_id: str, token: str) -> None:
+        if commands.cancel(self.node, job_id, timeout_s=self.query_timeout_s):
+            # every instance's poll reads this; a job cancelled while pending writes nothing
+            commands.mark_cancelled(self.node, self._layout(token).job_dir)
         self._cancelled.add(job_id)
         deadline = time.monotonic() + self.cancel_wait_s
         while time.monotonic() < deadline:
@@ -565,7 +552,7 @@ class SlurmExecutionBackend(ExecutionBackend):
     async def cancel(self, handle: TaskHandle) -> None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
         if match is not None:
-            await asyncio.to_thread(lambda: self._cancel(match.group(1)))
+            await asyncio.to_thread(lambda: self._cancel(match.group(1), match.group(2)))
 
     async def cleanup(self, handles: list[TaskHandle]) -> None:
         """Remove the job directories of finished tasks (never a running job's, nor others')."""

@@ -13,7 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from altar.backends.slurm.render import EXIT_RECORD_VERSION, INPUT_MISMATCH_STEP, OOM_STEP
+from altar.backends.slurm.render import (
+    EXIT_RECORD_VERSION,
+    INPUT_MISMATCH_STEP,
+    OOM_STEP,
+    RECORD_MARKERS,
+)
 from altar.execution import TaskFailure, TaskState
 
 __all__ = [
@@ -25,6 +30,7 @@ __all__ = [
     "QueueRow",
     "from_accounting",
     "from_queue",
+    "from_record",
     "is_outage",
     "missing",
     "no_such_job",
@@ -97,6 +103,10 @@ class ExitRecord:
     status: int  # 0-255, exactly as the script's container or program exited
     start: int | None  # epoch seconds on the compute node
     end: int | None
+    #: The script was signalled (scancel, time limit, preemption): only Slurm knows why.
+    signalled: bool = False
+    #: A marker step's name (:data:`~.render.RECORD_MARKERS`), when the script ran one.
+    marker: str | None = None
 
 
 def parse_exit_record(text: str) -> ExitRecord | None:
@@ -114,7 +124,32 @@ def parse_exit_record(text: str) -> ExitRecord | None:
         value = fields.get(name, "")
         return int(value) if value.isdigit() else None
 
-    return ExitRecord(int(status), stamp("start"), stamp("end"))
+    markers = {text: step for step, text in RECORD_MARKERS.items()}
+    return ExitRecord(
+        int(status),
+        stamp("start"),
+        stamp("end"),
+        signalled=fields.get("signalled") == "1",
+        marker=markers.get(fields.get("marker", "")),
+    )
+
+
+def from_record(job_id: str, record: ExitRecord) -> Observation | None:
+    """How the job ended, from its record alone; None when only Slurm can say.
+
+    Slurm's view is needed when the script was signalled (a cancel, the time limit or a
+    preemption reads as its exit status otherwise) and for an unmarked 137: a SIGKILL that
+    may be Slurm's own OOM kill, which only its OUT_OF_MEMORY state tells.
+    """
+    if record.signalled or (record.status == 137 and record.marker is None):
+        return None
+    state = "COMPLETED" if record.status == 0 and record.marker is None else "FAILED"
+    steps = (
+        []
+        if record.marker is None
+        else [AcctRow(f"{job_id}.0", "COMPLETED", "0:0", record.marker, "")]
+    )
+    return _terminal(job_id, state, state, record.status, 0, steps)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from altar.backends.slurm.classify import (
     parse_sacct,
     parse_squeue,
 )
+from altar.backends.slurm.render import EXIT_RECORD, START_RECORD
 from altar.backends.slurm.runtime import CommandResult, LoginNode
 from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
 
@@ -37,6 +38,7 @@ __all__ = [
     "max_time_s",
     "parse_duration",
     "queue",
+    "read_records",
     "remove_dir",
     "submit",
     "tail",
@@ -176,14 +178,16 @@ def accounting(
 
 def cancel(
     node: LoginNode, job_id: str, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
-) -> None:
-    """``scancel`` one job; a job that already ended or is unknown is not an error."""
+) -> bool:
+    """``scancel`` one job; True when Slurm accepted it. A job that already ended or is
+    unknown is not an error (False)."""
     result = node.run(bounded(["scancel", job_id], timeout_s))
     if not result.ok and not no_such_job(result.stderr):
         _raise_timeout("scancel", result, timeout_s)
         _raise_outage("scancel", result)
         if "already completing or completed" not in result.stderr:
             raise SlurmRefusedError(f"scancel {job_id} failed: {result.stderr.strip()}")
+    return result.ok
 
 
 def parse_duration(text: str) -> int | None:
@@ -244,21 +248,61 @@ def tail(node: LoginNode, paths: Sequence[str], lines: int) -> str:
     return result.stdout
 
 
-def read_lines(node: LoginNode, paths: Sequence[str]) -> dict[str, str]:
-    """The first line of each file that exists, by path, in one command (missing: absent).
+#: Written into a job's directory once ``scancel`` accepted the cancel, so that every backend
+#: instance reading the records sees it without asking the queue (a job cancelled before it
+#: started writes no record of its own).
+CANCEL_RECORD = "cancelled"
+CANCEL_RECORD_VERSION = "altar-cancel/1"
+RECORD_FILES = (EXIT_RECORD, START_RECORD, CANCEL_RECORD)
+_MARK_CANCELLED = (
+    'cd -- "$1" 2>/dev/null || exit 0; '
+    f'printf "{CANCEL_RECORD_VERSION}\\n" >{CANCEL_RECORD}.tmp && '
+    f"mv -f {CANCEL_RECORD}.tmp {CANCEL_RECORD}"
+)
 
-    ``grep -H`` prefixes each line with its file's path; a path is matched as a whole prefix,
-    so a ``:`` inside a path cannot confuse it.
+
+def mark_cancelled(node: LoginNode, job_dir: str) -> None:
+    """Record in ``job_dir`` (if it still exists) that this job's cancel was accepted."""
+    node.run(["sh", "-c", _MARK_CANCELLED, "altar-cancelled", job_dir])
+
+
+#: Prints ``TOKEN/FILE:first line`` for each named record under the jobs directory ($1).
+_READ_NAMED = 'cd -- "$1" 2>/dev/null || exit 0; shift; exec grep -H -s -m 1 "" -- "$@"'
+#: The same for every job directory there, when naming them all would not fit one command:
+#: ``find`` passes the files to grep in batches that fit.
+_READ_ALL = (
+    'cd -- "$1" 2>/dev/null || exit 0; exec find . -mindepth 2 -maxdepth 2 -type f '
+    f"\\( -name {EXIT_RECORD} -o -name {START_RECORD} -o -name {CANCEL_RECORD} \\) "
+    '-exec grep -H -s -m 1 "" -- {} +'
+)
+#: Past this much path text, records are found by listing instead of by name (an ssh
+#: command is one argument of the far shell, at most ``MAX_ARG_STRLEN``, 128 KiB).
+NAMED_RECORDS_BUDGET = 64 * 1024
+
+
+def read_records(
+    node: LoginNode, jobs_dir: str, tokens: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """The exit, start and cancel records of the given job directories, in one command:
+    token -> {file name: its first line}; a job with neither is absent.
+
+    A record is written to a temporary name and renamed, so a line read here is whole.
     """
-    if not paths:
+    if not tokens:
         return {}
-    result = node.run(["grep", "-H", "-s", "", "--", *paths])
-    found: dict[str, str] = {}
+    names = [f"{token}/{name}" for token in tokens for name in RECORD_FILES]
+    if sum(len(n) + 3 for n in names) <= NAMED_RECORDS_BUDGET:
+        argv = ["sh", "-c", _READ_NAMED, "altar-records", jobs_dir, *names]
+    else:
+        argv = ["sh", "-c", _READ_ALL, "altar-records", jobs_dir]
+    result = node.run(argv)
+    wanted = set(tokens)
+    found: dict[str, dict[str, str]] = {}
     for line in result.stdout.splitlines():
-        for path in paths:
-            if line.startswith(f"{path}:") and path not in found:
-                found[path] = line[len(path) + 1 :]
-                break
+        path, sep, text = line.partition(":")  # tokens and file names hold no ':'
+        token, _, name = path.removeprefix("./").partition("/")
+        if sep and token in wanted and name in RECORD_FILES:
+            found.setdefault(token, {}).setdefault(name, text)
     return found
 
 

@@ -34,6 +34,9 @@ from altar.backends.slurm.render import (
     EXIT_RECORD_VERSION,
     INPUT_MISMATCH_STEP,
     OOM_STEP,
+    RECORD_MARKERS,
+    START_RECORD,
+    START_RECORD_VERSION,
 )
 from altar.backends.slurm.runtime import CommandResult, LoginNodeUnreachableError
 from altar.backends.slurm.sdk_runtime import LocalLoginNode
@@ -193,6 +196,9 @@ class FakeLoginNode(LocalLoginNode):
         #: Jobs slurmdbd has not recorded yet (accounting lags the controller).
         self.unaccounted: set[int] = set()
         self.clock = 0.0
+        #: Jobs start (and write their start record) at once; False: they stay PENDING
+        #: until :meth:`start`.
+        self.start_jobs = True
         self._next_id = 1
 
     # -- scripting ----------------------------------------------------------------------------
@@ -213,17 +219,36 @@ class FakeLoginNode(LocalLoginNode):
         job.steps.insert(0, (f"{job.job_id}.batch", "batch", batch_state, exit_code))
         job.steps.append((f"{job.job_id}.extern", "extern", "COMPLETED", "0:0"))
 
-    def finish(self, job_id: str | int, exit_code: int, *, record: bool = True) -> None:
+    def write_record(
+        self, job_id: str | int, status: int, *, signalled: bool = False, marker: str = ""
+    ) -> None:
+        """The script's last act: its exit record, written beside and renamed over."""
+        job = self.job(job_id)
+        path = Path(job.work_dir, EXIT_RECORD)
+        tmp = path.with_name(f"{EXIT_RECORD}.tmp")
+        tmp.write_text(
+            f"{EXIT_RECORD_VERSION} status={status} start=0 end=0 "
+            f"signalled={int(signalled)} marker={marker}\n"
+        )
+        tmp.replace(path)
+
+    def finish(
+        self, job_id: str | int, exit_code: int, *, record: bool = True, marker: str = ""
+    ) -> None:
         """The task exited with ``exit_code``: the script writes its exit record (unless
         ``record`` is False: a job killed before its last act), sacct keeps the code as
         Slurm 22.05 does, 128 less above 128 (200 reads 72:0), squeue the raw status."""
         state = "COMPLETED" if exit_code == 0 else "FAILED"
-        job = self.job(job_id)
         if record:
-            with open(f"{job.work_dir}/{EXIT_RECORD}", "w") as file:
-                file.write(f"{EXIT_RECORD_VERSION} status={exit_code} start=0 end=0\n")
+            self.write_record(job_id, exit_code, marker=marker)
         shown = exit_code - 128 if exit_code > 128 else exit_code
         self.end(job_id, state, f"{shown}:0", raw=exit_code << 8)
+
+    def start(self, job_id: str | int) -> None:
+        """A pending job starts: RUNNING, and its script writes its start record."""
+        job = self.job(job_id)
+        job.state = "RUNNING"
+        Path(job.work_dir, START_RECORD).write_text(f"{START_RECORD_VERSION} start=0\n")
 
     def expire(self, job_id: str | int) -> None:
         self.end(job_id, "TIMEOUT", "0:0")
@@ -237,11 +262,13 @@ class FakeLoginNode(LocalLoginNode):
 
     def fail_verification(self, job_id: str | int) -> None:
         self._marker(job_id, INPUT_MISMATCH_STEP)
-        self.finish(job_id, 1)
+        self.finish(job_id, 1, marker=RECORD_MARKERS[INPUT_MISMATCH_STEP])
 
     def container_oom(self, job_id: str | int) -> None:
-        """docker's own memory limit killed the container: exit 137 and the marker step."""
+        """docker's own memory limit killed the container: exit 137, the marker step and
+        the marked record."""
         self._marker(job_id, OOM_STEP)
+        self.write_record(job_id, 137, marker=RECORD_MARKERS[OOM_STEP])
         self.end(job_id, "FAILED", "137:0", raw=137 << 8)
 
     def write_log(self, job_id: str | int, lines: Sequence[str], *, stream: str = "stdout") -> None:
@@ -335,9 +362,12 @@ class FakeLoginNode(LocalLoginNode):
             script=script,
             directives=options,
             time_limit_s=limit,
+            state="RUNNING" if self.start_jobs else "PENDING",
         )
         self._next_id += 1
         self.jobs[job.job_id] = job
+        if self.start_jobs:  # the script's first act: its start record
+            Path(job.work_dir, START_RECORD).write_text(f"{START_RECORD_VERSION} start=0\n")
         return CommandResult(0, f"{job.job_id}\n", "")
 
     def _visible(self, job: FakeJob) -> bool:

@@ -45,7 +45,7 @@ table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eceef3;vertical-align:top}
 th{background:#f7f8fb;position:sticky;top:0}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-.st{font-weight:600}.st-succeeded{color:#1e7b34}.st-failed{color:#b3261e}
+.st{font-weight:600}.st-succeeded,.st-cached{color:#1e7b34}.st-failed{color:#b3261e}
 .st-skipped,.st-cancelled{color:#8a6d00}.st-collecting,.st-running,.st-pending{color:#1f5fa0}
 pre{margin:4px 0 0;white-space:pre-wrap;word-break:break-all;font-size:12px;
 background:#f7f8fb;padding:6px;border-radius:3px;max-height:18em;overflow:auto}

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from altar.execution.journal import IN_DOUBT, Attempt, Journal, TaskRecord
 from altar.execution.report.events import PROCESS, LoggedEvent
+from altar.execution.types import TaskFailure
 
 __all__ = [
     "AttemptBar",
@@ -248,7 +249,7 @@ def _bars(
                 number=attempt.number,
                 outcome=outcome,
                 phases=tuple(phases),
-                reason=failure.reason if failure else None,
+                reason=_why(failure) if failure else None,
                 retried=outcome == "failed" and not last,
                 detail=last_line(failure.detail) if failure else None,
                 interrupted=_interrupted(attempt, gaps),
@@ -256,6 +257,12 @@ def _bars(
         )
         queued_from = end
     return tuple(bars)
+
+
+def _why(failure: TaskFailure) -> str:
+    """A failure's reason, led by the provider's ending when the provider ended it."""
+    ending = failure.provider_ending
+    return f"{ending.replace('_', ' ')} ({failure.reason})" if ending else failure.reason
 
 
 def _row(
@@ -271,15 +278,19 @@ def _row(
     if status == "succeeded" and not record.outputs_collected:
         status = "collecting"
     reason = None
-    if status in ("skipped", "cancelled"):
+    if status == "succeeded" and record.cached:
+        status = "cached"
+        origin = record.cached
+        reason = f"from {origin.get('task_id', '?')} of run {origin.get('run_id', '?')}"
+    elif status in ("skipped", "cancelled"):
         reason = record.detail
     elif failure is not None and status in ("failed", "queued"):
-        reason = failure.reason
+        reason = _why(failure)
     else:  # a success after retries: what the earlier attempts failed of is not hidden
-        earlier = [f"attempt {a.number}: {a.failure.reason}" for a in record.attempts if a.failure]
+        earlier = [f"attempt {a.number}: {_why(a.failure)}" for a in record.attempts if a.failure]
         reason = "; ".join(earlier) + " (retried)" if earlier else None
     tail = ""
-    if status not in ("succeeded", "collecting"):
+    if status not in ("succeeded", "collecting", "cached"):
         tail = log_tail(record.detail or (failure.detail if failure else None))
     return TaskRow(
         id=record.id,

@@ -7,7 +7,7 @@ import secrets
 import threading
 import uuid
 
-from altar.backends.kubernetes.testing.apiserver.controller import JobController
+from altar.backends.kubernetes.testing.apiserver.disruption import Disruptions
 from altar.backends.kubernetes.testing.apiserver.objects import JsonDict, now
 from altar.backends.kubernetes.testing.apiserver.selectors import matches_selector, parse_selector
 from altar.backends.kubernetes.testing.apiserver.status import (
@@ -20,7 +20,7 @@ from altar.backends.kubernetes.testing.apiserver.status import (
 __all__ = ["ApiOperations"]
 
 
-class ApiOperations(JobController):
+class ApiOperations(Disruptions):
     """What each API request does to the cluster state."""
 
     def api_create_job(self, namespace: str, body: JsonDict) -> JsonDict:
@@ -46,6 +46,10 @@ class ApiOperations(JobController):
                 "the namespace of the provided object does not match the namespace sent on "
                 "the request",
             )
+        # quota admission runs before storage: a full Job count refuses even a taken name
+        refused = self._quota_refusal(namespace, f'jobs.batch "{name}"', {}, pod=False)
+        if refused is not None:
+            raise ApiError(403, "Forbidden", refused, details(name, "jobs", "batch"))
         existing = self._store.jobs.get((namespace, name))
         if existing is not None:
             message = f'jobs.batch "{name}" already exists'
@@ -151,6 +155,22 @@ class ApiOperations(JobController):
             "status": "Success",
             "details": {"name": name, "group": "batch", "kind": "jobs", "uid": meta["uid"]},
         }
+
+    def api_list_quotas(self, namespace: str) -> JsonDict:
+        items = [
+            self._with_status(quota)
+            for (ns, _), quota in sorted(self._store.quotas.items())
+            if ns == namespace
+        ]
+        meta = {"resourceVersion": str(self._resource_version)}
+        return {"kind": "ResourceQuotaList", "apiVersion": "v1", "metadata": meta, "items": items}
+
+    def api_list_events(self, namespace: str) -> JsonDict:
+        items = [
+            copy.deepcopy(e) for e in self._store.events if e["metadata"]["namespace"] == namespace
+        ]
+        meta = {"resourceVersion": str(self._resource_version)}
+        return {"kind": "EventList", "apiVersion": "v1", "metadata": meta, "items": items}
 
     def api_get_pod(self, namespace: str, name: str) -> JsonDict:
         pod = self._store.pods.get((namespace, name))

@@ -10,6 +10,7 @@ import secrets
 import threading
 import uuid
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from altar.backends.kubernetes.testing.apiserver.objects import (
     JsonDict,
@@ -17,6 +18,12 @@ from altar.backends.kubernetes.testing.apiserver.objects import (
     container_status,
     now,
     terminated,
+)
+from altar.backends.kubernetes.testing.apiserver.quota import (
+    amount,
+    format_amount,
+    pod_needs,
+    refusal,
 )
 from altar.backends.kubernetes.testing.apiserver.status import NAME_LABELS, UID_LABELS
 
@@ -28,6 +35,10 @@ class _Store:
     jobs: dict[tuple[str, str], JsonDict] = field(default_factory=dict)
     pods: dict[tuple[str, str], JsonDict] = field(default_factory=dict)
     logs: dict[tuple[str, str, str], str] = field(default_factory=dict)  # ns, pod, container
+    quotas: dict[tuple[str, str], JsonDict] = field(default_factory=dict)
+    # usage the quota counts that is not ours (other users' pods), per quota
+    elsewhere: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    events: list[JsonDict] = field(default_factory=list)
 
 
 class JobController:
@@ -82,13 +93,24 @@ class JobController:
     def _create_pod(self, job: JsonDict) -> None:
         meta = job["metadata"]
         template = job["spec"].get("template", {})
+        name = f"{meta['name']}-{secrets.token_hex(3)[:5]}"
+        refused = self._quota_refusal(
+            meta["namespace"], f'pods "{name}"', template.get("spec") or {}, pod=True
+        )
+        if refused is not None:
+            # The Job controller's create is refused: the Job stays without pods (active 0)
+            # and the refusal is only an event; the controller tries again later.
+            job["status"] = {**(job.get("status") or {}), "ready": 0}
+            job["status"].setdefault("startTime", now())
+            job["status"].pop("active", None)
+            self._event(job, "FailedCreate", f"Error creating: {refused}")
+            return
         labels = dict(template.get("metadata", {}).get("labels") or {})
         for key in UID_LABELS:
             labels[key] = meta["uid"]
         for key in NAME_LABELS:
             labels[key] = meta["name"]
         pod_spec = copy.deepcopy(template.get("spec") or {})
-        name = f"{meta['name']}-{secrets.token_hex(3)[:5]}"
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -114,7 +136,158 @@ class JobController:
             "status": {"phase": "Pending"},
         }
         self._store.pods[(meta["namespace"], name)] = pod
-        job["status"] = {"active": 1, "ready": 0, "startTime": now()}
+        start = (job.get("status") or {}).get("startTime") or now()
+        job["status"] = {"active": 1, "ready": 0, "startTime": start}
+        self._event(job, "SuccessfulCreate", f"Created pod: {name}")
+
+    # -- ResourceQuota admission and the events the controllers record --
+
+    def set_quota(
+        self,
+        name: str,
+        hard: dict[str, str],
+        *,
+        namespace: str = "default",
+        used_elsewhere: dict[str, str] | None = None,
+        scopes: list[str] | None = None,
+    ) -> None:
+        """Create or update ResourceQuota ``name``; ``used_elsewhere`` is what other work in
+        the namespace already uses of it. The Job controller then retries the pods quota
+        refused before (as its resync does)."""
+        with self._lock:
+            key = (namespace, name)
+            spec: JsonDict = {"hard": dict(hard)}
+            if scopes:
+                spec["scopes"] = list(scopes)
+            old = self._store.quotas.get(key)
+            self._store.quotas[key] = {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": old["metadata"]["uid"] if old else str(uuid.uuid4()),
+                    "resourceVersion": self._next_version(),
+                    "creationTimestamp": old["metadata"]["creationTimestamp"] if old else now(),
+                },
+                "spec": spec,
+            }
+            self._store.elsewhere[key] = dict(used_elsewhere or {})
+            self._retry_refused_pods()
+
+    def remove_quota(self, name: str, *, namespace: str = "default") -> None:
+        """Delete ResourceQuota ``name``; refused pods are created on the resync."""
+        with self._lock:
+            self._store.quotas.pop((namespace, name), None)
+            self._store.elsewhere.pop((namespace, name), None)
+            self._retry_refused_pods()
+
+    def quota(self, name: str, *, namespace: str = "default") -> JsonDict | None:
+        """The ResourceQuota with its ``status`` (``hard``, ``used``) as the controller keeps it."""
+        with self._lock:
+            quota = self._store.quotas.get((namespace, name))
+            return self._with_status(quota) if quota else None
+
+    def events(self, *, namespace: str = "default") -> list[JsonDict]:
+        with self._lock:
+            return [
+                copy.deepcopy(e)
+                for e in self._store.events
+                if e["metadata"]["namespace"] == namespace
+            ]
+
+    def _with_status(self, quota: JsonDict) -> JsonDict:
+        out = copy.deepcopy(quota)
+        namespace, name = out["metadata"]["namespace"], out["metadata"]["name"]
+        hard = out["spec"]["hard"]
+        used = self._quota_used(namespace, name)
+        out["status"] = {
+            "hard": dict(hard),
+            "used": {k: format_amount(k, used.get(k, amount(0))) for k in hard},
+        }
+        return out
+
+    def _quota_used(self, namespace: str, name: str) -> dict[str, Fraction]:
+        """What the namespace uses of each key of quota ``name``: live (non-terminal) pods,
+        every Job (object count), and the usage of others."""
+        hard = self._store.quotas[(namespace, name)]["spec"]["hard"]
+        used = {k: amount(v) for k, v in self._store.elsewhere.get((namespace, name), {}).items()}
+        for key in hard:
+            total = used.get(key, amount(0))
+            if key == "count/jobs.batch":
+                total += sum(1 for (ns, _) in self._store.jobs if ns == namespace)
+            else:
+                for (ns, _), pod in self._store.pods.items():
+                    if ns != namespace or pod["status"].get("phase") in ("Succeeded", "Failed"):
+                        continue
+                    needs = pod_needs(pod["spec"], key)
+                    total += needs if needs is not None else 0
+            used[key] = total
+        return used
+
+    def _quota_refusal(
+        self, namespace: str, what: str, pod_spec: JsonDict, *, pod: bool
+    ) -> str | None:
+        """The quota plugin's refusal of one more pod (``pod``) or Job, or None."""
+        for (ns, name), quota in sorted(self._store.quotas.items()):
+            if ns != namespace or quota["spec"].get("scopes"):
+                continue
+            hard = {k: amount(v) for k, v in quota["spec"]["hard"].items()}
+            used = self._quota_used(namespace, name)
+            needs: dict[str, Fraction] = {}
+            for key in hard:
+                if pod:
+                    need = pod_needs(pod_spec, key)
+                else:
+                    need = amount(1) if key == "count/jobs.batch" else None
+                if need is not None and need > 0:
+                    needs[key] = need
+            over = sorted(k for k, v in needs.items() if used.get(k, 0) + v > hard[k])
+            if over:
+                return refusal(what, name, over, needs, used, hard)
+        return None
+
+    def _retry_refused_pods(self) -> None:
+        """The Job controller's resync: Jobs that should have a pod and have none get one."""
+        for job in self._store.jobs.values():
+            status = job.get("status") or {}
+            if job["metadata"].get("deletionTimestamp") or status.get("conditions"):
+                continue
+            uid = job["metadata"]["uid"]
+            if any(
+                p["metadata"]["labels"].get(UID_LABELS[0]) == uid for p in self._store.pods.values()
+            ):
+                continue
+            self._create_pod(job)
+            job["metadata"]["resourceVersion"] = self._next_version()
+
+    def _event(self, job: JsonDict, reason: str, message: str) -> None:
+        meta = job["metadata"]
+        self._store.events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{meta['name']}.{secrets.token_hex(8)}",
+                    "namespace": meta["namespace"],
+                    "resourceVersion": self._next_version(),
+                },
+                "involvedObject": {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "reason": reason,
+                "message": message,
+                "type": "Warning" if reason.startswith("Failed") else "Normal",
+                "source": {"component": "job-controller"},
+                "firstTimestamp": now(),
+                "lastTimestamp": now(),
+                "count": 1,
+            }
+        )
 
     def start_job(self, name: str, *, namespace: str = "default", uid: str | None = None) -> None:
         """Mark the Job's pod running (all init containers done)."""
@@ -169,6 +342,7 @@ class JobController:
             status["completionTime" if succeeded else "failedTime"] = now()
         status["conditions"] = conditions
         job["metadata"]["resourceVersion"] = self._next_version()
+        self._retry_refused_pods()  # the ended pod no longer counts against a quota
         ttl = job["spec"].get("ttlSecondsAfterFinished")
         if settled and ttl is not None and self.honour_ttl:
             # the TTL-after-finished controller: cascading delete of this exact Job
@@ -262,45 +436,6 @@ class JobController:
                 message="Job was active longer than specified deadline",
                 settled=True,
             )
-
-    def evict(
-        self,
-        name: str,
-        *,
-        namespace: str = "default",
-        uid: str | None = None,
-        init_running: bool = False,
-    ) -> None:
-        """The kubelet evicts the Job's pod under node pressure; the Job fails.
-
-        As the eviction manager does: the pod's phase becomes ``Failed`` with reason
-        ``Evicted``, a message and a ``DisruptionTarget`` condition, and its containers are
-        killed (exit 137, reason ``Error``). ``init_running`` evicts it while ``verify-inputs``
-        still runs, so the init container is the one killed.
-        """
-        with self._lock:
-            job = self._find_job(namespace, name, uid)
-            killed = terminated(137, "Error")
-            if init_running:
-                self._terminate_pod(job, init=killed, main=None, phase="Failed")
-            else:
-                self._terminate_pod(job, init=None, main=killed, phase="Failed")
-            pod = self._pod_for(job)
-            message = "The node was low on resource: memory. Threshold quantity: 100Mi."
-            pod["status"].update(
-                reason="Evicted",
-                message=message,
-                conditions=[
-                    {
-                        "type": "DisruptionTarget",
-                        "status": "True",
-                        "reason": "TerminationByKubelet",
-                        "message": message,
-                        "lastTransitionTime": now(),
-                    }
-                ],
-            )
-            self._fail_backoff(job, settled=True)
 
     def fail_without_pods(
         self, name: str, *, namespace: str = "default", uid: str | None = None

@@ -50,6 +50,22 @@ def discovery(path: str, minor: str) -> JsonDict | None:
                     "kind": "Pod",
                     "verbs": ["get"],
                 },
+                {
+                    "name": "resourcequotas",
+                    "singularName": "resourcequota",
+                    "namespaced": True,
+                    "kind": "ResourceQuota",
+                    "verbs": ["list"],
+                    "shortNames": ["quota"],
+                },
+                {
+                    "name": "events",
+                    "singularName": "event",
+                    "namespaced": True,
+                    "kind": "Event",
+                    "verbs": ["list"],
+                    "shortNames": ["ev"],
+                },
             ],
         }
     if path == "/apis/batch/v1":

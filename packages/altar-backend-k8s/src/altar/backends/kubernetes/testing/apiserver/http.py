@@ -24,6 +24,7 @@ __all__ = ["Handler", "RecordedRequest"]
 
 _JOBS_PATH = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
+_CORE_LIST_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/(resourcequotas|events)$")
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,12 @@ class Handler(BaseHTTPRequestHandler):
         fault = fake._take_fault(method) if path.startswith(("/api/v1/", "/apis/batch/")) else None
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None
-            reason = {409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
-                fault.code, "InternalError"
-            )
+            reason = {
+                403: "Forbidden",
+                409: "Conflict",
+                429: "TooManyRequests",
+                503: "ServiceUnavailable",
+            }.get(fault.code, "InternalError")
             error = ApiError(fault.code, reason, f"injected {fault.code} from the fake apiserver")
             self._send(fault.code, error.body(), headers)
             return
@@ -121,7 +125,13 @@ class Handler(BaseHTTPRequestHandler):
         selector = first(query, "labelSelector")
         jobs = _JOBS_PATH.match(path)
         pods = _PODS_PATH.match(path)
+        core_list = _CORE_LIST_PATH.match(path)
         with fake._lock:
+            if core_list and method == "GET":
+                namespace, kind = core_list.groups()
+                if kind == "resourcequotas":
+                    return 200, fake.api_list_quotas(namespace)
+                return 200, fake.api_list_events(namespace)
             if jobs:
                 namespace, name = jobs.group(1), jobs.group(2)
                 if name is None and method == "GET":
@@ -145,7 +155,7 @@ class Handler(BaseHTTPRequestHandler):
                     return 200, fake.api_pod_log(namespace, name, query)
                 if name is not None and method == "GET":
                     return 200, fake.api_get_pod(namespace, name)
-            else:
+            elif not core_list:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method: {method}")
 
