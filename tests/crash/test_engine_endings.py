@@ -2,6 +2,7 @@
 
 The engine is one of the test's own (:class:`~crashkit.engine.PrivateEngine`), SIGKILLed and
 started again, as the engine-kill crash scenario does; the shared engine is never touched.
+Both tests fail on the backend before issue 22 (it read the engine's kill as ``exit_137``).
 What the restarted engine shows is what ``docs/backends/local.md`` tabulates: a container that
 was running is stopped by the new engine (SIGTERM, then SIGKILL after the stop timeout: exit
 137), one that ended before keeps its own outcome.
@@ -25,6 +26,8 @@ from altar.execution import (
     TaskState,
     TaskStatus,
 )
+from altar.execution.plan import plan_from_specs
+from altar.execution.runner import run_plan
 from crashkit.engine import PrivateEngine
 
 pytestmark = [
@@ -118,3 +121,45 @@ async def _killed_under_running_containers(engine: PrivateEngine, tmp_path: Path
     await backend.cleanup([running, own_137, succeeded])
     backend.close()
     fresh.close()  # before the engine goes: its event stream would retry against nothing
+
+
+def test_a_task_the_engine_killed_is_rerun_without_a_retry(
+    private_engine: PrivateEngine, tmp_path: Path
+) -> None:
+    """With ``max_retries = 0``, the run the engine died under still succeeds: the engine's
+    kill draws on the provider budget, and ATTEMPTS names it."""
+    asyncio.run(_rerun_without_a_retry(private_engine, tmp_path))
+    gc.collect()
+
+
+async def _rerun_without_a_retry(engine: PrivateEngine, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    # The first attempt marks the data root and waits; the rerun finds the mark and finishes.
+    script = (
+        "if [ -e /mnt/volume/started ]; then echo ok > /mnt/volume/out; "
+        "else touch /mnt/volume/started; sleep 120; fi"
+    )
+    backend = _backend(engine, data)
+    plan = plan_from_specs([_spec(script)], backend_type="local", max_retries=0)
+    run = asyncio.ensure_future(run_plan(plan, backend, run_dir=tmp_path / "run"))
+    try:
+        give_up = time.monotonic() + BOUND_S
+        while not (data / "started").exists():
+            assert time.monotonic() < give_up, "the first attempt never started"
+            assert not run.done(), run
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(engine.kill)
+        await asyncio.sleep(0.5)  # the runner finds the engine unavailable and waits
+        await asyncio.to_thread(engine.up)
+        result = await asyncio.wait_for(run, BOUND_S)
+    finally:
+        if not run.done():
+            run.cancel()
+        backend.close()
+    (task,) = result.tasks
+    assert task.status == "succeeded", task
+    assert (data / "out").read_text() == "ok\n"
+    assert task.attempts == 2
+    assert dict(task.provider_endings) == {"engine_lost": 1}
+    assert "engine lost" in task.attempts_text

@@ -41,7 +41,7 @@ class Counts:
     engine_kills: int = 0
     succeeded: int = 0  # tasks the journal ends with as succeeded
     first_status: int | None = None  # the exit status of the first run, before any resume
-    #: task -> failed attempts charged to its retries (no provider_ending), submit refusals out
+    #: task -> failed attempts charged to its retries (no provider_ending)
     charged: dict[str, int] = field(default_factory=dict)
     #: failed attempts by reason (``reason/provider_ending`` when the provider ended them)
     failure_reasons: Counter[str] = field(default_factory=Counter)

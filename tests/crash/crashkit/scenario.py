@@ -95,7 +95,8 @@ def _retried(snapshot_tasks: dict[str, dict[str, object]]) -> dict[str, int]:
 
 def _charged(snapshot_tasks: dict[str, dict[str, object]]) -> tuple[dict[str, int], Counter[str]]:
     """Task -> failed attempts that used one of its retries (no ``provider_ending``: the
-    task's own failure), and every failed attempt's ``reason`` (``/ending`` when set)."""
+    runner's ``max_retries`` pays for it, a refused submit included), and every failed
+    attempt's ``reason`` (``/ending`` when set)."""
     charged: dict[str, int] = {}
     reasons: Counter[str] = Counter()
     for task, record in snapshot_tasks.items():
@@ -107,7 +108,7 @@ def _charged(snapshot_tasks: dict[str, dict[str, object]]) -> tuple[dict[str, in
                 continue
             ending = failure.get("provider_ending")
             reasons[failure.get("reason", "?") + (f"/{ending}" if ending else "")] += 1
-            if ending is None and failure.get("reason") not in NOT_STARTED:
+            if ending is None:
                 charged[task] = charged.get(task, 0) + 1
     return charged, reasons
 
