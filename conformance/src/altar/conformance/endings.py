@@ -17,16 +17,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import altar.execution
 import pytest
 from altar.conformance._polling import POLL_BOUND_S, expect_state, poll_one
-from altar.execution import (
-    PROVIDER_ENDINGS,
-    ContainerTaskSpec,
-    ExecutionBackend,
-    TaskHandle,
-    TaskState,
-    TaskStatus,
-)
+from altar.execution import ContainerTaskSpec, ExecutionBackend, TaskHandle, TaskState, TaskStatus
 
 __all__ = ["ProviderEndingChecks"]
 
@@ -52,6 +46,10 @@ class ProviderEndingChecks:
         raise NotImplementedError  # the contract's hook
 
     def _end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str:
+        # An altar-core older than issue 22 has no provider endings to report.
+        known: dict[str, str] | None = getattr(altar.execution, "PROVIDER_ENDINGS", None)
+        if known is None:
+            pytest.skip("this altar-core has no provider endings (PROVIDER_ENDINGS)")
         expected = self.end_by_provider(backend, handle)
         if expected is None:
             pytest.skip(
@@ -59,8 +57,8 @@ class ProviderEndingChecks:
                 "its own account), so provider endings are unchecked; make the fake preempt, "
                 "lose or evict the task and return the provider_ending code"
             )
-        assert expected in PROVIDER_ENDINGS, (
-            f"end_by_provider returned {expected!r}, expected one of {sorted(PROVIDER_ENDINGS)}"
+        assert expected in known, (
+            f"end_by_provider returned {expected!r}, expected one of {sorted(known)}"
         )
         return expected
 
