@@ -36,12 +36,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.xdist_group("crash"),
     pytest.mark.usefixtures("crash_lock"),
-    # The docker SDK leaks the socket of each unix connection the dead engine refuses
-    # (docker/transport/unixconn.py; the runtime's preflight avoids it only for a client's
-    # first request): nothing of the backend's own. Collected inside the test (see below).
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in.*socket:pytest.PytestUnraisableExceptionWarning"
-    ),
 ]
 
 IMAGE = "busybox:latest"  # scripts/services loads it into every engine it starts

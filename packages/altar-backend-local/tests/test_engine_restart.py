@@ -171,3 +171,30 @@ async def test_a_container_left_running_but_never_started_by_the_restart_is_engi
     engine.requests.clear()
     await fresh.poll([started_after])  # its start is known now: no inspect again
     assert engine.requests["inspect"] == 0
+
+
+def test_the_socket_of_a_refused_unix_connect_is_closed_at_once(tmp_path: object) -> None:
+    """The docker SDK drops the socket of a unix connect that fails (a dead engine's socket):
+    the runtime closes it when it turns the error into BackendUnavailableError."""
+    import socket
+    from pathlib import Path
+
+    from altar.backends.local.sdk_runtime import _close_unconnected
+
+    opened: list[socket.socket] = []
+    path = str(Path(str(tmp_path)) / "dead.sock")
+
+    def connect() -> None:  # as docker/transport/unixconn.py's: the socket is never kept
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        opened.append(sock)
+        sock.connect(path)
+
+    try:
+        try:
+            connect()
+        except OSError as refused:
+            raise ConnectionError("Connection aborted") from refused
+    except ConnectionError as error:
+        _close_unconnected(error)
+    assert opened
+    assert opened[0].fileno() == -1
