@@ -179,7 +179,7 @@ def test_the_socket_of_a_refused_unix_connect_is_closed_at_once(tmp_path: object
     import socket
     from pathlib import Path
 
-    from altar.backends.local.sdk_runtime import _close_unconnected
+    from altar.backends.local.leaks import close_unconnected
 
     opened: list[socket.socket] = []
     path = str(Path(str(tmp_path)) / "dead.sock")
@@ -195,6 +195,6 @@ def test_the_socket_of_a_refused_unix_connect_is_closed_at_once(tmp_path: object
         except OSError as refused:
             raise ConnectionError("Connection aborted") from refused
     except ConnectionError as error:
-        _close_unconnected(error)
+        close_unconnected(error)
     assert opened
     assert opened[0].fileno() == -1

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
+from altar.backends.local.leaks import close_unconnected
 from altar.backends.local.render import create_body
 from altar.backends.local.restarts import engine_pid, process_started_at, socket_path
 from altar.backends.local.runtime import (
@@ -98,28 +99,6 @@ def _parse_time(value: str | None) -> float | None:
     return datetime.fromisoformat(value).timestamp()
 
 
-def _close_unconnected(error: BaseException) -> None:
-    """Close the socket the SDK leaks when a unix connect fails (a dead engine).
-
-    ``docker/transport/unixconn.py`` opens the socket in ``connect`` and drops it when the
-    connect raises: left to the garbage collector, each refused request of an outage holds a
-    descriptor until then and ends in a ResourceWarning. The failed ``connect`` frame is in the
-    error's traceback chain; its ``sock`` is closed here.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        trace = current.__traceback__
-        while trace is not None:
-            frame = trace.tb_frame
-            sock = frame.f_locals.get("sock") if frame.f_code.co_name == "connect" else None
-            if isinstance(sock, socket.socket) and sock.family == socket.AF_UNIX:
-                sock.close()
-            trace = trace.tb_next
-        current = current.__cause__ or current.__context__
-
-
 def _event(raw: dict[str, Any]) -> ContainerEvent:
     actor = raw.get("Actor") or {}
     attributes = actor.get("Attributes") or {}
@@ -173,7 +152,7 @@ class DockerSdkRuntime:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _unavailable(self, error: BaseException) -> NoReturn:
-        _close_unconnected(error)
+        close_unconnected(error)
         if isinstance(error, FileNotFoundError):
             advice = (
                 "No engine socket exists there: install a Docker engine (Debian/Ubuntu: "
