@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Check a release tag against the workspace: ``<dist>-v<version>`` must name a distribution
-whose version file says ``<version>``.
+whose version file says ``<version>``, and whose home is the repository the release runs in.
 
-    scripts/release_check.py altar-backend-k8s-v0.2.0
+The home is one value, ``[tool.altar] home`` in the workspace's pyproject.toml. A distribution's
+``[project.urls]`` Source must be exactly that home, its other URLs must lie under it, and the
+home must be ``https://github.com/$GITHUB_REPOSITORY`` (Actions sets ``GITHUB_REPOSITORY`` to the
+``owner/name`` the workflow runs in): a fork or a copy cannot publish pointing at another home.
+
+    GITHUB_REPOSITORY=altar-dev/altar scripts/release_check.py altar-backend-k8s-v0.2.0
     dist=altar-backend-k8s
     folder=packages/altar-backend-k8s
     version=0.2.0
@@ -13,6 +18,7 @@ is wrong otherwise. Standard library only, so it runs before anything is install
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tomllib
@@ -22,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 _TAG = re.compile(r"^(?P<dist>[a-z0-9][a-z0-9-]*?)-v(?P<version>\d[0-9A-Za-z.+!-]*)$")
 _VERSION = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+_REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 class ReleaseError(ValueError):
@@ -63,7 +70,49 @@ def declared_version(folder: Path) -> str:
     return match.group(1)
 
 
-def check_tag(tag: str, root: Path = ROOT) -> Release:
+def workspace_home(root: Path = ROOT) -> str:
+    """The project's home: ``[tool.altar] home`` in the workspace's pyproject.toml."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    try:
+        return str(config["tool"]["altar"]["home"])
+    except KeyError:
+        raise ReleaseError("pyproject.toml: no [tool.altar] home") from None
+
+
+def url_problems(folder: Path, home: str) -> list[str]:
+    """What in ``folder``'s ``[project.urls]`` is not under ``home`` (empty: all is)."""
+    config = tomllib.loads((folder / "pyproject.toml").read_text())
+    urls: dict[str, str] = config["project"].get("urls", {})
+    name = config["project"]["name"]
+    problems = []
+    if urls.get("Source") != home:
+        problems.append(f"{name}: [project.urls] Source is {urls.get('Source')!r}, not {home!r}")
+    for label, url in urls.items():
+        if label != "Source" and not url.startswith(home + "/"):
+            problems.append(f"{name}: [project.urls] {label} {url!r} is not under {home}")
+    return problems
+
+
+def check_home(dist: str, folder: Path, repository: str | None, root: Path = ROOT) -> None:
+    """Refuse unless ``folder``'s URLs are under the home and the home is ``repository``."""
+    if not repository or not _REPOSITORY.match(repository):
+        raise ReleaseError(
+            f"GITHUB_REPOSITORY is {repository!r}, not owner/name: the release workflow sets it "
+            "to the repository it runs in (set it by hand to check a release here)"
+        )
+    expected = f"https://github.com/{repository}"
+    problems = url_problems(folder, expected)
+    if problems:
+        raise ReleaseError(f"{problems[0]}, the repository this release runs in: not published")
+    home = workspace_home(root)
+    if home != expected:
+        raise ReleaseError(
+            f"pyproject.toml: [tool.altar] home is {home!r}, not {expected!r}, the repository "
+            "this release runs in: not published"
+        )
+
+
+def check_tag(tag: str, root: Path = ROOT, *, repository: str | None) -> Release:
     match = _TAG.match(tag.removeprefix("refs/tags/"))
     if match is None:
         raise ReleaseError(f"tag {tag!r} is not of the form <distribution>-v<version>")
@@ -77,6 +126,7 @@ def check_tag(tag: str, root: Path = ROOT) -> Release:
             f"tag {tag!r} says version {version} but {dist} declares {declared}: "
             "bump the version file or fix the tag"
         )
+    check_home(dist, dists[dist], repository, root)
     return Release(dist=dist, folder=str(dists[dist].relative_to(root)), version=version)
 
 
@@ -85,7 +135,7 @@ def main(argv: list[str]) -> int:
         print("usage: scripts/release_check.py <dist>-v<version>", file=sys.stderr)
         return 2
     try:
-        release = check_tag(argv[0])
+        release = check_tag(argv[0], repository=os.environ.get("GITHUB_REPOSITORY"))
     except ReleaseError as error:
         print(f"release_check: {error}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -123,6 +124,11 @@ def test_wheel_is_complete_and_versioned(dist: str, built) -> None:
     shared = [n for n in names if n in NAMESPACES]
     assert not shared, f"{wheel.name} ships namespace package files {shared}: remove them"
     assert not [n for n in names if "/tests/" in n or n.startswith("tests/")], "tests in wheel"
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    home = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["altar"]["home"]
+    # what PyPI will show: the one home, which the release check holds to the workflow's repository
+    assert f"Project-URL: Source, {home}\n" in metadata.decode(), metadata.decode()[:2000]
 
 
 def test_altar_core_pulls_no_third_party_dependency(built, tmp_path: Path) -> None:

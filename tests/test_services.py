@@ -138,3 +138,36 @@ def test_slurm_reports_memory_overrun_as_out_of_memory(slurm_cluster: dict[str, 
     job_id = job.stdout.strip().split(";")[0]
     assert job_id.isdigit(), (job.stdout, job.stderr)
     assert _sacct(job_id).split("|")[0] == "OUT_OF_MEMORY"
+
+
+def _config(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+@pytest.mark.slurm
+def test_slurm_is_a_small_site_with_preemption_and_a_limited_qos(
+    slurm_cluster: dict[str, str],
+) -> None:
+    config = dict(
+        (key.strip(), value.strip())
+        for key, _, value in (
+            line.partition("=") for line in _config("scontrol", "show", "config").splitlines()
+        )
+    )
+    assert config["PreemptType"] == "preempt/partition_prio"
+    assert config["PreemptMode"] == "CANCEL"
+    assert {"limits", "qos"} <= set(config["AccountingStorageEnforce"].split(","))
+    assert config["MaxArraySize"] == "501"
+    tiers = {}
+    for line in _config("scontrol", "--oneliner", "show", "partition").splitlines():
+        fields = dict(word.partition("=")[::2] for word in line.split())
+        tiers[fields["PartitionName"]] = (int(fields["PriorityTier"]), fields["Default"])
+    assert tiers[slurm_cluster["partition"]][1] == "YES"
+    assert tiers["high"][0] > tiers[slurm_cluster["partition"]][0]
+    qos = dict(
+        line.split("|", 1)
+        for line in _config(
+            "sacctmgr", "-n", "-P", "show", "qos", "format=name,maxsubmitjobsperuser"
+        ).split()
+    )
+    assert (qos["normal"], qos["limited"]) == ("", "20")  # the default QOS stays unlimited

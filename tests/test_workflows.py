@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -228,7 +229,8 @@ def _step_shell(workflow: dict, script: Path) -> list[str]:
     return ["bash", "-e", str(script)]  # the implicit default: a failure before `|` is lost
 
 
-def test_release_stops_when_the_tag_does_not_match_a_distribution(tmp_path: Path) -> None:
+def _run_check_step(tmp_path: Path, tag: str, repository: str) -> tuple[int, str]:
+    """Run the release workflow's check step as Actions would; (exit status, $GITHUB_OUTPUT)."""
     workflow = _load("release.yml")
     step = next(s for s in workflow["jobs"]["build"]["steps"] if s.get("id") == "check")
     script = tmp_path / "step.sh"
@@ -236,13 +238,42 @@ def test_release_stops_when_the_tag_does_not_match_a_distribution(tmp_path: Path
     output = tmp_path / "github_output"
     env = {
         **os.environ,
-        "GITHUB_REF_NAME": "no-such-dist-v9.9.9",
+        "GITHUB_REF_NAME": tag,
+        "GITHUB_REPOSITORY": repository,
         "GITHUB_OUTPUT": str(output),
     }
     result = subprocess.run(
         _step_shell(workflow, script), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
-    assert result.returncode != 0, "a tag naming no distribution would go on to build and publish"
+    return result.returncode, output.read_text() if output.exists() else ""
+
+
+def _home_repository() -> str:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return str(config["tool"]["altar"]["home"]).removeprefix("https://github.com/")
+
+
+def _core_tag() -> str:
+    about = (ROOT / "packages/altar-core/src/altar/execution/__about__.py").read_text()
+    match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", about)
+    assert match
+    return f"altar-core-v{match.group(1)}"
+
+
+def test_release_stops_when_the_tag_does_not_match_a_distribution(tmp_path: Path) -> None:
+    status, _ = _run_check_step(tmp_path, "no-such-dist-v9.9.9", _home_repository())
+    assert status != 0, "a tag naming no distribution would go on to build and publish"
+
+
+def test_release_stops_unless_the_source_url_is_the_workflows_repository(tmp_path: Path) -> None:
+    """A fork running this workflow must not publish metadata that points at another home."""
+    (tmp_path / "fork").mkdir()
+    status, _ = _run_check_step(tmp_path / "fork", _core_tag(), "someone/fork")
+    assert status != 0, "a release whose Source URL is another repository would be published"
+    (tmp_path / "home").mkdir()
+    status, output = _run_check_step(tmp_path / "home", _core_tag(), _home_repository())
+    assert status == 0
+    assert "dist=altar-core\n" in output
 
 
 def test_dependabot_keeps_the_action_pins_and_the_lock_current() -> None:

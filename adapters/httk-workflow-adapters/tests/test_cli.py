@@ -393,3 +393,36 @@ def test_protocol_module_is_a_working_dispatcher(env, tmp_path: Path) -> None:
     )
     result = json.loads(completed.stdout)
     assert (result["ok"], result["stdout"]) == (True, "a;b\n")
+
+
+@pytest.mark.parametrize("template", ["local", "ssh-slurm"])
+def test_remote_add_says_what_to_run_next(env, capsys, template: str) -> None:
+    """Issue 23: stdout is still the bundle path; stderr names the next commands."""
+    code, out, err = run(capsys, "remote", "add", "cluster", "--template", template)
+    bundle = env.project / ".httk-project" / "remotes" / "cluster"
+    assert (code, out) == (0, f"{bundle}\n")
+    (line,) = err.splitlines()
+    assert line.startswith("next: httk-workflow remote configure cluster --set ")
+    assert ("--set host=HOST" in line) == (template == "ssh-slurm")
+    assert (
+        "httk-workflow remote install cluster (checks httk there and creates the workspace)" in line
+    )
+    assert "httk-workflow transfer send cluster JOB_ID..." in line
+    code, out, err = run(capsys, "remote", "add", "json", "--template", template, "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["name"] == "json"
+
+
+def test_remote_add_outside_a_project_says_how_to_make_one(
+    env, capsys, tmp_path, monkeypatch
+) -> None:
+    elsewhere = tmp_path / "not a project"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run(capsys, "remote", "add", "cluster", "--template", "local")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        "httk-workflow: a project is required unless --global is used",
+        "  make this directory a project with `httk project init`, or add the remote for every "
+        "project with --global",
+    ]

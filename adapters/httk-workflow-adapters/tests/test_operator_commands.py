@@ -365,3 +365,58 @@ def test_local_progress_is_on_by_default_on_a_terminal(env) -> None:
             os.close(follower)
     # The terminal turns "\n" into "\r\n".
     assert seen.split(b"\r")[-2].split() == [TOTAL.encode(), b"100%", b"2/2", b"files"], seen
+
+
+def test_doctor_tells_a_creatable_workspace_from_one_it_cannot_create(env, set_queue) -> None:
+    """Issue 23: `ok workspace` only for a path that exists or can be created; nothing is made."""
+    bundle = add_remote("here", template="local")
+    root = env.root / "spaced dir"
+    root.mkdir()
+    (root / "a file").write_text("x")
+    (root / "broken link").symlink_to(root / "nowhere")
+    cases = {
+        str(root): ("ok", f"{root}: exists, a directory this user may write"),
+        str(root / "new" / "ws"): (
+            "ok",
+            f"{root / 'new' / 'ws'}: does not exist yet; it can be created, as {root} is a "
+            "directory this user may write (nothing was created)",
+        ),
+        str(root / "a file" / "ws"): (
+            "FAIL",
+            f"{root / 'a file' / 'ws'}: cannot be created: {root / 'a file'} is not a directory",
+        ),
+        str(root / "a file"): ("FAIL", f"{root / 'a file'}: exists and is not a directory"),
+        str(root / "broken link" / "ws"): (
+            "FAIL",
+            f"{root / 'broken link' / 'ws'}: cannot be created: {root / 'broken link'} is a "
+            "broken symbolic link",
+        ),
+    }
+    for workspace, (word, detail) in cases.items():
+        set_queue(bundle, workspace=workspace)
+        report = json.loads(_cli(env, "remote", "doctor", "here", "--json").stdout)
+        row = next(row for row in report["checks"] if row["check"] == "workspace")
+        assert ({True: "ok", False: "FAIL"}[row["ok"]], row["detail"]) == (word, detail)
+    assert sorted(p.name for p in root.iterdir()) == ["a file", "broken link"]  # nothing made
+
+
+def test_the_workspace_check_refuses_a_parent_this_user_may_not_write() -> None:
+    import shutil
+    import tempfile
+
+    from httk.workflow.adapters.doctor import _WORKSPACE
+
+    top = Path(tempfile.mkdtemp(prefix="ws-check", dir="/tmp"))  # a user may enter /tmp
+    try:
+        top.chmod(0o755)
+        parent = top / "read only"
+        parent.mkdir(mode=0o555)
+        argv = ["sh", "-c", _WORKSPACE, "sh", str(parent / "new" / "ws")]
+        if os.geteuid() == 0:  # root may write anywhere: ask as nobody
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert (done.returncode, done.stdout) == (1, f"unwritable {parent}\n"), done.stderr
+        assert not (parent / "new").exists()
+    finally:
+        (top / "read only").chmod(0o755)
+        shutil.rmtree(top)

@@ -195,11 +195,29 @@ def test_rsync_failure_is_a_crash(fake_cluster, cluster: Path) -> None:
     request = {
         "queue": "default",
         "source": str(fake_cluster.root / "absent"),
-        "destination": "/x",
+        "destination": str(fake_cluster.root / "here"),
         "directory": True,
     }
-    with pytest.raises(RuntimeError, match=r"adapter push: rsync failed \(\d+\)"):
+    with pytest.raises(RuntimeError, match=r"adapter pull: rsync failed \(\d+\)"):
+        run_adapter(cluster, "pull", request)
+
+
+@pytest.mark.parametrize("directory", [True, False, None])
+def test_a_push_of_a_missing_source_is_one_clear_line(
+    fake_cluster, cluster: Path, directory: bool | None
+) -> None:
+    """Issue 23: not rsync's change_dir and error-code lines; nothing is asked of the target."""
+    source = fake_cluster.root / "no such dir"
+    request: dict[str, object] = {"queue": "default", "source": str(source), "destination": "/x"}
+    if directory is not None:
+        request["directory"] = directory
+    with pytest.raises(RuntimeError) as crashed:
         run_adapter(cluster, "push", request)
+    assert str(crashed.value).splitlines() == [
+        f"adapter push failed (2): adapter push: source does not exist: {source}"
+    ]
+    assert "rsync" not in str(crashed.value)
+    assert fake_cluster.ssh_commands() == []
 
 
 def test_start_manager_submits_the_batch_script(fake_cluster, cluster: Path, set_queue) -> None:

@@ -4,8 +4,11 @@ It implements the RPCs a V1 sandbox's life needs (``MODAL_SANDBOX_V2=0``): hello
 environment, app, image, volume and secret get-or-create, ``SandboxCreate`` (the command runs
 as a local process; the image is not pulled), ``SandboxGetTaskId`` (optionally delayed, as a
 sandbox waiting for a worker), ``SandboxWait`` (honours the request's timeout; ``NOT_FOUND`` for
-an unknown id), ``SandboxTerminate``, ``SandboxTagsGet`` and ``AppFetchLogs``. A reaper turns an
-exit into SUCCESS/FAILURE with its exit code and a sandbox past ``timeout_secs`` into TIMEOUT.
+an unknown id), ``SandboxTerminate``, ``SandboxTagsGet`` and ``AppFetchLogs``. With
+``servicer.tokens`` set, any other credentials are answered ``UNAUTHENTICATED``; a volume
+lookup that may not create (``from_name`` without ``create_if_missing``) of a missing volume
+is ``NOT_FOUND``. A reaper turns an exit into SUCCESS/FAILURE with its exit code and a
+sandbox past ``timeout_secs`` into TIMEOUT.
 
 Volumes are VolumeFS v2: ``VolumePutFiles2`` asks for missing blocks, which the client PUTs to
 a small HTTP block server (checked against their sha256), ``VolumeGetFile2`` hands out block
@@ -100,6 +103,9 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
         self.volumes: dict[str, dict[str, VolumeFile]] = {}
         self.blocks: dict[str, bytes] = {}  # sha256 hex -> bytes, served over HTTP
         self.blob_url = ""  # set by ControlPlane once the block server listens
+        #: The one (token id, secret) accepted; None accepts any. Others are answered
+        #: UNAUTHENTICATED, as Modal answers a revoked or mistyped token.
+        self.tokens: tuple[str, str] | None = None
 
     def _record(self, name: str, request: Any) -> None:
         self.requests.append((name, request))
@@ -137,6 +143,13 @@ class FakeModalServicer(api_grpc.ModalClientBase):  # type: ignore[misc]
     async def VolumeGetOrCreate(self, stream: Any) -> None:
         request = await stream.recv_message()
         self._record("VolumeGetOrCreate", request)
+        if (
+            request.object_creation_type == api_pb2.OBJECT_CREATION_TYPE_UNSPECIFIED
+            and request.deployment_name not in self.volume_ids
+        ):  # a lookup (from_name without create_if_missing) creates nothing
+            raise GRPCError(
+                Status.NOT_FOUND, f"Volume '{request.deployment_name}' not found in environment"
+            )
         volume_id = self.volume_ids.setdefault(request.deployment_name, _id("vo"))
         self.volumes.setdefault(volume_id, {})
         version = api_pb2.VOLUME_FS_VERSION_V2
@@ -515,6 +528,14 @@ class ControlPlane:
     async def _count(self, event: RecvRequest) -> None:
         # Every RPC the client makes, by method name (e.g. "SandboxList").
         self.servicer.rpcs.append(event.method_name.rpartition("/")[2])
+        tokens = self.servicer.tokens
+        if tokens is not None:
+            sent = (
+                event.metadata.get("x-modal-token-id"),
+                event.metadata.get("x-modal-token-secret"),
+            )
+            if sent != tokens:
+                raise GRPCError(Status.UNAUTHENTICATED, "Invalid token")
 
     async def _put_block(self, request: web.Request) -> web.Response:
         digest = request.match_info["digest"]

@@ -17,11 +17,11 @@ from altar.backends.slurm.commands import parse_duration
 from altar.execution import TaskState
 
 SQUEUE = (
-    '8|FAILED|NonZeroExitCode|768|probe-a|altar {"a": "b c"}|/tmp/slurmprobe|\n'
-    "9|FAILED|NonZeroExitCode|35072|m.sbatch|(null)|/tmp/a|b dir|\n"
-    "10|RUNNING|None|0|x|(null)|/w|\n"
-    "11|PENDING|Resources|0|x|(null)|/w|\n"
-    "12|COMPLETED|None|0|x|(null)|/w|\n"
+    '8|FAILED|NonZeroExitCode|768|probe-a|altar {"a": "b c"}|localhost|/tmp/slurmprobe|\n'
+    "9|FAILED|NonZeroExitCode|35072|m.sbatch|(null)|localhost|/tmp/a|b dir|\n"
+    "10|RUNNING|None|0|x|(null)|localhost|/w|\n"
+    "11|PENDING|Resources|0|x|(null)||/w|\n"
+    "12|COMPLETED|None|0|x|(null)|localhost|/w|\n"
 )
 
 
@@ -45,14 +45,14 @@ def test_parse_squeue_keeps_separators_in_the_last_field() -> None:
     ],
 )
 def test_queue_states(state: str, expected: TaskState) -> None:
-    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|/w|\n")
+    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|localhost|/w|\n")
     observed = from_queue(row)
     assert observed is not None
     assert observed.state is expected
 
 
 def test_queue_leaves_a_failed_job_to_sacct_for_its_steps() -> None:
-    (row,) = parse_squeue("1|FAILED|NonZeroExitCode|256|n|(null)|/w|\n")
+    (row,) = parse_squeue("1|FAILED|NonZeroExitCode|256|n|(null)|localhost|/w|\n")
     assert from_queue(row) is None
 
 
@@ -64,10 +64,11 @@ def test_queue_leaves_a_failed_job_to_sacct_for_its_steps() -> None:
         ("OUT_OF_MEMORY", "oom_killed"),
         ("PREEMPTED", "job_failed"),
         ("NODE_FAIL", "job_failed"),
+        ("DEADLINE", "job_failed"),
     ],
 )
 def test_queue_settles_endings_that_need_no_steps(state: str, reason: str) -> None:
-    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|/w|\n")
+    (row,) = parse_squeue(f"1|{state}|None|0|n|(null)|localhost|/w|\n")
     observed = from_queue(row)
     assert observed is not None
     assert observed.failure is not None
@@ -107,9 +108,11 @@ def _acct(text: str, job: str = "5") -> tuple[str, bool, int | None]:
             ("input_digest_mismatch", True, None),
         ),
         ("5|CANCELLED by 0|0:0|j|/w\n", ("cancelled", False, None)),
-        ("5|PREEMPTED|0:0|j|/w\n", ("job_failed", False, None)),
-        ("5|NODE_FAIL|0:0|j|/w\n", ("job_failed", False, None)),
+        ("5|PREEMPTED|0:0|j|/w\n5.batch|CANCELLED|0:15|batch|\n", ("job_failed", False, None)),
+        ("5|NODE_FAIL|0:0|j|/w\n5.batch|CANCELLED||batch|\n", ("job_failed", False, None)),
         ("5|BOOT_FAIL|0:0|j|/w\n", ("job_failed", False, None)),
+        # requeued by Slurm: the same job, waiting again (one attempt, not a second one)
+        ("5|REQUEUED|0:0|j|/w\n5.batch|CANCELLED|0:15|batch|\n", ("pending", False, None)),
         ("5|FAILED|0:9|j|/w\n", ("job_failed", False, None)),
         ("5|UNKNOWN|0:0|j|/w\n", ("job_failed", False, None)),
         ("5|RUNNING|0:0|j|/w\n", ("running", False, None)),
@@ -196,3 +199,75 @@ def test_an_unknown_job_is_not_an_outage() -> None:
 )
 def test_slurm_durations(text: str, seconds: int | None) -> None:
     assert parse_duration(text) == seconds
+
+
+# -- provider endings: Slurm ended the job, not the task ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "ending", "words"),
+    [
+        ("PREEMPTED", "preempted", "was preempted on node localhost"),
+        ("NODE_FAIL", "node_lost", "node localhost failed under it"),
+        ("BOOT_FAIL", "node_lost", "node localhost failed to boot"),
+    ],
+)
+def test_queue_reads_slurms_own_endings_as_provider_endings(
+    state: str, ending: str, words: str
+) -> None:
+    # squeue as 22.05 printed a preempted job (raw status 15: the batch step's SIGTERM)
+    (row,) = parse_squeue(f"7|{state}|None|15|n|(null)|localhost|/w|\n")
+    observed = from_queue(row)
+    assert observed is not None
+    failure = observed.failure
+    assert failure is not None
+    assert (failure.reason, failure.provider_ending, failure.deterministic) == (
+        "job_failed",
+        ending,
+        False,
+    )
+    assert failure.exit_code is None
+    assert failure.detail is not None
+    assert words in failure.detail
+    assert f"Slurm state {state}" in failure.detail
+
+
+@pytest.mark.parametrize("status", [137, 143, 0, 3])
+def test_a_record_the_trap_wrote_does_not_turn_a_preemption_into_an_exit(status: int) -> None:
+    # The docker/podman script traps TERM, kills its container and may still write a record
+    # before Slurm's KillWait ends it: Slurm's state decides, not that status.
+    record = parse_exit_record(f"altar-exit/1 status={status} start=1 end=2")
+    rows = parse_sacct("5|PREEMPTED|0:0|j|/w\n5.batch|CANCELLED|0:15|batch|\n")
+    for observed in (
+        from_accounting("5", rows, record),
+        from_queue_alone(parse_squeue("5|PREEMPTED|None|15|n|(null)|n1|/w|\n")[0], record),
+    ):
+        assert observed is not None
+        assert observed.failure is not None
+        assert observed.failure.provider_ending == "preempted"
+        assert not observed.failure.reason.startswith("exit_")
+
+
+def test_accounting_names_no_node_it_does_not_know() -> None:
+    observed = from_accounting("5", parse_sacct("5|NODE_FAIL|0:0|j|/w\n"))
+    assert observed is not None
+    assert observed.failure is not None
+    assert observed.failure.provider_ending == "node_lost"
+    assert observed.failure.detail == (
+        "job 5: its node failed under it (Slurm state NODE_FAIL); the task itself did not fail"
+    )
+
+
+@pytest.mark.parametrize("state", ["DEADLINE", "TIMEOUT", "CANCELLED by 0", "FAILED", "UNKNOWN"])
+def test_other_endings_are_not_provider_endings(state: str) -> None:
+    observed = from_accounting("5", parse_sacct(f"5|{state}|0:9|j|/w\n"))
+    assert observed is not None
+    assert observed.failure is not None
+    assert observed.failure.provider_ending is None
+
+
+def test_a_requeued_job_reads_pending_from_the_queue() -> None:
+    (row,) = parse_squeue("5|REQUEUED|BeginTime|0|n|(null)||/w|\n")
+    observed = from_queue(row)
+    assert observed is not None
+    assert (observed.state, observed.failure) == (TaskState.PENDING, None)

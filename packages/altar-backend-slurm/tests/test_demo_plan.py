@@ -125,3 +125,59 @@ def test_check_names_an_unreachable_login_node_and_still_checks_the_tasks(tmp_pa
     lines = done.stderr.strip().splitlines()
     assert any("backend.options.ssh_host" in line for line in lines), lines
     assert any("tasks[0].timeout" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "host",
+    ['ssh_host = "127.0.0.1"\nssh_port = 1', 'ssh_host = "altar-no-such-host.invalid"'],
+    ids=["closed-port", "dns-failure"],
+)
+def test_check_reports_a_wrong_partition_an_unreachable_host_and_a_huge_timeout_at_once(
+    tmp_path: Path, host: str
+) -> None:
+    plan = _preflight_plan(tmp_path, f'{host}\npartition = "nope"\ndata_root = "/srv/altar"')
+    done = _altar("check", str(plan))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 3, lines  # one line each, nothing else
+    ssh, partition, timeout = lines
+    assert ssh.startswith(f"altar: error: {plan}: backend.options.ssh_host: ssh to "), lines
+    assert "check ssh_host, ssh_port and ssh_user" in ssh
+    assert partition.startswith(f"altar: error: {plan}: backend.options.partition: 'nope' "), lines
+    assert "not checked" in partition
+    assert timeout.startswith(f"altar: error: {plan}: tasks[0].timeout_s: "), lines
+    assert "timeout_s=1000000000000" in timeout
+
+
+def test_check_refuses_a_gpu_task_on_a_partition_without_gres(
+    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
+) -> None:
+    gres = subprocess.run(
+        ["sinfo", "--noheader", f"--partition={slurm_cluster['partition']}", "--format=%G"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    if "gpu" in gres:
+        pytest.skip(f"this cluster's partition has GPUs: {gres.strip()}")
+    options = "\n".join(
+        [
+            'container_runtime = "docker"',
+            f"runtime_options = {json.dumps(['-H', docker_host])}",
+            f"partition = {json.dumps(slurm_cluster['partition'])}",
+            f"data_root = {json.dumps(str(tmp_path / 'd'))}",
+        ]
+    )
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'[backend]\ntype = "slurm"\n\n[backend.options]\n{options}\n\n'
+        '[[tasks]]\nid = "cpu"\nkind = "k"\nimage = "busybox:latest"\ncommand = ["true"]\n\n'
+        '[[tasks]]\nid = "train"\nkind = "k"\nimage = "busybox:latest"\ncommand = ["true"]\n'
+        'resources = { gpu = "gpu", count = 2 }\n'
+    )
+    done = _altar("check", str(plan))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"altar: error: {plan}: tasks[1].resources.gpu: "), lines
+    assert f"partition {slurm_cluster['partition']!r} has no node with GRES gpu:2" in lines[0]
+    assert "(its nodes have: no GRES)" in lines[0]
+    assert not list(tmp_path.glob("d/.altar-slurm/jobs/*")), "check created a job directory"

@@ -203,3 +203,59 @@ async def test_altar_cache_explain_names_the_changed_input(
     assert "the store holds an entry" in capsys.readouterr().out
     assert cli.main(["cache", "explain", *where, str(tmp_path / "run1"), "nope"]) == 2
     assert "never keyed" in capsys.readouterr().err
+
+
+@pytest.mark.asyncio
+async def test_two_runs_sharing_a_store_compute_each_task_once(
+    tmp_path, volume, fake_backend_class
+):
+    import asyncio
+
+    data = plan_data(tmp_path)
+    plan = parse_plan(data, source="plan.toml", base_dir=tmp_path)
+    events: dict[str, list[object]] = {"a": [], "b": []}
+
+    async def one(name: str):
+        return await run_plan(
+            plan,
+            fake_backend_class(provider=volume),
+            run_dir=tmp_path / name,
+            on_event=events[name].append,
+            **FAST,
+        )
+
+    # the fake provider asserts that one task never runs twice at once, across both runs
+    first, second = await asyncio.gather(one("a"), one("b"))
+    assert volume.submits == {"prep": 1, "score": 1}
+    statuses = sorted([t.status for t in first.tasks] + [t.status for t in second.tasks])
+    assert statuses == ["cached", "cached", "succeeded", "succeeded"]
+    waited = [e for e in events["a"] + events["b"] if e.kind == "cache_wait"]  # type: ignore[attr-defined]
+    assert waited
+    assert not list((tmp_path / "store" / "claims").iterdir())  # every claim released
+
+
+def test_a_dead_holders_claim_is_broken_and_a_live_ones_is_respected(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    store = CacheStore(tmp_path / "store")
+    key = "sha256:" + "9" * 64
+    assert store.claim(key, "run-a") is None  # ours
+    assert store.claim(key, "run-a") is None  # still ours (a resumed run)
+    holder = store.claim(key, "run-b")
+    assert holder is not None
+    assert holder["run_id"] == "run-a"
+    store.release(key, "run-b")  # not b's to release
+    assert store.claim_path(key).exists()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    claim = json.loads(store.claim_path(key).read_text())
+    store.claim_path(key).write_text(json.dumps({**claim, "pid": int(dead.stdout)}))
+    assert store.claim(key, "run-b") is None  # the holder is gone: b takes it
+    store.release(key, "run-b")
+    assert not store.claim_path(key).exists()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from altar.execution import cli
+from altar.execution import cli, runner
 from altar.execution import registry as registry_module
 from altar.execution.digest import sha256_file, verify_files_script
 from altar.execution.journal import JOURNAL_NAME, Journal, run_lock
@@ -294,6 +294,50 @@ def test_backends(fake_registry, capsys):
     assert json.loads(out)[0]["healthy"] is True
 
 
+# What `altar backends` itself must not import (issue 24, start-up): the run machinery and the
+# standard modules only it needs. Each backend's own imports are its own (their anatomy tests).
+RUN_MACHINERY = (
+    "asyncio",
+    "json",
+    "tomllib",
+    "altar.execution.runner",
+    "altar.execution.journal",
+    "altar.execution.plan",
+    "altar.execution.progress",
+    "altar.execution.report",
+)
+
+
+@pytest.mark.parametrize("argv", [["backends"], ["backends", "--json"], ["--help"]])
+def test_backends_and_help_import_no_run_machinery(argv):
+    code = (
+        "import contextlib, io, sys\n"
+        "from altar.execution import cli, registry\n"
+        "cli.default_registry = registry.BackendRegistry('altar.no_entry_points')\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        f"    cli.main({argv!r})\n"
+        "assert out.getvalue(), 'printed nothing'\n"
+        f"print(' '.join(m for m in {RUN_MACHINERY!r} if m in sys.modules))\n"
+    )
+    expected = "json" if "--json" in argv else ""  # it prints JSON
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == expected
+
+
+def test_a_commands_arguments_are_added_when_it_is_parsed(capsys):
+    """The parser imports each command's module only for that command; its flags still work."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["status", "--help"])
+    assert exit_.value.code == 0
+    assert "--watch" in capsys.readouterr().out
+    code, _, err = run_cli(["runs", "--no-such-flag"], capsys)
+    assert code == 2
+    assert "--no-such-flag" in err
+
+
 def test_compare(fake_registry, plan_file, tmp_path, capsys):
     code, out, err = run_cli(
         [
@@ -450,7 +494,7 @@ def test_a_signal_stops_altar_run_with_a_resume_hint(tmp_path, signum, code, how
     child.send_signal(signum)
     _, err = child.communicate(timeout=60)
     assert child.returncode == code, err
-    assert f"altar: {how}; submitted tasks keep running. Resume with: altar run " in err
+    assert f"altar: {how}; 1 submitted task(s) keep running. Resume with: altar run " in err
     assert err.rstrip().endswith(f"altar run '{plan}' --run-dir {tmp_path / 'r'}")
     assert sum(1 for line in err.splitlines() if "Resume with" in line) == 1
     assert "Traceback" not in err
@@ -604,9 +648,11 @@ def test_a_backend_whose_poll_fails_for_good_is_one_line_not_a_traceback(
     monkeypatch.setattr(fake_backend_class, "poll", forbidden)
     code, out, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "r"], capsys)
     assert code == 1
-    last = err.splitlines()[-1]
-    assert last.startswith("altar: backend 'fake' poll failed: RuntimeError: 403 Forbidden")
-    assert "resume it with the same run directory" in last
+    stopped, resume = err.splitlines()[-2:]
+    assert stopped.startswith("altar: backend 'fake' poll failed: RuntimeError: 403 Forbidden")
+    assert "its submitted tasks keep running" in stopped
+    assert "resume it with the same run directory" in stopped
+    assert resume == f"altar: resume with: altar run {plan_file} --run-dir {tmp_path / 'r'}"
     assert "Traceback" not in err
     code, out, err = run_cli(["status", tmp_path / "r"], capsys)
     assert code == 0
@@ -722,7 +768,7 @@ def test_every_run_stopped_error_is_one_line_and_exit_1(
     async def stopped(*args, **kwargs):
         raise SomeNewStop("the run stopped for a reason\nnamed here; resume it")
 
-    monkeypatch.setattr(cli, "run_plan", stopped)
+    monkeypatch.setattr(runner, "run_plan", stopped)  # the cli imports it when it runs
     code, _, err = run_cli(["run", plan_file, "--run-dir", tmp_path / "run"], capsys)
     assert code == 1
     assert err.splitlines()[-1] == "altar: the run stopped for a reason named here; resume it"

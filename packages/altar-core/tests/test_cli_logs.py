@@ -112,6 +112,43 @@ def test_follow_prints_what_a_running_attempt_adds(
     assert out == "".join(f"{key} step {n}\n" for n in range(6))
 
 
+def test_follow_waits_for_a_queued_attempt_to_write(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    """Issue 23: a job still queued (no log file yet: task_logs None) is waited for."""
+    monkeypatch.setattr(cli_logs, "FOLLOW_INTERVAL_S", 0.0)
+    fake_registry.duration = 6
+    run_dir = tmp_path / "r"
+    backend_class = registry_module.get_backend_class("fake")
+    backend = backend_class(slots=1)
+
+    async def partial() -> None:
+        def on_event(event) -> None:
+            if event.kind == "submitted":
+                task.cancel()
+
+        task = asyncio.ensure_future(
+            run_plan(load_plan(plan_file), backend, run_dir=run_dir, on_event=on_event)
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(partial())
+    key = next(iter(fake_registry.tasks.values())).key
+    real_logs = backend_class.task_logs
+    queued = {"calls": 0}
+
+    async def queued_at_first(self, handle):
+        queued["calls"] += 1
+        return None if queued["calls"] <= 2 else await real_logs(self, handle)
+
+    monkeypatch.setattr(backend_class, "task_logs", queued_at_first)
+    code, out, err = run_cli(["logs", run_dir, key, "--follow"], capsys)
+    assert (code, err) == (0, "")
+    assert out == "".join(f"{key} step {n}\n" for n in range(6))
+    assert queued["calls"] > 2
+
+
 def test_no_logs_left_is_one_line_and_exit_1(
     fake_registry, plan_file, tmp_path, capsys, monkeypatch
 ):

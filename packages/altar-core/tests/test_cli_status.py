@@ -9,6 +9,7 @@ import json
 import pytest
 from altar.execution import cli
 from altar.execution import registry as registry_module
+from altar.execution.journal import Journal
 from altar.execution.plan import load_plan
 from altar.execution.runner import run_plan
 
@@ -81,7 +82,7 @@ def test_a_failed_task_gives_a_summary_and_exit_1(fake_registry, plan_file, tmp_
     run_dir = tmp_path / "r"
     code, _, _ = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
     assert code == 1
-    code, out, _ = run_cli(["status", run_dir], capsys)
+    _, out, _ = run_cli(["status", run_dir], capsys)
     assert code == 1
     assert rows(out)["fold-1"][2] == "failed"
     assert out.splitlines()[-1] == (
@@ -102,7 +103,7 @@ def test_after_an_out_of_space_stop_outputs_not_collected_are_not_succeeded(
     code, _, err = run_cli(["run", plan_file, "--run-dir", run_dir], capsys)
     assert code == 1
     assert "free space and resume the run" in err
-    code, out, _ = run_cli(["status", run_dir], capsys)
+    _, out, _ = run_cli(["status", run_dir], capsys)
     states = {task: row[2] for task, row in rows(out).items()}
     assert "collecting" in states.values()
     assert list(states.values()).count("succeeded") < 3
@@ -193,7 +194,7 @@ def test_the_printed_resume_command_resumes_a_run_started_with_options(
             await task
 
     asyncio.run(partial())
-    code, out, _ = run_cli(["status", run_dir], capsys)
+    _, out, _ = run_cli(["status", run_dir], capsys)
     line = next(x for x in out.splitlines() if x.startswith("resume it with: "))
     argv = shlex.split(line.removeprefix("resume it with: "))
     assert argv[:3] == ["altar", "run", str(plan_file)]
@@ -253,3 +254,51 @@ def test_a_resumed_runs_total_time_and_eta_count_its_whole_history(
     printer(RunEvent("state", "x", "a", counts={"succeeded": 2, "running": 2}, elapsed_s=10.0))
     # 2 of 4 finished in 100 s of the run's history: 100 s to go, not 10 s
     assert stream.getvalue().endswith("1m40s  [2 running, 2 succeeded of 4; 50% done, ETA 1m40s]")
+
+
+def test_the_resume_line_repeats_the_runs_max_retries_and_max_parallel(
+    fake_registry, plan_file, tmp_path, capsys
+):
+    """Issue 23: the journal records --max-retries/--max-parallel; status's resume line and
+    the one after Ctrl-C repeat them, also after a resume that named none; a journal written
+    before they were recorded still reads."""
+    import argparse
+
+    run_dir = tmp_path / "run"
+    backend = registry_module.get_backend_class("fake")(slots=2, poll_s=0.5)
+
+    def interrupted(**flags: int) -> None:
+        async def partial() -> None:
+            def on_event(event) -> None:
+                if event.kind == "submitted":
+                    task.cancel()
+
+            task = asyncio.ensure_future(
+                run_plan(load_plan(plan_file), backend, run_dir=run_dir, on_event=on_event, **flags)
+            )
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(partial())
+
+    interrupted(max_retries=3, max_parallel=2)
+    assert Journal.load(run_dir).flags == {"max_parallel": 2, "max_retries": 3}
+    expected = f"altar run {plan_file} --max-parallel 2 --max-retries 3 --run-dir {run_dir}"
+    _, out, _ = run_cli(["status", run_dir], capsys)
+    assert f"resume it with: {expected}" in out
+    interrupted()  # a resume that repeats neither keeps both
+    assert Journal.load(run_dir).flags == {"max_parallel": 2, "max_retries": 3}
+    args = argparse.Namespace(
+        plan=plan_file, backend=None, option=[], max_parallel=None, max_retries=None
+    )
+    assert cli._resume(args, run_dir) == expected  # what Ctrl-C prints
+    interrupted(max_retries=0)  # one named: it replaces that one only
+    assert Journal.load(run_dir).flags == {"max_parallel": 2, "max_retries": 0}
+    # an older journal (no "flags") loads, and its resume line has none
+    path = run_dir / "journal.json"
+    data = json.loads(path.read_text())
+    del data["flags"]
+    path.write_text(json.dumps(data))
+    assert Journal.load(run_dir).flags == {}
+    _, out, _ = run_cli(["status", run_dir], capsys)
+    assert f"resume it with: altar run {plan_file} --run-dir {run_dir}" in out

@@ -320,11 +320,59 @@ EXPECTED_EXPORTS = [
 def test_exported_members_are_pinned():
     public = {
         name
-        for name, value in vars(altar.execution).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(altar.execution)  # the lazy members too, loaded or not
+        if not name.startswith("_")
+        and not isinstance(getattr(altar.execution, name), types.ModuleType)
     }
     assert altar.execution.__all__ == EXPECTED_EXPORTS
     assert public == set(EXPECTED_EXPORTS) - {"__version__"}
+
+
+def _fresh_python(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_every_export_imports_by_name_in_a_fresh_process():
+    """``from altar.execution import X`` gives the defining module's object, lazy member or not."""
+    code = (
+        "import importlib, altar.execution as m\n"
+        "for name in m.__all__:\n"
+        "    exec(f'from altar.execution import {name} as value')\n"
+        "    home = getattr(value, '__module__', None)\n"
+        "    if home and home.startswith('altar.execution.') and not isinstance(value, str):\n"
+        "        assert getattr(importlib.import_module(home), name) is value, name\n"
+        "print(len(m.__all__))\n"
+    )
+    assert _fresh_python(code) == str(len(EXPECTED_EXPORTS))
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchThing'"):
+        altar.execution.NoSuchThing  # noqa: B018
+
+
+# Modules `import altar.execution` must not load: each costs 3-60 ms of start-up (asyncio
+# alone ~25 ms), paid by `altar backends` and every backend's import (issue 24).
+HEAVY = (
+    "asyncio",
+    "concurrent.futures",
+    "hashlib",
+    "json",
+    "queue",
+    "threading",
+    "tomllib",
+    "uuid",
+    "importlib.metadata",
+)
+
+
+def test_importing_the_contract_loads_no_heavy_module():
+    code = (
+        "import sys\n"
+        "import altar.execution\n"
+        f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    assert _fresh_python(code) == ""
 
 
 def test_importing_the_contract_imports_only_the_standard_library():

@@ -2,22 +2,18 @@
 
 Only the contract lives here; backends are separate distributions found through the
 ``altar.execution_backends`` entry-point group (see :mod:`altar.execution.registry`).
+
+Importing this package stays cheap (``altar backends`` and every backend pay for it): the
+members that need hashing, threads or the journal (``_LAZY``) are imported on first use
+(PEP 562), and ``from altar.execution import X`` works the same for every ``X`` in ``__all__``.
 """
+
+import importlib
+import typing
 
 from altar.execution.__about__ import __version__
 from altar.execution.atomic import atomic_write, remove_stale_temporaries, temp_path
 from altar.execution.backend import EXECUTION_BACKEND_GROUP, DigestVerification, ExecutionBackend
-from altar.execution.digest import (
-    VERIFICATION_RECORD_FORMAT,
-    VERIFICATION_RECORD_SUFFIX,
-    has_verification_record,
-    sha256_file,
-    verify_file_digest,
-    verify_files,
-    verify_files_script,
-    verify_transfer_digest,
-)
-from altar.execution.digest_copy import copy_and_verify
 from altar.execution.errors import (
     AltarError,
     BackendCallError,
@@ -48,8 +44,6 @@ from altar.execution.labels import (
     submission_key,
     submission_labels,
 )
-from altar.execution.results import RunEvent, RunResult, TaskResult
-from altar.execution.stager import LocalStager, StageAction, collect_output, verify_output_digest
 from altar.execution.types import (
     CONTAINER_MOUNT_ROOT,
     PROVIDER_ENDINGS,
@@ -69,6 +63,61 @@ from altar.execution.types import (
     spec_to_dict,
 )
 from altar.execution.uris import local_file, local_path
+
+# Imported on first use: digests pull in hashlib, results the journal and JSON, the stager
+# threads; a backend's import and `altar backends` need none of them.
+_LAZY = {
+    "VERIFICATION_RECORD_FORMAT": "digest",
+    "VERIFICATION_RECORD_SUFFIX": "digest",
+    "copy_and_verify": "digest_copy",
+    "has_verification_record": "digest",
+    "sha256_file": "digest",
+    "verify_file_digest": "digest",
+    "verify_files": "digest",
+    "verify_files_script": "digest",
+    "verify_transfer_digest": "digest",
+    "RunEvent": "results",
+    "RunResult": "results",
+    "TaskResult": "results",
+    "LocalStager": "stager",
+    "StageAction": "stager",
+    "collect_output": "stager",
+    "verify_output_digest": "stager",
+}
+
+if typing.TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
+    from altar.execution.digest import (
+        VERIFICATION_RECORD_FORMAT,
+        VERIFICATION_RECORD_SUFFIX,
+        has_verification_record,
+        sha256_file,
+        verify_file_digest,
+        verify_files,
+        verify_files_script,
+        verify_transfer_digest,
+    )
+    from altar.execution.digest_copy import copy_and_verify
+    from altar.execution.results import RunEvent, RunResult, TaskResult
+    from altar.execution.stager import (
+        LocalStager,
+        StageAction,
+        collect_output,
+        verify_output_digest,
+    )
+
+else:  # hidden from type checkers, which would otherwise accept any name as an attribute
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # once: later lookups do not come here
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "CONTAINER_MOUNT_ROOT",

@@ -13,7 +13,6 @@ import contextlib
 import contextvars
 import os
 import re
-import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def temp_path(target: StrPath, pid: int | None = None) -> Path:
     """A fresh temporary path beside ``target`` (``.<name>.altar-tmp-<pid>-<hex>``)."""
     path = Path(target)
     owner = os.getpid() if pid is None else pid
-    return path.with_name(f".{path.name}{TEMP_MARKER}{owner}-{uuid.uuid4().hex[:16]}")
+    return path.with_name(f".{path.name}{TEMP_MARKER}{owner}-{os.urandom(8).hex()}")
 
 
 def temp_owner(name: str) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -64,6 +63,9 @@ class ExecutionBackend(ABC):
     #: them with importlib.util.find_spec, so ``altar backends`` can give the install hint
     #: without importing them.
     requires: ClassVar[tuple[str, ...]] = ()
+    #: False when :meth:`stage_inputs` stages single files only, so ``altar check`` refuses
+    #: a local directory input as staging would (default True: a directory may be staged).
+    stages_directories: ClassVar[bool] = True
 
     @abstractmethod
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
@@ -142,8 +144,9 @@ class ExecutionBackend(ABC):
     async def check_backend(self) -> list[tuple[str, str]]:
         """Problems with the backend's own setup, all at once (``altar check``, ``--dry-run``).
 
-        Each is (the option it concerns, e.g. ``"partition"``, one line naming the fix).
-        Read-only: may ask the provider, must not create anything. The default finds none.
+        Each is (the option it concerns, e.g. ``"partition"``, or ``""`` for none, such as
+        credentials from the environment; one line naming the fix). Read-only: may ask the
+        provider, must not create anything. The default finds none.
         """
         return []
 
@@ -178,6 +181,8 @@ class ExecutionBackend(ABC):
         TimeoutError once ``timeout_s`` seconds have passed with handles still open. (altar
         0.3.0 left this unimplemented; a backend with a native wait may override it.)
         """
+        import asyncio  # here, not at the top: importing the contract must not load asyncio
+
         final: dict[int, TaskStatus] = {}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = interval_s

@@ -103,6 +103,8 @@ class RunCache:
         self.why: dict[str, str] = {}
         self.looked: set[str] = set()
         self.stored: set[str] = set()
+        self.waiting: set[str] = set()  # tasks another run is computing (said once)
+        self.claims: dict[str, str] = {}  # task id -> key this run has claimed
         self._images: dict[str, str] = {}
 
     # -- keys --------------------------------------------------------------------------------
@@ -176,23 +178,53 @@ class RunCache:
     # -- hits --------------------------------------------------------------------------------
 
     async def serve(self, ready: list[TaskRecord]) -> list[TaskRecord]:
-        """Serve from the cache what it holds; return the ready tasks still to submit."""
+        """Serve from the cache what it holds; return the ready tasks still to submit.
+
+        A miss is claimed for this run before it is submitted; a task another live run has
+        claimed waits (it is looked up again each tick) and is served once that run stored it.
+        """
         rest = []
         for record in ready:
             if record.id in self.looked or record.attempts:
                 rest.append(record)  # looked up before, or already run once: submit
                 continue
-            self.looked.add(record.id)
             key = await self.key_of(record.id)
             if key is None:
+                self.looked.add(record.id)
                 rest.append(record)
                 continue
             entry, problems = await asyncio.to_thread(self.store.lookup, key)
             for problem in problems:
                 self.ledger.emit("cache_miss", f"{record.id}: cached entry dropped: {problem}")
-            if entry is None or not await self._use(record, entry):
-                rest.append(record)
+            if entry is not None and await self._use(record, entry):
+                self.looked.add(record.id)
+                continue
+            holder = await asyncio.to_thread(self.store.claim, key.digest, self.journal.run_id)
+            if holder is not None and entry is None:
+                if record.id not in self.waiting:  # said once per task
+                    self.waiting.add(record.id)
+                    who = holder.get("run_id", "another run")
+                    self.ledger.emit(
+                        "cache_wait",
+                        f"{record.id} waits: run {who} is computing the same task; it is "
+                        "served from the cache once stored",
+                        record,
+                    )
+                continue
+            self.looked.add(record.id)
+            self.claims[record.id] = key.digest
+            rest.append(record)
         return rest
+
+    async def release_finished(self) -> None:
+        """Refresh the claims of tasks still running; drop those of tasks that are final."""
+        for task_id, key in list(self.claims.items()):
+            record = self.journal.tasks[task_id]
+            if record.final and (record.state != SUCCEEDED or task_id in self.stored):
+                await asyncio.to_thread(self.store.release, key, self.journal.run_id)
+                del self.claims[task_id]
+            else:
+                await asyncio.to_thread(self.store.refresh, key)
 
     async def _use(self, record: TaskRecord, entry: CacheEntry) -> bool:
         spec = self.specs[record.id]

@@ -4,7 +4,8 @@ The plan itself and the backend options are checked by loading them (one line na
 on error, as ``altar run`` does). Then, without creating anything:
 
 - every staged input that is a file on this machine must exist and be a readable regular file
-  (a digest covers one file);
+  (a digest covers one file; a FIFO or device never is one); a directory only where the
+  backend stages directories (``ExecutionBackend.stages_directories``);
 - every distinct image is asked about (``ExecutionBackend.image_present``); a backend that
   cannot tell says so, and the check notes it;
 - the backend checks its own setup (``ExecutionBackend.check_backend``: Slurm's login node,
@@ -56,21 +57,36 @@ class CheckReport:
         }
 
 
-def _input_problem(path: str) -> str | None:
+def _input_problem(path: str, *, directories: bool) -> str | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return f"{path!r} does not exist"
     except OSError as error:
         return f"{path!r} cannot be read: {error.strerror or error}"
+    if stat.S_ISDIR(st.st_mode):
+        if directories:
+            return None  # the backend stages a directory without a digest as a tree
+        return f"{path!r} is a directory; this backend stages single files, so ship an archive"
     if not stat.S_ISREG(st.st_mode):
-        return None  # a directory without a digest is staged as a tree; with one, see below
+        # a FIFO, socket or device: reading it would hang or never end, so no backend stages it
+        return f"{path!r} is not a regular file ({_kind(st.st_mode)}); name a regular file"
     if not os.access(path, os.R_OK):
         return f"{path!r} cannot be read: Permission denied"
     return None
 
 
-def _check_inputs(plan: Plan, report: CheckReport) -> None:
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
+def _check_inputs(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
     staged = {(t.uri, t.logical_path) for t in plan.staged_inputs()}
     for index, task in enumerate(plan.tasks):
         for number, transfer in enumerate(task.spec.inputs):
@@ -80,7 +96,7 @@ def _check_inputs(plan: Plan, report: CheckReport) -> None:
             if path is None:
                 continue  # bytes elsewhere: the backend fetches them
             where = f"{plan.source}: tasks[{index}].inputs[{number}]"
-            problem = _input_problem(path)
+            problem = _input_problem(path, directories=backend.stages_directories)
             if problem is None and transfer.digest is not None and not os.path.isfile(path):
                 problem = (
                     f"{path!r} is not a regular file; a sha256 digest covers the bytes of one "
@@ -152,14 +168,15 @@ async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckRepor
 
 async def _check_backend(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
     for option, text in await backend.check_backend():
-        report.problems.append(f"{plan.source}: backend.options.{option}: {text}")
+        where = f"backend.options.{option}" if option else "backend"  # "": no option (a login)
+        report.problems.append(f"{plan.source}: {where}: {text}")
 
 
 async def check_plan(plan: Plan, backend: ExecutionBackend) -> CheckReport:
     """Every check above; nothing is staged, submitted or written."""
     report = CheckReport(tasks=len(plan.tasks), backend=backend.name)
     await _check_backend(plan, backend, report)
-    _check_inputs(plan, report)
+    _check_inputs(plan, backend, report)
     await _check_images(plan, backend, report)
     await _check_specs(plan, backend, report)
     return report

@@ -7,32 +7,22 @@ Exit status: 0 success, 1 a task failed (or a verification/comparison found a di
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
+import importlib
 import os
-import secrets
 import signal
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from altar.execution import cli_cache, cli_logs, cli_report, cli_runs, cli_status
 from altar.execution.__about__ import __version__
-from altar.execution.backend import ExecutionBackend
-from altar.execution.cache.settings import CacheSettings
-from altar.execution.checking import check_plan
-from altar.execution.cli_check import cmd_check, print_check, print_error_json
-from altar.execution.cli_resume import option_text, resume_command
-from altar.execution.compare import ComparisonReport, compare_backends, compare_runs
-from altar.execution.digest import verify_file_digest, verify_files_script
 from altar.execution.errors import (
     AltarError,
+    BackendCallError,
     BackendUnavailableError,
     CancelIncompleteError,
     DigestMismatchError,
@@ -40,28 +30,18 @@ from altar.execution.errors import (
     RegistryError,
     RunStoppedError,
 )
-from altar.execution.journal import Journal, lock_is_held
-from altar.execution.plan import Plan, load_plan, resolve_path_options
-from altar.execution.progress import (
-    QUIET,
-    WARNINGS,
-    ProgressPrinter,
-    format_failures,
-    format_summary,
-    format_table,
-    terminal_safe,
-    use_colour,
-)
 from altar.execution.registry import create_backend, default_registry
-from altar.execution.report import EventRecorder
-from altar.execution.retrying import reopen_failed_in
-from altar.execution.runner import (
-    RunEvent,
-    cancel_run,
-    run_plan,
-    run_status,
-)
 from altar.execution.types import is_sha256_digest
+
+# Each command imports what it runs on (the runner, the journal, plans, asyncio, JSON) when it
+# runs: `altar backends` and `altar --help` must not pay for the rest (issue 24, start-up).
+if TYPE_CHECKING:
+    from altar.execution.backend import ExecutionBackend
+    from altar.execution.cache.settings import CacheSettings
+    from altar.execution.compare import ComparisonReport
+    from altar.execution.plan import Plan
+    from altar.execution.progress import ProgressPrinter
+    from altar.execution.results import RunEvent
 
 __all__ = ["main"]
 
@@ -78,12 +58,30 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """Usage errors as :class:`UsageError`. ``arguments="module"`` names the module whose
+    ``add_arguments`` adds this command's arguments, imported the first time the command is
+    parsed: building the parser imports no command's module."""
+
+    def __init__(self, *args: Any, arguments: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arguments = arguments
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; same signature
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._arguments is not None:
+            importlib.import_module(self._arguments).add_arguments(self)
+            self._arguments = None
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def _option(text: str) -> tuple[str, Any]:
     """``key=value``; the value is read as a TOML value if it is one (2, true, "x"), else text."""
+    import tomllib
+
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -179,20 +177,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = commands.add_parser("runs", help="list run directories, newest first")
-    cli_runs.add_arguments(p)
+    commands.add_parser(
+        "runs", help="list run directories, newest first", arguments="altar.execution.cli_runs"
+    )
 
-    p = commands.add_parser("status", help="show a run's tasks (polls the backend)")
-    cli_status.add_arguments(p)
+    commands.add_parser(
+        "status",
+        help="show a run's tasks (polls the backend)",
+        arguments="altar.execution.cli_status",
+    )
 
-    p = commands.add_parser("logs", help="print what a task's attempt wrote")
-    cli_logs.add_arguments(p)
+    commands.add_parser(
+        "logs", help="print what a task's attempt wrote", arguments="altar.execution.cli_logs"
+    )
 
-    p = commands.add_parser("report", help="write a run's self-contained HTML report")
-    cli_report.add_arguments(p)
+    commands.add_parser(
+        "report",
+        help="write a run's self-contained HTML report",
+        arguments="altar.execution.cli_report",
+    )
 
-    p = commands.add_parser("cache", help="list, verify or prune the task cache")
-    cli_cache.add_arguments(p)
+    commands.add_parser(
+        "cache", help="list, verify or prune the task cache", arguments="altar.execution.cli_cache"
+    )
 
     p = commands.add_parser("cancel", help="cancel a run's unfinished tasks")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -241,12 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _new_dir(kind: str, plan_path: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(".altar") / kind / f"{Path(plan_path).stem}-{stamp}-{secrets.token_hex(2)}"
+    return Path(".altar") / kind / f"{Path(plan_path).stem}-{stamp}-{os.urandom(2).hex()}"
 
 
 def _backend_for(
     plan: Plan, backend_type: str | None, overrides: Sequence[tuple[str, Any]]
 ) -> tuple[ExecutionBackend, dict[str, Any]]:
+    from altar.execution.plan import resolve_path_options
+
     name = backend_type or plan.backend_type
     if not name:
         raise PlanError(
@@ -277,6 +286,8 @@ def _blame_command_line(
     source: str,
 ) -> PlanError:
     """``error`` blamed on ``--option KEY=VALUE`` when the bad value came from the command line."""
+    from altar.execution.cli_resume import option_text
+
     prefix, text = f"{source}: backend.options", str(error)
     for key, value in overrides:
         if text.startswith(f"{prefix}.{key}: "):
@@ -297,10 +308,14 @@ def _blame_command_line(
 
 def _line(error: BaseException) -> str:
     """An error as one terminal-safe line: its text may come from a provider or a task."""
+    from altar.execution.progress import terminal_safe
+
     return terminal_safe(" ".join(str(error).split()))
 
 
 def _print_json(data: Any, out: TextIO) -> None:
+    import json
+
     out.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
@@ -338,6 +353,25 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import asyncio
+
+    from altar.execution.checking import check_plan
+    from altar.execution.cli_check import print_check, print_error_json
+    from altar.execution.journal import Journal
+    from altar.execution.plan import load_plan
+    from altar.execution.progress import (
+        QUIET,
+        WARNINGS,
+        ProgressPrinter,
+        format_failures,
+        format_summary,
+        format_table,
+        use_colour,
+    )
+    from altar.execution.report import EventRecorder
+    from altar.execution.retrying import reopen_failed_in
+    from altar.execution.runner import run_plan
+
     try:
         plan = load_plan(args.plan)
         backend, options = _backend_for(plan, args.backend, args.option)
@@ -400,10 +434,14 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (asyncio.CancelledError, KeyboardInterrupt):
         printer.close()
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
-        err.write(
-            f"altar: {how}; submitted tasks keep running. Resume with: {_resume(args, run_dir)}\n"
-        )
+        err.write(f"altar: {how}; {_in_flight(run_dir)}. Resume with: {_resume(args, run_dir)}\n")
         return 128 + stopped_by[0].value if stopped_by else EXIT_INTERRUPTED
+    except BackendCallError as error:  # it says "resume": give the command to paste
+        printer.close()
+        err.write(f"altar: {_line(error)}\n")
+        if not args.quiet:
+            err.write(f"altar: resume with: {_resume(args, run_dir)}\n")
+        return EXIT_FAILED
     finally:
         _restore_signals()
         if ticker is not None:
@@ -431,6 +469,8 @@ def _stop_on_signals() -> list[signal.Signals]:
     Like Ctrl-C they cancel the run, which gives its submits in flight a grace period to
     return (so their handles are journaled); a second signal ends the grace.
     """
+    import asyncio
+
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -448,6 +488,8 @@ def _stop_on_signals() -> list[signal.Signals]:
 
 
 def _restore_signals() -> None:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     for signum in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -455,6 +497,8 @@ def _restore_signals() -> None:
 
 
 async def _tick(printer: ProgressPrinter) -> None:
+    import asyncio
+
     while True:
         await asyncio.sleep(1.0)
         printer.tick()
@@ -463,6 +507,8 @@ async def _tick(printer: ProgressPrinter) -> None:
 def _earlier_s(run_dir: Path) -> float:
     """The time a run spent in the processes before this one, from its journal: its creation
     to the last thing recorded (an attempt's times or the journal's last save)."""
+    from altar.execution.journal import Journal
+
     try:
         journal = Journal.load(run_dir)
     except AltarError:
@@ -480,6 +526,8 @@ def _earlier_s(run_dir: Path) -> float:
 
 def _cache_choice(args: argparse.Namespace, plan: Plan) -> CacheSettings | bool:
     """``--no-cache``: none; ``--cache DIR``: that store, keyed as the plan says; else the plan."""
+    from altar.execution.cache.settings import CacheSettings
+
     if args.no_cache:
         return False
     if args.cache:
@@ -489,24 +537,60 @@ def _cache_choice(args: argparse.Namespace, plan: Plan) -> CacheSettings | bool:
 
 
 def _resume(args: argparse.Namespace, run_dir: Path) -> str:
-    """The command that resumes this run: every flag a resume must repeat."""
-    extra: list[str] = []
-    if args.max_parallel is not None:
-        extra += ["--max-parallel", str(args.max_parallel)]
-    if args.max_retries is not None:
-        extra += ["--max-retries", str(args.max_retries)]
-    if args.max_provider_retries is not None:
-        extra += ["--max-provider-retries", str(args.max_provider_retries)]
-    if args.cache:
+    """The command that resumes this run: every flag a resume must repeat (this command's,
+    and those an earlier start of the run recorded in its journal)."""
+    from altar.execution.cli_resume import flag_words, resume_command
+    from altar.execution.journal import Journal
+
+    flags: dict[str, int] = {}
+    with contextlib.suppress(AltarError, OSError):
+        flags.update(Journal.load(run_dir).flags)
+    given = (
+        ("max_parallel", args.max_parallel),
+        ("max_retries", args.max_retries),
+        ("max_provider_retries", getattr(args, "max_provider_retries", None)),
+    )
+    for name, value in given:
+        if value is not None:
+            flags[name] = value
+    extra = flag_words(flags)
+    if getattr(args, "cache", None):
         extra += ["--cache", str(args.cache)]
-    if args.no_cache:
+    if getattr(args, "no_cache", False):
         extra += ["--no-cache"]
     return resume_command(
-        str(args.plan), str(run_dir), backend=args.backend, options=args.option, extra=extra
+        str(args.plan),
+        str(run_dir),
+        backend=args.backend,
+        options=args.option,
+        extra=extra,
     )
 
 
+def _in_flight(run_dir: Path) -> str:
+    """What still runs at the provider after the run stopped, from its journal, in words."""
+    from altar.execution.journal import Journal
+    from altar.execution.records import IN_DOUBT, PENDING, RUNNING, SUBMITTING
+
+    try:
+        tasks = Journal.load(run_dir).tasks.values()
+    except (AltarError, OSError):
+        return "no task was submitted"  # stopped before its journal existed
+    running = sum(1 for record in tasks if record.state in (PENDING, RUNNING))
+    doubtful = sum(
+        1 for r in tasks if r.attempts and r.attempts[-1].state in (SUBMITTING, IN_DOUBT)
+    )
+    parts = []
+    if running:
+        parts.append(f"{running} submitted task(s) keep running")
+    if doubtful:
+        parts.append(f"{doubtful} whose submit did not answer may be running")
+    return "; ".join(parts) if parts else "no submitted task is running"
+
+
 def _journal_backend(run_dir: Path) -> ExecutionBackend:
+    from altar.execution.journal import Journal
+
     journal = Journal.load(run_dir)
     return create_backend(
         journal.backend_type, journal.backend_options, source=f"{run_dir}: backend.options"
@@ -514,6 +598,9 @@ def _journal_backend(run_dir: Path) -> ExecutionBackend:
 
 
 async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from altar.execution.journal import Journal, lock_is_held
+    from altar.execution.runner import cancel_run, run_status
+
     run_dir = Path(args.run_dir)
     Journal.load(run_dir)  # a clear error for a directory that is not a run
     backend = None if lock_is_held(run_dir) else _journal_backend(run_dir)
@@ -544,6 +631,8 @@ async def _cmd_cancel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
 
 
 def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from altar.execution.digest import verify_file_digest
+
     digests: list[str] = args.digest
     if len(digests) not in (1, len(args.files)):
         raise UsageError(
@@ -572,6 +661,8 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _compare_output(report: ComparisonReport, as_json: bool, out: TextIO) -> int:
+    from altar.execution.progress import terminal_safe
+
     if as_json:
         _print_json(report.to_dict(), out)
     else:
@@ -581,6 +672,9 @@ def _compare_output(report: ComparisonReport, as_json: bool, out: TextIO) -> int
 
 async def _cmd_compare_runs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``altar compare RUN_DIR RUN_DIR``: two runs' journals and outputs; nothing runs."""
+    from altar.execution.compare import compare_runs
+    from altar.execution.journal import Journal
+
     flags = (
         ("--backend", args.backend),
         ("--reference", args.reference),
@@ -610,6 +704,10 @@ async def _cmd_compare_runs(args: argparse.Namespace, out: TextIO, err: TextIO) 
 
 
 async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from altar.execution.compare import compare_backends
+    from altar.execution.plan import load_plan
+    from altar.execution.progress import ProgressPrinter
+
     if len(args.targets) == 2:
         return await _cmd_compare_runs(args, out, err)
     if len(args.targets) > 2:
@@ -662,15 +760,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_backends(args, out)
         if args.command == "verify":
             return _cmd_verify(args, out)
+        if args.command == "verify-script":
+            from altar.execution.digest import verify_files_script
+
+            out.write(verify_files_script(trust_records=not args.no_trust_records))
+            return EXIT_OK
+        from altar.execution import cli_logs, cli_report, cli_runs, cli_status
+
         if args.command == "runs":
             return cli_runs.cmd_runs(args, out)
         if args.command == "report":
             return cli_report.cmd_report(args, out)
         if args.command == "cache":
+            from altar.execution import cli_cache
+
             return cli_cache.cmd_cache(args, out)
-        if args.command == "verify-script":
-            out.write(verify_files_script(trust_records=not args.no_trust_records))
-            return EXIT_OK
+        import asyncio
+
+        from altar.execution.cli_check import cmd_check
+
         handlers: dict[
             str, Callable[[argparse.Namespace, TextIO, TextIO], Coroutine[Any, Any, int]]
         ] = {

@@ -4,7 +4,8 @@ The task's stdout goes to stdout and its stderr to stderr, so ``altar logs ... 2
 keeps only one of them. The logs come from the backend's ``task_logs`` hook; a backend without
 it gives the log tail it keeps for failures (``failure_detail``), and a backend that cannot be
 reached leaves the tail the journal recorded. ``--follow`` prints what a running attempt adds
-until it ends. On a terminal, control characters are escaped; ``--json`` carries them as is.
+until it ends (an attempt still queued is waited for until it writes or ends). On a
+terminal, control characters are escaped; ``--json`` carries them as is.
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ async def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"altar: cannot build the backend, showing the journal's log tail: {error}\n")
         backend = None
     fetched = await _fetch(backend, record, attempt)
+    if args.follow and not args.json and backend is not None and attempt.handle is not None:
+        # A job still queued has written nothing yet: wait for its first output, or its end.
+        while fetched.source != "task_logs" and not await _finished(backend, attempt.handle):
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
+            fetched = await _fetch(backend, record, attempt)
     if args.json:
         data = {
             "task": record.id,

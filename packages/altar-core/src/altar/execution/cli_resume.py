@@ -20,7 +20,14 @@ from altar.execution.journal import Journal
 from altar.execution.plan import load_plan, resolve_path_options
 from altar.execution.registry import default_registry
 
-__all__ = ["journal_resume_command", "option_text", "resume_command", "toml_value"]
+__all__ = [
+    "RUN_FLAGS",
+    "flag_words",
+    "journal_resume_command",
+    "option_text",
+    "resume_command",
+    "toml_value",
+]
 
 
 def toml_value(value: Any) -> str:
@@ -89,7 +96,8 @@ def resume_command(
 
 
 def journal_resume_command(journal: Journal) -> str:
-    """The resume line of a run from its journal: the options its plan does not give.
+    """The resume line of a run from its journal: the options its plan does not give, and
+    the ``--max-parallel``/``--max-retries`` it was run with.
 
     When the plan cannot be read any more, every recorded option is given.
     """
@@ -110,8 +118,29 @@ def journal_resume_command(journal: Journal) -> str:
                 if key not in planned or _stored(planned[key]) != _stored(value)
             }
     return resume_command(
-        journal.plan_source, str(journal.run_dir), backend=backend, options=list(options.items())
+        journal.plan_source,
+        str(journal.run_dir),
+        backend=backend,
+        options=list(options.items()),
+        extra=flag_words(journal.flags),
     )
+
+
+#: The ``altar run`` flags a journal records (:attr:`Journal.flags`), in the order printed.
+RUN_FLAGS = (
+    ("max_parallel", "--max-parallel"),
+    ("max_retries", "--max-retries"),
+    ("max_provider_retries", "--max-provider-retries"),
+)
+
+
+def flag_words(flags: Mapping[str, int]) -> list[str]:
+    """``--max-parallel N --max-retries N`` for the recorded flags (unknown names skipped)."""
+    words: list[str] = []
+    for name, flag in RUN_FLAGS:
+        if flags.get(name) is not None:
+            words += [flag, str(flags[name])]
+    return words
 
 
 def _stored(value: Any) -> Any:

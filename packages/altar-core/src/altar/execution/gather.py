@@ -8,8 +8,6 @@ then the first error *in input order* is raised. Cancelling the caller cancels t
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Awaitable, Iterable
 from typing import TypeVar
 
@@ -24,6 +22,9 @@ async def gather_bounded(awaitables: Iterable[Awaitable[T]], limit: int | None =
     All items run to completion; then the first exception, in input order, is raised (the
     others are retrieved, so none is reported as never retrieved).
     """
+    import asyncio  # here, not at the top: importing the contract must not load asyncio
+    import inspect
+
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     semaphore = asyncio.Semaphore(limit) if limit is not None else None

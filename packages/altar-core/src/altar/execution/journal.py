@@ -136,6 +136,9 @@ class Journal:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Why the last staging failed, with the fix (None once staging succeeds).
     staging_error: str | None = None
+    #: The run's ``--max-parallel`` / ``--max-retries`` as given (by name), so the resume
+    #: command repeats them; a journal before altar-core 0.6 has none.
+    flags: dict[str, int] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     seq: int = 0
@@ -202,6 +205,7 @@ class Journal:
             "staged": self.staged,
             "inputs": self.inputs,
             "staging_error": self.staging_error,
+            "flags": dict(self.flags),
             "finished": self.finished,
             "run_id": self.run_id,
             "pids": list(self.pids),
@@ -276,6 +280,7 @@ class Journal:
                 # journals before altar-core 0.6 have none: every input is staged again
                 inputs={str(k): dict(v) for k, v in (data.get("inputs") or {}).items()},
                 staging_error=data.get("staging_error"),
+                flags={str(k): int(v) for k, v in (data.get("flags") or {}).items()},
                 finished=bool(data.get("finished")),
                 created_at=data.get("created_at", 0.0),
                 updated_at=data.get("updated_at", 0.0),
@@ -413,8 +418,17 @@ def accept_unsubmitted_edits(journal: Journal, plan: Plan, digests: Mapping[str,
         journal.edited.append(task_id)
 
 
-def open_journal(plan: Plan, backend_name: str, run_dir: Path, options: dict[str, Any]) -> Journal:
+def open_journal(
+    plan: Plan,
+    backend_name: str,
+    run_dir: Path,
+    options: dict[str, Any],
+    flags: Mapping[str, int] | None = None,
+) -> Journal:
     """The journal of ``plan`` on ``backend_name`` in ``run_dir``: resumed if there, else new.
+
+    ``flags`` (the run's ``max_parallel``/``max_retries`` as given) replace those recorded,
+    by name; the others stay, so a resume that repeats none keeps the run's.
 
     A journal of another backend, other tasks, a changed task or other backend options is
     refused with a JournalError saying to use a new run directory (or the same options).
@@ -442,11 +456,15 @@ def open_journal(plan: Plan, backend_name: str, run_dir: Path, options: dict[str
                 f"{_options_text(options)}; resume it with the same options (altar run "
                 "--option KEY=VALUE) or use a new run directory"
             )
+        if flags and {**journal.flags, **flags} != journal.flags:
+            journal.flags.update(flags)
+            journal.save()
         return journal
     journal = Journal(
         run_dir=run_dir,
         backend_type=backend_name,
         backend_options=options,
+        flags=dict(flags or {}),
         plan_source=plan.source,
         tasks={
             task.id: TaskRecord(task.id, task.spec.kind, digests[task.id]) for task in plan.tasks

@@ -16,7 +16,6 @@ with the provider object it created for that key instead of launching another.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 __all__ = [
@@ -46,6 +45,8 @@ def submission_key(run: str, task: str, attempt: int) -> str:
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
+    import hashlib  # only here: importing the contract must stay cheap
+
     return hashlib.sha256(f"{run}\0{task}\0{attempt}".encode()).hexdigest()[:32]
 
 

@@ -52,10 +52,14 @@ def fail_attempt(
     ledger.changed(record)
 
 
-def call_error(backend: ExecutionBackend, call: str, error: Exception) -> BackendCallError:
+def call_error(
+    backend: ExecutionBackend, call: str, error: Exception, *, submitted: bool = True
+) -> BackendCallError:
+    """The run stops; ``submitted`` says whether any of its tasks is at the provider."""
+    running = "its submitted tasks keep running" if submitted else "no task of it is running"
     return BackendCallError(
         f"backend {backend.name!r} {call} failed: {one_line(error)}; the run stopped "
-        f"and its tasks keep running: fix the cause, then resume it with the same run directory"
+        f"and {running}: fix the cause, then resume it with the same run directory"
     )
 
 

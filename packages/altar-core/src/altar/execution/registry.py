@@ -15,7 +15,6 @@ may build their own registry over another entry-point group.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import inspect
 import sys
@@ -203,6 +202,8 @@ class BackendRegistry:
         if not claims:
             available = ", ".join(self.names()) or "none"
             hint = _install_hint(name, None)
+            import difflib  # only for this message: it costs start-up
+
             close = difflib.get_close_matches(name, self.names(), n=1)
             guess = f"; did you mean {close[0]!r}?" if close and not hint else ""
             message = (

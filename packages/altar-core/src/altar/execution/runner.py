@@ -268,7 +268,10 @@ class _Run:
             self.emit("backend_unavailable", f"capacity: {one_line(error)}")
             return []
         except Exception as error:
-            raise call_error(self.backend, "capacity", error) from error
+            submitted = any(
+                r.state in (PENDING, RUNNING, SUBMITTING) for r in self.records.values()
+            )
+            raise call_error(self.backend, "capacity", error, submitted=submitted) from error
         chosen = scheduling.choose(
             allowed,
             records=self.records.values(),
@@ -383,6 +386,7 @@ class _Run:
                 if self.cache is not None:
                     if collected:
                         await self.cache.store_collected()
+                    await self.cache.release_finished()
                     ready = await self.cache.serve(ready)
                 batch = await self.choose(ready)
                 self.submits.launch(batch)
@@ -410,6 +414,7 @@ class _Run:
             await self.submits.drain()
             if self.cache is not None:
                 await self.cache.store_collected()
+                await self.cache.release_finished()
             await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
@@ -446,7 +451,8 @@ async def run_plan(
     """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
 
     ``max_parallel``, ``max_retries`` and ``max_provider_retries`` default to the plan's
-    values (then unlimited, 2 and 10; see :mod:`altar.execution.budget`).
+    values (then unlimited, 2 and 10; see :mod:`altar.execution.budget`); those given are
+    recorded in the journal (``flags``) so resume commands repeat them.
     ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
     recorded so ``altar status`` and ``altar cancel`` can build the backend again.
     Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
@@ -458,6 +464,12 @@ async def run_plan(
     :mod:`altar.execution.caching`).
     """
     run_dir = Path(run_dir)
+    given = {
+        "max_parallel": max_parallel,
+        "max_retries": max_retries,
+        "max_provider_retries": max_provider_retries,
+    }
+    flags = {name: value for name, value in given.items() if value is not None}
     if poll_interval_s is None:
         poll_interval_s = backend.poll_interval_s
     if max_parallel is None:
@@ -468,7 +480,7 @@ async def run_plan(
     with run_lock(run_dir):
         if backend_options is None and plan.backend_type == backend.name:
             backend_options = plan.backend_options
-        journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}))
+        journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}), flags)
         run = _Run(
             outputs_for_run(plan, run_dir),  # outputs_dir = "results/{altar:run}": this run's
             backend,

@@ -111,7 +111,7 @@ def _copy_local(
             raise
         return
     if not source.exists():
-        raise FileNotFoundError(source)
+        raise FileNotFoundError(f"source does not exist: {source}")
     if destination.is_dir():
         destination = destination / source.name  # as cp (and shutil.copy2) would
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -164,9 +164,14 @@ def rsync(
 ) -> None:
     """Transfer with ``--archive --protect-args``; file names never pass through a shell.
 
+    A push whose local source is missing raises FileNotFoundError before anything connects.
+
     With ``progress`` rsync's overall progress goes to this process's stderr as it
     happens (the caller streams it to a terminal), not into the captured output.
     """
+    if push and not os.path.lexists(os.path.expanduser(source)):
+        # One line naming the path, not rsync's two-line change_dir/error-code report.
+        raise FileNotFoundError(f"source does not exist: {source}")
     target.ensure_master()
     argv = ["rsync", "--archive", "--protect-args", "-e", target.rsync_shell()]
     if progress:

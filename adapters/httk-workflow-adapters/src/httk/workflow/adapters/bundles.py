@@ -25,6 +25,8 @@ from .errors import BundleError, InvalidRemoteName, UnknownRemote
 PROJECT_DIRECTORY = ".httk-project"
 PROJECT_FILE = "project.json"
 REMOTES_DIRECTORY = "remotes"
+#: ``add_remote`` outside a project, without ``global_scope`` (the contract's exact text).
+NO_PROJECT = "a project is required unless --global is used"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -204,7 +206,7 @@ def add_remote(
     else:
         project_root = discover_project(project)
         if project_root is None:
-            raise BundleError("a project is required unless --global is used")
+            raise BundleError(NO_PROJECT)
         destination = project_remote_roots(project_root)[0] / name
     if destination.exists():
         raise FileExistsError(destination)

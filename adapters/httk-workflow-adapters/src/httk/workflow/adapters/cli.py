@@ -26,9 +26,10 @@ from ._console import (
     warnings_as_lines,
     write_exact,
 )
-from .bundles import add_remote, resolve_remote
+from .bundles import NO_PROJECT, add_remote, resolve_remote
 from .constants import MAINTAINED_TEMPLATES
 from .describe import describe_remote, remove_remote
+from .errors import BundleError
 from .legacy import import_v1_remote
 from .run import run_adapter
 from .settings import parse_assignments, persist_settings, unset_settings
@@ -121,11 +122,35 @@ def _remote_add(args: argparse.Namespace) -> int:
         )
     except FileExistsError as exists:
         raise CLIError(f"remote {args.name!r} already exists: {exists}") from None
+    except BundleError as error:
+        if str(error) != NO_PROJECT:
+            raise
+        # The message stays as it is; the next line says how to get a project.
+        raise CLIError(
+            f"{error}\nmake this directory a project with `httk project init`, or add the "
+            "remote for every project with --global"
+        ) from None
     if args.json:
         _print_json({"name": args.name, "template": template, "bundle": str(bundle)})
     else:
         _out().write(f"{bundle}\n")
+        sys.stderr.write(_next_steps(args.name, template))
     return 0
+
+
+def _next_steps(name: str, template: str) -> str:
+    """What to run after ``remote add`` (stderr: stdout is the bundle path, as before)."""
+    configure = f"{PROG} remote configure {name}"
+    first = (
+        f"{configure} --set host=HOST --set workspace=PATH (the login node and its workspace)"
+        if template == "ssh-slurm"
+        else f"{configure} --set workspace=PATH (where its jobs run)"
+    )
+    return (
+        f"next: {first}; then {PROG} remote install {name} (checks httk there and creates "
+        f"the workspace), {PROG} remote doctor {name}, and push jobs with "
+        f"{PROG} transfer send {name} JOB_ID...\n"
+    )
 
 
 def _remote_configure(args: argparse.Namespace) -> int:

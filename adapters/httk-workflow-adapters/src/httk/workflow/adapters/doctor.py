@@ -17,8 +17,17 @@ from .errors import AdapterError
 from .run import run_adapter
 from .settings import credentials_path, queue_settings
 
-# Exists-or-creatable and writable: walk up to the nearest existing directory.
-_WRITABLE = 'd=$1; while [ ! -e "$d" ]; do d=$(dirname -- "$d"); done; test -d "$d" && test -w "$d"'
+# Whether the workspace exists, or could be created, without creating anything: the path
+# itself, else the nearest existing ancestor, must be a directory this user may write and
+# enter; a broken symbolic link or a file on the way cannot be created through. Prints one
+# word (and the path it concerns): exists, create D, notdir D, unwritable D, dangling D.
+_WORKSPACE = (
+    'p=$1; d=$p; while [ ! -e "$d" ]; do '
+    'if [ -L "$d" ]; then echo "dangling $d"; exit 1; fi; d=$(dirname -- "$d"); done; '
+    'if [ ! -d "$d" ]; then echo "notdir $d"; exit 1; fi; '
+    'if [ ! -w "$d" ] || [ ! -x "$d" ]; then echo "unwritable $d"; exit 1; fi; '
+    'if [ "$d" = "$p" ]; then echo exists; else echo "create $d"; fi'
+)
 _HOST_KEY_SIGNS = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED")
 
 
@@ -108,6 +117,29 @@ def _target_path(kind: str, path: str) -> str:
     return os.path.expanduser(path)
 
 
+def _workspace_detail(workspace: str, path: str, code: int | None, output: str) -> str:
+    """What the workspace check found, saying exactly what it tested."""
+    word, _, where = output.partition(" ")
+    if code == 0 and word == "exists":
+        return f"{workspace}: exists, a directory this user may write"
+    if code == 0 and word == "create":
+        return (
+            f"{workspace}: does not exist yet; it can be created, as {where} is a directory "
+            "this user may write (nothing was created)"
+        )
+    if word == "notdir":
+        if where == path:
+            return f"{workspace}: exists and is not a directory"
+        return f"{workspace}: cannot be created: {where} is not a directory"
+    if word == "unwritable":
+        if where == path:
+            return f"{workspace}: exists, but this user may not write it"
+        return f"{workspace}: cannot be created: this user may not write {where}"
+    if word == "dangling":
+        return f"{workspace}: cannot be created: {where} is a broken symbolic link"
+    return f"{workspace}: not checked: {output or code}"
+
+
 _BEYOND_THE_CONNECTION = (
     "rsync (target)",
     "sbatch (target)",
@@ -160,8 +192,8 @@ def diagnose(target: RemoteTarget, *, timeout: float | None = None) -> list[Chec
     workspace = settings.get("workspace")
     if isinstance(workspace, str) and workspace:
         path = _target_path(kind, workspace)
-        code, output = doctor.invoke(["sh", "-c", _WRITABLE, "sh", path])
-        doctor.add("workspace", code == 0, workspace if code == 0 else f"{workspace}: not writable")
+        code, output = doctor.invoke(["sh", "-c", _WORKSPACE, "sh", path])
+        doctor.add("workspace", code == 0, _workspace_detail(workspace, path, code, output))
     else:
         doctor.add("workspace", None, "not set: remote configure NAME --set workspace=PATH")
     return doctor.checks

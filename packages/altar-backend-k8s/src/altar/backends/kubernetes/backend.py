@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import os
@@ -12,9 +11,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from altar.backends.kubernetes.admission import QuotaGate
-from altar.backends.kubernetes.adoption import decide, listed_labels, refusal
+from altar.backends.kubernetes.adoption import listed_labels
 from altar.backends.kubernetes.calls import RuntimeCalls
 from altar.backends.kubernetes.classify import classify_failure, failure_without_pods
+from altar.backends.kubernetes.creating import create_or_adopt
 from altar.backends.kubernetes.naming import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -25,6 +25,7 @@ from altar.backends.kubernetes.naming import (
     parse_external_id,
     shared_selector,
 )
+from altar.backends.kubernetes.preflight import check_cluster
 from altar.backends.kubernetes.render import (
     CPU_POOL,
     DEFAULT_DIGEST_VERIFIER_IMAGE,
@@ -41,7 +42,6 @@ from altar.backends.kubernetes.runtime import AsyncKubernetesRuntime, Kubernetes
 from altar.backends.kubernetes.values import (
     MAIN_CONTAINER,
     VERIFY_INPUTS_CONTAINER,
-    K8sJobExistsError,
     K8sJobInfo,
     K8sPodInfo,
     PropagationPolicy,
@@ -54,7 +54,6 @@ from altar.execution import (
     ContainerTaskSpec,
     ExecutionBackend,
     PathResolver,
-    ProviderLimitError,
     TaskFailure,
     TaskHandle,
     TaskState,
@@ -195,59 +194,20 @@ class KubernetesExecutionBackend(ExecutionBackend):
         not configured, caps, inputs the task cannot verify) and thrown away."""
         self.render(spec)
 
+    async def check_backend(self) -> list[tuple[str, str]]:
+        """Namespace, PVC and ``create jobs`` there (:mod:`~.kubernetes.preflight`)."""
+        return await check_cluster(self._calls, self.namespace, self.options.pvc_name)
+
     # -- submit --
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         manifest, digest = self.render(spec)
         await self._quota_gate.admit(manifest, key=spec.labels.get(LABEL_SUBMISSION), digest=digest)
-        job = await self._create_or_adopt(manifest, digest, spec.labels.get(LABEL_SUBMISSION))
+        job = await create_or_adopt(self, manifest, digest, spec.labels.get(LABEL_SUBMISSION))
         self._quota_gate.created(manifest)
         if job.uid:
             self._submitted[(job.name, job.uid)] = (tuple(spec.outputs), time.time())
         return mint_handle(self.name, spec, format_external_id(job.name, job.uid))
-
-    async def _create_or_adopt(
-        self, manifest: dict[str, Any], digest: str, key: str | None
-    ) -> K8sJobInfo:
-        """Create the Job, or adopt or replace the one holding its name (see .adoption)."""
-        name = manifest["metadata"]["name"]
-        last: K8sJobExistsError | None = None
-        for pause in (None, *self._recreate_waits_s):
-            if pause:
-                await asyncio.sleep(pause)
-            limited: ProviderLimitError | None = None
-            try:
-                return await self._calls.create_job(manifest)
-            except K8sJobExistsError as conflict:
-                last = conflict
-                if conflict.being_deleted:
-                    continue
-            except ProviderLimitError as error:
-                if not (error.limit or "").startswith("ResourceQuota"):
-                    raise  # throttled: asking again now would be throttled too
-                limited = error  # a full Job-count quota refuses even a taken name
-            existing = await self._calls.read_job(name)
-            decision = decide(existing, key=key, digest=digest)
-            if decision == "adopt" and existing is not None:
-                return existing  # adopting takes no more of any quota
-            if limited is not None:
-                raise limited
-            if decision == "refuse" and existing is not None:
-                raise refusal(existing, namespace=self.namespace, digest=digest)
-            if decision != "replace" or existing is None:
-                continue  # create again, or wait for its pods to terminate
-            # Finished: delete exactly this attempt (a newer one by another driver survives).
-            if existing.state is TaskState.SUCCEEDED and existing.uid:
-                self._remember_outcome((name, existing.uid), None)
-            await self._calls.delete_job(
-                name, uid=existing.uid, propagation_policy=self.delete_propagation
-            )
-        total = sum(self._recreate_waits_s)
-        raise K8sJobExistsError(
-            name,
-            namespace=self.namespace,
-            detail=f"it was not replaced within {total:g} s; last conflict: {last}",
-        )
 
     # -- poll --
 

@@ -102,6 +102,16 @@ class RuntimeCalls:
                 f"Kubernetes API {name} failed with HTTP {status} ({reason}); retry later"
             ) from error
 
+    # -- pre-flight: optional runtime methods (``altar check``) --
+
+    def offers(self, name: str) -> bool:
+        """Whether the runtime has ``name`` (the pre-flight reads are optional)."""
+        return self._method(name) is not None
+
+    async def preflight(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """One of the runtime's optional read-only checks, errors mapped as for the others."""
+        return await self._invoke(name, *args, **kwargs)
+
     # -- jobs --
 
     async def create_job(self, manifest: dict[str, Any]) -> K8sJobInfo:

@@ -419,3 +419,68 @@ class ClientRuntime:
                 return None
             raise self._api_error(f"read log of {pod_name}", error) from error
         return text if isinstance(text, str) else None
+
+    # -- pre-flight (read-only; ``altar check``) --
+
+    def _exists(self, what: str, call: Callable[[], Any]) -> bool | None:
+        """True, False on 404, None on 403 (this identity may not read it: cannot tell)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._request_json(what, call)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            if error.status == 403:
+                return None
+            raise self._api_error(what, error) from error
+        return True
+
+    def namespace_exists(self, name: str) -> bool | None:
+        return self._exists(
+            f"read namespace {name}",
+            lambda: self._core().read_namespace(
+                name, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def claim_exists(self, name: str, *, namespace: str) -> bool | None:
+        return self._exists(
+            f"read persistentvolumeclaim {name}",
+            lambda: self._core().read_namespaced_persistent_volume_claim(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def may_create_jobs(self, *, namespace: str) -> tuple[bool, str]:
+        """(allowed, the authorizer's reason) from one SelfSubjectAccessReview."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        review: dict[str, Any] = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": "create",
+                    "group": "batch",
+                    "resource": "jobs",
+                }
+            },
+        }
+        model = client.V1SelfSubjectAccessReview
+        body: Any = model.from_dict(review) if hasattr(model, "model_validate") else review
+        api = client.AuthorizationV1Api(self._client())
+        try:
+            answer = self._request_json(
+                "review access to create jobs",
+                lambda: api.create_self_subject_access_review(
+                    body, _preload_content=False, _request_timeout=self._timeout
+                ),
+            )
+        except ApiException as error:
+            raise self._api_error("review access to create jobs", error) from error
+        status = answer.get("status") or {}
+        reason = status.get("reason") or status.get("evaluationError") or ""
+        return bool(status.get("allowed")), str(reason)

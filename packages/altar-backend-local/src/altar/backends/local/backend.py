@@ -111,6 +111,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
 
     name: ClassVar[str] = "local"
     requires: ClassVar[tuple[str, ...]] = ("docker",)
+    stages_directories: ClassVar[bool] = False  # the stager copies single files
     input_digest_verification = "staging"
     #: A resubmit with the same ``altar.submission`` key adopts its container (issue 13).
     adopts_submissions: ClassVar[bool] = True

@@ -18,6 +18,7 @@ from altar.backends.modal.render import (
     volume_path,
 )
 from altar.backends.modal.runtime import (
+    ModalCredentialsError,
     ModalRuntime,
     SandboxExistsError,
     SandboxNotFoundError,
@@ -176,6 +177,31 @@ class ModalExecutionBackend(ExecutionBackend):
         )
         for transfer in spec.outputs:
             volume_path(transfer.logical_path)
+
+    async def check_backend(self) -> list[tuple[str, str]]:
+        """Read-only pre-flight: the credentials are there and Modal accepts them, and the
+        volume exists (one lookup that creates nothing; a run would create it empty).
+
+        Uses the runtime's optional ``volume_exists`` (the SDK runtime has it)."""
+        exists = getattr(self.runtime, "volume_exists", None)
+        if exists is None:
+            return []
+        try:
+            found = await exists(self.volume_name)
+        except ModalCredentialsError as error:
+            return [("", str(error))]
+        except BackendUnavailableError as error:
+            return [("volume_name", f"not checked, Modal did not answer: {error}")]
+        if found:
+            return []
+        name = self.volume_name
+        return [
+            (
+                "volume_name",
+                f"Modal volume {name!r} does not exist (a run would create it empty); create "
+                f"it (modal volume create {name}) or set volume_name to the one with your data",
+            )
+        ]
 
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         """A handle (with the sandbox's tags as labels) per running sandbox of ``run``.

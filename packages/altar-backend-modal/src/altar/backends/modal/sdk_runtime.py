@@ -337,6 +337,17 @@ class ModalSdkRuntime:
 
     # -- volumes ---------------------------------------------------------------------------
 
+    async def volume_exists(self, volume_name: str) -> bool:
+        """Whether the volume exists, creating nothing (pre-flight); a missing or refused
+        credential raises ModalCredentialsError."""
+        volume = modal.Volume.from_name(volume_name, client=self.client)
+        try:
+            with _modal_errors():
+                await volume.hydrate.aio()
+        except modal_errors.NotFoundError:
+            return False
+        return True
+
     async def upload(self, volume_name: str, remote_path: str, source: Path | bytes) -> None:
         volume = self._volume(volume_name)
         is_dir = not isinstance(source, bytes) and await asyncio.to_thread(source.is_dir)

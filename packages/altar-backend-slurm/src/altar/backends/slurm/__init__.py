@@ -19,6 +19,8 @@ from altar.backends.slurm.render import (
 from altar.backends.slurm.runtime import (
     CommandResult,
     LoginNode,
+    LoginNodeLostError,
+    LoginNodeUnknownError,
     LoginNodeUnreachableError,
     TransferError,
 )
@@ -34,6 +36,8 @@ __all__ = [
     "JobLayout",
     "LocalLoginNode",
     "LoginNode",
+    "LoginNodeLostError",
+    "LoginNodeUnknownError",
     "LoginNodeUnreachableError",
     "RuntimeCommand",
     "SlurmExecutionBackend",

@@ -10,7 +10,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from altar.backends.slurm import commands
 from altar.backends.slurm.classify import ExitRecord, Observation, from_queue, missing
@@ -19,6 +19,7 @@ from altar.backends.slurm.completion import (
     DEFAULT_QUEUE_INTERVAL_S,
     Tracker,
 )
+from altar.backends.slurm.limits import SiteLimits, SubmitPace, read_limits
 from altar.backends.slurm.render import (
     CONTAINER_RUNTIMES,
     ContainerRuntime,
@@ -31,7 +32,12 @@ from altar.backends.slurm.render import (
     spec_hash,
     submission_key,
 )
-from altar.backends.slurm.runtime import LoginNode, LoginNodeUnreachableError
+from altar.backends.slurm.runtime import (
+    LoginNode,
+    LoginNodeLostError,
+    LoginNodeUnknownError,
+    LoginNodeUnreachableError,
+)
 from altar.backends.slurm.sdk_runtime import LocalLoginNode, SshLoginNode
 from altar.execution import (
     CONTAINER_MOUNT_ROOT,
@@ -53,15 +59,35 @@ from altar.execution import (
 from altar.execution.handles import mint_handle
 from altar.execution.uris import local_path
 
-__all__ = ["DATA_ROOT_ENV", "LOG_TAIL_LINES", "SCRATCH_DIR", "SlurmExecutionBackend"]
+__all__ = [
+    "DATA_ROOT_ENV",
+    "DEFAULT_MAX_SUBMITS_PER_MINUTE",
+    "DEFAULT_UNREACHABLE_AFTER_S",
+    "LOG_TAIL_LINES",
+    "SCRATCH_DIR",
+    "SlurmExecutionBackend",
+]
 
 DATA_ROOT_ENV = "ALTAR_SLURM_DATA_ROOT"
 LOG_TAIL_LINES = 20
+#: How long the login node may stay unreachable before a run stops (``unreachable_after_s``).
+DEFAULT_UNREACHABLE_AFTER_S = 300.0
+_T = TypeVar("_T")
 #: Per-job directories (script, stdout, stderr) under the data root.
 SCRATCH_DIR = ".altar-slurm/jobs"
 #: Where ``cleanup`` keeps a finished job's stdout, stderr and exit record.
 LOGS_DIR = ".altar-slurm/logs"
 _EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
+#: The default pace of sbatch calls: one a second on average, a burst of 60 at most. Each
+#: sbatch is a controller RPC that takes its write lock; sites ask for arrays or a pace
+#: (some allow 10 a minute), and a faster pace gains nothing where jobs start at about this
+#: rate anyway.
+DEFAULT_MAX_SUBMITS_PER_MINUTE = 60
+#: A job no poll has mentioned for this long no longer counts against the submit limit (its
+#: handle was given up): a stale count must never hold the run back for ever.
+_LIVE_HORIZON_S = 600.0
+#: How soon ``capacity()`` asks sacctmgr again after it could not answer.
+_LIMITS_RETRY_S = 300.0
 
 
 def _run_tag(run: str | None) -> str:
@@ -142,6 +168,11 @@ class SlurmExecutionBackend(ExecutionBackend):
       asks ``squeue`` about the jobs no record explains at most this often (default 60);
     - ``exit_read_timeout_s``: how long a job that ended normally may keep its exit record
       out of sight (a network filesystem's cache) before accounting decides (default 45);
+    - ``max_submits_per_minute``: at most this many submits start in any minute (default
+      :data:`DEFAULT_MAX_SUBMITS_PER_MINUTE`; None: unpaced);
+    - ``unreachable_after_s``: how long the login node may stay unreachable (ssh fails)
+      before a run stops instead of retrying (default 300; None: retry for ever); a name
+      that does not resolve stops it at once. Slurm's own outages stay transient;
     - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake);
       ``clock``: the monotonic clock that paces queue queries (tests pass a fake one).
 
@@ -181,6 +212,8 @@ class SlurmExecutionBackend(ExecutionBackend):
         query_timeout_s: float | None = commands.DEFAULT_QUERY_TIMEOUT_S,
         queue_interval_s: float = DEFAULT_QUEUE_INTERVAL_S,
         exit_read_timeout_s: float = DEFAULT_EXIT_READ_TIMEOUT_S,
+        max_submits_per_minute: int | None = DEFAULT_MAX_SUBMITS_PER_MINUTE,
+        unreachable_after_s: float | None = DEFAULT_UNREACHABLE_AFTER_S,
         runtime: LoginNode | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -255,8 +288,24 @@ class SlurmExecutionBackend(ExecutionBackend):
             clock=clock or time.monotonic,
         )
         self._max_time: tuple[int | None] | None = None
+        self._gres: list[dict[tuple[str, str | None], int]] | None = None
         self._unreachable: BackendUnavailableError | None = None
+        if unreachable_after_s is not None and not unreachable_after_s >= 0:
+            raise ValueError(
+                f"unreachable_after_s must be zero or more, or None, got {unreachable_after_s!r}"
+            )
+        self.unreachable_after_s = unreachable_after_s
+        self._lost_since: float | None = None
+        self._lost_error: LoginNodeUnreachableError | None = None
         self._cancelled: set[str] = set()
+        self.pace = SubmitPace(max_submits_per_minute)
+        # The site's limits (read once; None: Slurm cannot tell) and when to read them again
+        # after sacctmgr did not answer.
+        self._limits: SiteLimits | None = None
+        self._limits_at: float | None = None
+        # Jobs of this backend that count against a submit limit: job id -> when a submit or
+        # a poll last saw it live.
+        self._live: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"SlurmExecutionBackend(node={self.node!r}, data_root={self.data_root!r})"
@@ -364,8 +413,21 @@ class SlurmExecutionBackend(ExecutionBackend):
         except LoginNodeUnreachableError as error:
             self._unreachable = error
             if self.node.remote:
-                return [("ssh_host", f"{error}; check ssh_host, ssh_port and ssh_user")]
-            return [("ssh_host", f"{error}; run on a Slurm login node, or set ssh_host to one")]
+                problems.append(("ssh_host", f"{error}; check ssh_host, ssh_port and ssh_user"))
+            else:
+                problems.append(
+                    ("ssh_host", f"{error}; run on a Slurm login node, or set ssh_host to one")
+                )
+            if self.placement.partition is not None:
+                # Named, so the user expects it checked: say it was not, rather than nothing.
+                problems.append(
+                    (
+                        "partition",
+                        f"{self.placement.partition!r} not checked: the login node cannot be "
+                        "reached (above); `sinfo --summarize` on the cluster lists its partitions",
+                    )
+                )
+            return problems
         except BackendUnavailableError as error:
             self._unreachable = error
             return [("partition", f"not checked, Slurm did not answer: {error}")]
@@ -384,7 +446,11 @@ class SlurmExecutionBackend(ExecutionBackend):
         return problems
 
     async def check_backend(self) -> list[tuple[str, str]]:
-        """The login node answers, the partition exists, the container runtime is there."""
+        """The login node answers, the partition exists, the container runtime is there.
+
+        An unreachable login node is one problem, and a named partition is reported as not
+        checked (so a wrong one is not taken for a good one); each task is still checked for
+        what needs no Slurm (its time limit, GPU pool, directives)."""
         return await asyncio.to_thread(self._check_backend)
 
     def _prepare(self, spec: ContainerTaskSpec) -> tuple[str, str, str]:
@@ -410,11 +476,46 @@ class SlurmExecutionBackend(ExecutionBackend):
         self._check_timeout(spec)
         return digest, token, script
 
+    def _check_gres(self, spec: ContainerTaskSpec) -> None:
+        """A GPU task's GRES exists on some node of the partition (one ``sinfo``, cached)."""
+        pool = spec.resources.gpu
+        if pool is None:
+            return
+        if self._gres is None:
+            self._gres = commands.partition_gres(
+                self.node, self.placement.partition, timeout_s=self.query_timeout_s
+            )
+        if not self._gres:
+            return  # no such partition (check_backend said so) or no nodes: sbatch decides
+        kind = self.placement.gpu_types.get(pool)
+        want = spec.resources.count
+
+        def has(group: Mapping[tuple[str, str | None], int]) -> int:
+            if kind is None:  # any type: Slurm counts every typed and untyped GPU
+                return sum(n for (name, _), n in group.items() if name == "gpu")
+            return group.get(("gpu", kind), 0)
+
+        if any(has(group) >= want for group in self._gres):
+            return
+        offered = sorted(
+            {":".join(filter(None, (n, t, str(c)))) for g in self._gres for (n, t), c in g.items()}
+        )
+        where = repr(self.placement.partition) if self.placement.partition else "the default"
+        asked = f"gpu:{kind}:{want}" if kind else f"gpu:{want}"
+        raise UnsupportedCapabilityError(
+            f"partition {where} has no node with GRES {asked} (its nodes have: "
+            f"{', '.join(offered) or 'no GRES'}); use a partition with such GPUs, or map pool "
+            f"{pool!r} in gpu_types to a GRES type it has",
+            capability="gpu",
+        )
+
     async def check_spec(self, spec: ContainerTaskSpec) -> None:
-        """Refuse what :meth:`submit` would (see :meth:`_prepare`); creates nothing."""
+        """Refuse what :meth:`submit` would (see :meth:`_prepare`), and a GPU request the
+        partition's nodes have no GRES for; creates nothing."""
         unreachable = self._unreachable
         if unreachable is None:
             await asyncio.to_thread(lambda: self._prepare(spec))
+            await asyncio.to_thread(lambda: self._check_gres(spec))
             return
         # check_backend found Slurm unreachable: refuse what needs no Slurm, without waiting.
         self.render(spec, "check")
@@ -427,20 +528,36 @@ class SlurmExecutionBackend(ExecutionBackend):
             self.tracker.submitted(existing[0])
             return self._handle(*existing, spec)
         job_id = commands.submit(
-            self.node, self._layout(token).job_dir, script, gpu=spec.resources.gpu is not None
+            self.node,
+            self._layout(token).job_dir,
+            script,
+            gpu=spec.resources.gpu is not None,
+            submit_limited=self._submit_limit() is not None,
         )
         self.tracker.submitted(job_id)
         return self._handle(job_id, token, spec)
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
-        return await asyncio.to_thread(lambda: self._submit(spec))
+        """Submit (or adopt) the task's job, at the pace ``max_submits_per_minute`` allows.
+
+        A refusal for now (a submit limit, a controller taking no jobs) raises
+        :class:`~altar.execution.ProviderLimitError`: nothing was submitted, no retry is due.
+        """
+        await self.pace.wait()
+        handle = await self._watched(lambda: self._submit(spec))
+        match = _EXTERNAL_ID.fullmatch(handle.external_id)
+        if match is not None:  # counted here, in the loop's thread, as capacity() reads it
+            self._live[match.group(1)] = time.monotonic()
+        return handle
 
     # -- observation --------------------------------------------------------------------------
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         matches = [m for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))]
         jobs = {m.group(1): m.group(2) for m in sorted(matches, key=lambda m: int(m.group(1)))}
-        observations = await asyncio.to_thread(lambda: self.tracker.observe(jobs)) if jobs else {}
+        observations = (
+            await self._watched(lambda: self.tracker.observe(jobs), poll=True) if jobs else {}
+        )
         statuses = []
         for handle in handles:
             match = _EXTERNAL_ID.fullmatch(handle.external_id)
@@ -469,11 +586,88 @@ class SlurmExecutionBackend(ExecutionBackend):
                     finished_at=None if finished is None else float(finished),
                 )
             )
+        self._note_live(statuses)
         return statuses
 
+    def _submit_limit(self) -> tuple[int, str] | None:
+        """The live-job limit this backend's jobs are under (read once), or None."""
+        now = time.monotonic()
+        if self._limits_at is None or (
+            self._limits is None and now - self._limits_at > _LIMITS_RETRY_S
+        ):
+            self._limits_at = now
+            self._limits = read_limits(self.node, timeout_s=self.query_timeout_s)
+        if self._limits is None:
+            return None
+        return self._limits.submit_limit(
+            account=self.placement.account,
+            partition=self.placement.partition,
+            qos=self.placement.qos,
+        )
+
+    def _note_live(self, statuses: list[TaskStatus]) -> None:
+        now = time.monotonic()
+        for status in statuses:
+            match = _EXTERNAL_ID.fullmatch(status.handle.external_id)
+            if match is None:
+                continue
+            if status.state.is_terminal:
+                self._live.pop(match.group(1), None)
+            else:
+                self._live[match.group(1)] = now
+
     async def capacity(self) -> Capacity:
-        """Unknown: Slurm queues what it cannot start yet, so the runner may submit freely."""
-        return Capacity()
+        """What the site's submit limit leaves (``sacctmgr``, read once; the live jobs counted
+        from this backend's own submits and polls), the same for every pool. Unknown (empty)
+        when no limit applies: Slurm queues what it cannot start yet. Raises
+        :class:`LoginNodeLostError` once the login node is lost (see :meth:`_watched`)."""
+        self._raise_if_lost()  # the runner asks before each submit: a lost node stops it here
+        limit = await self._watched(self._submit_limit)
+        if limit is None:
+            return Capacity()
+        horizon = time.monotonic() - _LIVE_HORIZON_S
+        live = sum(1 for seen in self._live.values() if seen >= horizon)
+        free = max(0, limit[0] - live)
+        return Capacity({pool: free for pool in ("cpu", *self.placement.gpu_types)})
+
+    # -- reachability -------------------------------------------------------------------------
+
+    async def _watched(self, call: Callable[[], _T], *, poll: bool = False) -> _T:
+        """``call`` in a thread, remembering since when the login node has not answered.
+
+        An unreachable login node is transient (BackendUnavailableError) until it has not
+        answered for ``unreachable_after_s``, or at once when its name does not resolve;
+        then it is lost: :meth:`capacity`, and :meth:`poll` (``poll``), raise
+        :class:`LoginNodeLostError` instead, which is not transient, so the run stops with
+        the reason and resumes later. A submit never raises it (that would use an attempt).
+        """
+        try:
+            result = await asyncio.to_thread(call)
+        except LoginNodeUnreachableError as error:
+            if self._lost_since is None:
+                self._lost_since = time.monotonic()
+            self._lost_error = error
+            if poll:
+                self._raise_if_lost()
+            raise
+        self._lost_since = self._lost_error = None
+        return result
+
+    def _raise_if_lost(self) -> None:
+        error, since = self._lost_error, self._lost_since
+        if error is None or since is None:
+            return
+        if isinstance(error, LoginNodeUnknownError):
+            raise LoginNodeLostError(
+                f"the login node's name does not resolve ({error}); check ssh_host, or the "
+                "ssh_config alias it names"
+            )
+        waited = time.monotonic() - since
+        if self.unreachable_after_s is not None and waited >= self.unreachable_after_s:
+            raise LoginNodeLostError(
+                f"the login node has not answered for {waited:.0f} s ({error}); check "
+                "ssh_host, ssh_port and ssh_user, or raise unreachable_after_s"
+            )
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
@@ -528,7 +722,7 @@ class SlurmExecutionBackend(ExecutionBackend):
                 found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
             return [found[k] for k in sorted(found, key=int)]
 
-        return await asyncio.to_thread(collect)
+        return await self._watched(collect)
 
     # -- lifecycle ----------------------------------------------------------------------------
 

@@ -6,6 +6,11 @@ squeue when that is enough (active, or COMPLETED), otherwise from its sacct rows
 row, the batch step, and the marker steps a job records for an in-task digest failure or a
 container OOM kill. A job neither knows is missing, never succeeded; a command that could
 not reach the controller or the database is an outage, never a job state.
+
+Slurm's own endings are provider endings (``TaskFailure.provider_ending``), never the task's:
+PREEMPTED is ``preempted``, NODE_FAIL and BOOT_FAIL are ``node_lost``; their ``reason`` stays
+``job_failed`` as before. A job Slurm requeues keeps its id and reads pending again: one
+attempt, not two.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ __all__ = [
 ]
 
 #: ``squeue -O`` fields; ``:|`` makes ``|`` the separator with no padding or truncation.
-SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,Name:|,Comment:|,WorkDir:|"
+SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,Name:|,Comment:|,NodeList:|,WorkDir:|"
 #: ``sacct -P -o`` fields (``|``-separated); the working directory last, as it may hold ``|``.
 SACCT_FIELDS = "JobID,State,ExitCode,JobName,WorkDir"
 
@@ -51,6 +56,8 @@ PENDING_STATES = frozenset(
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
 _SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
 RETRYABLE_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "REVOKED"})
+#: Slurm states in which the cluster, not the task, ended the job (see ``PROVIDER_ENDINGS``).
+PROVIDER_STATES = {"PREEMPTED": "preempted", "NODE_FAIL": "node_lost", "BOOT_FAIL": "node_lost"}
 
 # What Slurm's clients print when the controller or the database cannot answer.
 _OUTAGE = re.compile(
@@ -81,6 +88,7 @@ class QueueRow:
     name: str
     comment: str
     work_dir: str
+    nodes: str = ""  # the node list ("" while pending)
 
 
 @dataclass(frozen=True)
@@ -163,10 +171,10 @@ def parse_squeue(text: str) -> list[QueueRow]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.removesuffix("|").split("|", 6)
-        if len(parts) != 7:
+        parts = line.removesuffix("|").split("|", 7)
+        if len(parts) != 8:
             continue
-        job_id, state, reason, status, name, comment, work_dir = parts
+        job_id, state, reason, status, name, comment, nodes, work_dir = parts
         rows.append(
             QueueRow(
                 job_id.strip(),
@@ -176,6 +184,7 @@ def parse_squeue(text: str) -> list[QueueRow]:
                 name,
                 "" if comment == "(null)" else comment,
                 work_dir,
+                nodes.strip(),
             )
         )
     return rows
@@ -235,7 +244,9 @@ def from_queue_alone(row: QueueRow, record: ExitRecord | None = None) -> Observa
     exit_code, signal = divmod(row.exit_status or 0, 256)
     if record is not None:
         exit_code = record.status
-    return _terminal(row.job_id, _base_state(row.state), row.state, exit_code, signal & 0x7F, [])
+    return _terminal(
+        row.job_id, _base_state(row.state), row.state, exit_code, signal & 0x7F, [], row.nodes
+    )
 
 
 _TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED"}).union(
@@ -268,8 +279,19 @@ def from_accounting(
 
 
 def _terminal(
-    job_id: str, state: str, shown: str, exit_code: int, signal: int, steps: list[AcctRow]
+    job_id: str,
+    state: str,
+    shown: str,
+    exit_code: int,
+    signal: int,
+    steps: list[AcctRow],
+    nodes: str = "",
 ) -> Observation:
+    if state in PROVIDER_STATES:
+        # Before the markers and the exit status: a preempted or lost job's script may still
+        # have written a record (its trap kills the container: 137/143), which is Slurm's
+        # doing, not the task's.
+        return _provider_ended(job_id, state, nodes)
     names = {step.name for step in steps}
     if INPUT_MISMATCH_STEP in names:
         return _failed(
@@ -315,6 +337,24 @@ def _terminal(
         return _failed("job_failed", f"job {job_id} {how} ({shown})")
     # UNKNOWN, SPECIAL_EXIT or anything newer: never read as success.
     return _failed("job_failed", f"job {job_id} ended in state {shown!r}, which is not a success")
+
+
+def _provider_ended(job_id: str, state: str, nodes: str) -> Observation:
+    node = f"node {nodes}" if nodes and nodes != "(null)" else "its node"
+    if state == "PREEMPTED":
+        what = f"job {job_id} was preempted on {node} for higher-priority work"
+    elif state == "BOOT_FAIL":
+        what = f"job {job_id}: {node} failed to boot"
+    else:
+        what = f"job {job_id}: {node} failed under it"
+    return Observation(
+        TaskState.FAILED,
+        TaskFailure(
+            "job_failed",
+            f"{what} (Slurm state {state}); the task itself did not fail",
+            provider_ending=PROVIDER_STATES[state],
+        ),
+    )
 
 
 def _failed(reason: str, detail: str, *, deterministic: bool = False) -> Observation:

@@ -24,7 +24,11 @@ from altar.backends.slurm.classify import (
 )
 from altar.backends.slurm.render import EXIT_RECORD, START_RECORD
 from altar.backends.slurm.runtime import CommandResult, LoginNode
-from altar.execution import BackendUnavailableError, UnsupportedCapabilityError
+from altar.execution import (
+    BackendUnavailableError,
+    ProviderLimitError,
+    UnsupportedCapabilityError,
+)
 
 __all__ = [
     "DEFAULT_QUERY_TIMEOUT_S",
@@ -37,10 +41,13 @@ __all__ = [
     "cancel",
     "max_time_s",
     "parse_duration",
+    "parse_gres",
+    "partition_gres",
     "queue",
     "read_records",
     "remove_dir",
     "submit",
+    "submit_limit",
     "tail",
 ]
 
@@ -61,6 +68,17 @@ SUBMIT_PROGRAM = (
 
 _JOB_ID = re.compile(r"\d+")
 _GRES_REFUSAL = re.compile(r"gres|generic resource", re.IGNORECASE)
+#: The limit sbatch names on the line before "Job violates accounting/QOS policy"
+#: (``sbatch: error: QOSMaxSubmitJobPerUserLimit``, as 22.05 prints it).
+_NAMED_LIMIT = re.compile(r"\b((?:QOS|Assoc)\w*Limit)\b")
+_POLICY = "Job violates accounting/QOS policy"
+#: Refusals that mean "the controller cannot take a job now" (its MaxJobCount is reached, or
+#: it is busy); sbatch itself retries these for about two minutes before it says so.
+_NOT_NOW = re.compile(
+    r"Slurm temporarily unable to accept job|Slurm job queue full|"
+    r"Resource temporarily unavailable|Unable to create job record|MaxJobCount",
+    re.IGNORECASE,
+)
 
 
 class SlurmRefusedError(RuntimeError):
@@ -72,14 +90,62 @@ def _raise_outage(what: str, result: CommandResult) -> None:
         raise BackendUnavailableError(f"{what}: Slurm cannot be reached: {result.stderr.strip()}")
 
 
-def submit(node: LoginNode, job_dir: str, script: str, *, gpu: bool = False) -> str:
+def submit_limit(stderr: str, *, submit_limited: bool = False) -> ProviderLimitError | None:
+    """The "not now" in an sbatch refusal, or None when it is no limit that may pass.
+
+    A submit limit (``QOSMaxSubmitJobPerUserLimit``, ``AssocMaxSubmitJobLimit``, any
+    ``...SubmitJob...Limit``) and a controller that cannot take jobs now (``MaxJobCount``,
+    "Resource temporarily unavailable") pass once jobs end. Another named limit (a QOS's
+    ``MaxWall`` with ``DenyOnLimit``) never passes for this job. "Job violates accounting/QOS
+    policy" without a name is a submit limit only when the backend knows one applies
+    (``submit_limited``, from ``sacctmgr``).
+    """
+    text = " ".join(stderr.split())
+    named = _NAMED_LIMIT.search(text)
+    said = text.removeprefix("sbatch: error: ")
+    if named is not None:
+        limit = named.group(1)
+        if "SubmitJob" not in limit:
+            return None
+        return ProviderLimitError(
+            f"sbatch: the cluster's {limit} holds further jobs back until some of yours "
+            f"end ({said})",
+            limit=limit,
+        )
+    if _POLICY in text and submit_limited:
+        return ProviderLimitError(
+            f"sbatch: the cluster's submit limit holds further jobs back ({said})",
+            limit="submit limit",
+        )
+    if _NOT_NOW.search(text):
+        return ProviderLimitError(
+            f"sbatch: the Slurm controller takes no more jobs for now ({said})",
+            limit="MaxJobCount",
+        )
+    return None
+
+
+def submit(
+    node: LoginNode,
+    job_dir: str,
+    script: str,
+    *,
+    gpu: bool = False,
+    submit_limited: bool = False,
+) -> str:
     """Place ``script`` in ``job_dir`` and sbatch it; the new job's id.
 
-    A refused job leaves no directory behind. After an outage the directory stays: the job
-    may exist after all (its resubmit finds it by key) and needs its working directory.
+    A refused job leaves no directory behind, a refusal for now (a limit: raises
+    :class:`~altar.execution.ProviderLimitError`) neither: the controller made no job of it.
+    After an outage (``Socket timed out``) the directory stays: the job may exist after all
+    (the resubmit with the same key finds and adopts it) and needs its working directory.
     """
     result = node.run(["sh", "-c", SUBMIT_PROGRAM, "altar-submit", job_dir, script])
     if not result.ok:
+        limited = submit_limit(result.stderr, submit_limited=submit_limited)
+        if limited is not None:
+            remove_dir(node, job_dir)
+            raise limited
         _raise_outage("sbatch", result)
         remove_dir(node, job_dir)
         message = result.stderr.strip() or f"exit status {result.returncode}"
@@ -240,6 +306,44 @@ def max_time_s(
     if partition is None:
         return None  # no default partition: sbatch will say what is wrong
     raise UnsupportedCapabilityError(f"Slurm reports no partition {partition!r}")
+
+
+_GRES_NOTE = re.compile(r"\([^)]*\)")  # "(S:0-1)": the sockets a GRES is bound to
+
+
+def parse_gres(text: str) -> dict[tuple[str, str | None], int]:
+    """``gpu:a100:4(S:0-1),gpu:2`` -> {("gpu", "a100"): 4, ("gpu", None): 2}; ``(null)``: {}."""
+    found: dict[tuple[str, str | None], int] = {}
+    for item in _GRES_NOTE.sub("", text.strip()).split(","):
+        parts = item.strip().split(":")
+        if not parts[0] or parts[0] == "(null)":
+            continue
+        count = 1
+        if len(parts) > 1 and parts[-1].isdigit():
+            count = int(parts.pop())
+        kind = parts[1] if len(parts) > 1 else None
+        found[(parts[0], kind)] = max(found.get((parts[0], kind), 0), count)
+    return found
+
+
+def partition_gres(
+    node: LoginNode, partition: str | None, *, timeout_s: float | None = DEFAULT_QUERY_TIMEOUT_S
+) -> list[dict[tuple[str, str | None], int]]:
+    """The GRES of each group of the partition's nodes (the default partition without a
+    name), from one ``sinfo``; empty when the partition has no nodes."""
+    argv = ["sinfo", "--noheader", "--format=%P|%G"]
+    result = node.run(bounded(argv, timeout_s))
+    if not result.ok:
+        _raise_timeout("sinfo", result, timeout_s)
+        _raise_outage("sinfo", result)
+        raise BackendUnavailableError(f"sinfo failed: {result.stderr.strip()}")
+    groups = []
+    for line in result.stdout.splitlines():
+        name, _, gres = line.partition("|")
+        default = name.endswith("*")
+        if (partition is None and default) or name.rstrip("*") == partition:
+            groups.append(parse_gres(gres))
+    return groups
 
 
 def tail(node: LoginNode, paths: Sequence[str], lines: int) -> str:

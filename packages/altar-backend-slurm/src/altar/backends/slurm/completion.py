@@ -90,6 +90,7 @@ class Tracker:
         self.queued_at: float | None = None  # when squeue was last asked by a poll
         self.jobs: dict[str, _Job] = {}
         self.final: dict[str, Seen] = {}
+        self.waiting_now: set[str] = set()  # jobs the squeue of this poll shows pending
 
     def submitted(self, job_id: str) -> None:
         """A job sbatch just accepted (or submit adopted): pending until a record or the
@@ -153,6 +154,7 @@ class Tracker:
         asking = [j for j in open_ids if self._awaiting(j) is None]
         accounting: list[str] = []  # ended without a usable record: sacct decides
         probing: list[str] = []  # gone from squeue, no record: did it end without one?
+        self.waiting_now = set()
         if self._queue_due(self.clock(), asking):
             self.queued_at = self.clock()  # when squeue is asked, not when the poll began
             accounting, probing = self._ask_queue(asking, jobs, records, seen, now, set(telling))
@@ -173,7 +175,11 @@ class Tracker:
             if job_id in seen:
                 continue
             job = self.jobs.setdefault(job_id, _Job())
-            if job.awaiting_since is not None or job_id in records or job_id in started:
+            if job_id in self.waiting_now and job_id not in records:
+                # squeue, asked after the records were read, says it waits: a start record
+                # is then an earlier run's (Slurm requeued the job)
+                seen[job_id] = (Observation(TaskState.PENDING), None)
+            elif job.awaiting_since is not None or job_id in records or job_id in started:
                 seen[job_id] = (Observation(TaskState.RUNNING), records.get(job_id))
             else:
                 seen[job_id] = (job.observation or Observation(TaskState.PENDING), None)
@@ -222,6 +228,8 @@ class Tracker:
             observed = from_queue(row) if row is not None else None
             if observed is not None and not observed.state.is_terminal:
                 job.observation = observed
+                if observed.state is TaskState.PENDING:
+                    self.waiting_now.add(job_id)
                 continue
             record = records.get(job_id)
             job.row = row

@@ -11,6 +11,10 @@ and exit statuses of Slurm 22.05.8 (checked against the real one on the test mac
   specified`` (exit 1), an unknown id among known ones is silently left out;
 - ``sacct`` keeps every job with one row per step (``N``, ``N.batch``, ``N.extern``, steps
   the job ran); ``--allocations`` keeps only job rows;
+- ``max_submit_jobs`` is a QOS's ``MaxSubmitJobsPerUser`` (with limits enforced): sbatch
+  refuses a job beyond it as 22.05 does, and the limits query reports it; ``refuse_next``
+  makes the next sbatch fail with that text (``timeout_after_sbatch``: the job is made, but
+  sbatch reports ``Socket timed out``);
 - with ``available = False`` every command fails as with slurmctld down; with
   ``accounting_available = False`` only ``sacct`` fails (slurmdbd down); with
   ``unreachable = True`` the node itself cannot be reached (ssh refused).
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from altar.backends.slurm.commands import SUBMIT_PROGRAM, parse_duration
+from altar.backends.slurm.limits import LIMITS_PROGRAM
 from altar.backends.slurm.render import (
     EXIT_RECORD,
     EXIT_RECORD_VERSION,
@@ -182,6 +187,7 @@ class FakeLoginNode(LocalLoginNode):
         self.default_partition = default_partition
         self.gpus = gpus if gpus is not None else {}
         self.min_job_age = min_job_age
+        self.node_name = "localhost"
         self.jobs: dict[int, FakeJob] = {}
         self.calls: list[list[str]] = []
         self.available = True
@@ -195,6 +201,9 @@ class FakeLoginNode(LocalLoginNode):
         self.hung = False
         #: Jobs slurmdbd has not recorded yet (accounting lags the controller).
         self.unaccounted: set[int] = set()
+        self.max_submit_jobs: int | None = None
+        self.refuse_next: str | None = None
+        self.timeout_after_sbatch = False
         self.clock = 0.0
         #: Jobs start (and write their start record) at once; False: they stay PENDING
         #: until :meth:`start`.
@@ -213,9 +222,9 @@ class FakeLoginNode(LocalLoginNode):
         job = self.job(job_id)
         job.state, job.exit_code, job.raw_status = state, exit_code, raw
         job.ended_at = self.clock
-        batch_state = (
-            "CANCELLED" if state in ("TIMEOUT",) or state.startswith("CANCELLED") else state
-        )
+        # As 22.05 records them: a batch step Slurm killed reads CANCELLED.
+        killed = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL")
+        batch_state = "CANCELLED" if state in killed or state.startswith("CANCELLED") else state
         job.steps.insert(0, (f"{job.job_id}.batch", "batch", batch_state, exit_code))
         job.steps.append((f"{job.job_id}.extern", "extern", "COMPLETED", "0:0"))
 
@@ -249,6 +258,18 @@ class FakeLoginNode(LocalLoginNode):
         job = self.job(job_id)
         job.state = "RUNNING"
         Path(job.work_dir, START_RECORD).write_text(f"{START_RECORD_VERSION} start=0\n")
+
+    def preempt(self, job_id: str | int, *, record: int | None = None) -> None:
+        """A higher-tier job took the node (``PreemptMode=CANCEL``): PREEMPTED, the batch
+        step signalled (squeue's raw status 15). ``record``: the status the script's TERM
+        trap wrote before it was killed (a container runtime's 137/143), if it got that far."""
+        if record is not None:  # the trap marks the record signalled, as render.py's does
+            self.write_record(job_id, record, signalled=True)
+        self.end(job_id, "PREEMPTED", "0:0", raw=15)
+
+    def node_fail(self, job_id: str | int, *, boot: bool = False) -> None:
+        """The job's node went down under it (NODE_FAIL), or never booted (BOOT_FAIL)."""
+        self.end(job_id, "BOOT_FAIL" if boot else "NODE_FAIL", "0:0")
 
     def expire(self, job_id: str | int) -> None:
         self.end(job_id, "TIMEOUT", "0:0")
@@ -290,16 +311,19 @@ class FakeLoginNode(LocalLoginNode):
         bounded = argv[0] == "timeout"
         if bounded:  # coreutils `timeout --kill-after=K SECONDS command...`
             argv = argv[3:]
-            if self.hung and argv[0] in ("squeue", "sacct", "scontrol", "scancel"):
+            if self.hung and argv[0] in ("squeue", "sacct", "scontrol", "scancel", "sinfo"):
                 return CommandResult(124, "", "")
         program = argv[0]
         if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_PROGRAM]:
             return self._sbatch(argv[4], argv[5])
+        if program == "sh" and list(argv[1:3]) == ["-c", LIMITS_PROGRAM]:
+            return self._limits()
         handler = {
             "squeue": self._squeue,
             "sacct": self._sacct,
             "scancel": self._scancel,
             "scontrol": self._scontrol,
+            "sinfo": self._sinfo,
         }.get(program)
         if handler is not None:
             return handler(list(argv[1:]))
@@ -324,6 +348,18 @@ class FakeLoginNode(LocalLoginNode):
             text = f"slurm_load_partitions: {CONTROLLER_DOWN}\n"
         return CommandResult(1, "", text)
 
+    def _limits(self) -> CommandResult:
+        if not self.accounting_available:
+            return CommandResult(4, "", DATABASE_DOWN)
+        enforce = "associations,limits,qos" if self.max_submit_jobs is not None else "none"
+        limit = "" if self.max_submit_jobs is None else str(self.max_submit_jobs)
+        text = (
+            f"AccountingStorageEnforce={enforce}\nClusterName=fake\n---\nroot\n---\n"
+            "fake|root|||||normal\n---\n"
+            f"normal|{limit}||\n"
+        )
+        return CommandResult(0, text, "")
+
     def _refuse(self, reason: str) -> CommandResult:
         return CommandResult(1, "", f"sbatch: error: Batch job submission failed: {reason}\n")
 
@@ -334,6 +370,18 @@ class FakeLoginNode(LocalLoginNode):
         down = self._down("sbatch")
         if down is not None:
             return down
+        if self.refuse_next is not None:
+            text, self.refuse_next = self.refuse_next, None
+            return CommandResult(1, "", text)
+        live = sum(1 for j in self.jobs.values() if j.state in _ACTIVE)
+        if self.max_submit_jobs is not None and live >= self.max_submit_jobs:
+            return CommandResult(
+                1,
+                "",
+                "sbatch: error: QOSMaxSubmitJobPerUserLimit\n"
+                "sbatch: error: Batch job submission failed: Job violates accounting/QOS "
+                "policy (job submit limit, user's size and/or time limits)\n",
+            )
         if "\r\n" in script:
             return CommandResult(
                 1, "", "sbatch: error: Batch script contains DOS line breaks (\\r\\n)\n"
@@ -368,6 +416,14 @@ class FakeLoginNode(LocalLoginNode):
         self.jobs[job.job_id] = job
         if self.start_jobs:  # the script's first act: its start record
             Path(job.work_dir, START_RECORD).write_text(f"{START_RECORD_VERSION} start=0\n")
+        if self.timeout_after_sbatch:
+            self.timeout_after_sbatch = False  # the job exists; the answer was lost
+            return CommandResult(
+                1,
+                "",
+                "sbatch: error: Batch job submission failed: Socket timed out on send/recv "
+                "operation\n",
+            )
         return CommandResult(0, f"{job.job_id}\n", "")
 
     def _visible(self, job: FakeJob) -> bool:
@@ -409,6 +465,7 @@ class FakeLoginNode(LocalLoginNode):
                 "exit_code": str(job.raw_status),
                 "Name": job.name,
                 "Comment": job.comment or "(null)",
+                "NodeList": "" if job.state == "PENDING" else self.node_name,
                 "WorkDir": job.work_dir,
             }
             lines.append("".join(f"{values[f]}|" for f in fields))
@@ -472,6 +529,22 @@ class FakeLoginNode(LocalLoginNode):
             default = "YES" if name == self.default_partition else "NO"
             lines.append(f"PartitionName={name} Default={default} MaxTime={shown} State=UP")
         return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
+
+    def _sinfo(self, args: list[str]) -> CommandResult:
+        """``sinfo --noheader --format=%P|%G``: the one node's GRES in every partition."""
+        down = self._down("sinfo")
+        if down is not None:
+            return down
+        if args != ["--noheader", "--format=%P|%G"]:
+            return CommandResult(1, "", f"sinfo: fake answers one format, not {args!r}\n")
+        gres = ",".join(
+            f"gpu:{kind}:{count}" if kind else f"gpu:{count}" for kind, count in self.gpus.items()
+        )
+        lines = [
+            f"{name}{'*' if name == self.default_partition else ''}|{gres or '(null)'}\n"
+            for name in self.partitions
+        ]
+        return CommandResult(0, "".join(lines), "")
 
     def forget(self, job_id: str | int) -> None:
         """Purge a job from the controller and the database (a lost job)."""

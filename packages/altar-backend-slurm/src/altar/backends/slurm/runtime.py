@@ -10,6 +10,7 @@ Errors crossing the seam:
 
 - :class:`LoginNodeUnreachableError` (a :class:`~altar.execution.BackendUnavailableError`):
   the command could not be started at all (no ssh connection, no such program);
+  :class:`LoginNodeUnknownError` when the host name does not resolve;
 - :class:`TransferError`: a file could not be copied to or from the login node.
 
 A command that ran and failed is not an error here: its :class:`CommandResult` carries the
@@ -27,6 +28,8 @@ from altar.execution import BackendUnavailableError
 __all__ = [
     "CommandResult",
     "LoginNode",
+    "LoginNodeLostError",
+    "LoginNodeUnknownError",
     "LoginNodeUnreachableError",
     "TransferError",
 ]
@@ -34,6 +37,18 @@ __all__ = [
 
 class LoginNodeUnreachableError(BackendUnavailableError):
     """The login node could not be asked (ssh refused or timed out, program missing)."""
+
+
+class LoginNodeUnknownError(LoginNodeUnreachableError):
+    """The login node's name does not resolve (a typo, or a host that is gone)."""
+
+
+class LoginNodeLostError(RuntimeError):
+    """The login node has stayed unreachable too long, or its name does not resolve.
+
+    Not a :class:`~altar.execution.BackendUnavailableError`: retrying would not help, so a
+    run stops (and resumes once the cause is fixed) instead of waiting for ever.
+    """
 
 
 class TransferError(RuntimeError):

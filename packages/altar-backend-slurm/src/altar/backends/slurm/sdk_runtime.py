@@ -11,11 +11,13 @@ turns the runtime's failures into this backend's seam errors.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from altar.backends.slurm.runtime import (
     CommandResult,
+    LoginNodeUnknownError,
     LoginNodeUnreachableError,
     TransferError,
 )
@@ -26,6 +28,8 @@ __all__ = ["LocalLoginNode", "SshLoginNode"]
 
 #: ssh's own exit status when it could not connect or authenticate (the command never ran).
 SSH_FAILURE = 255
+#: What OpenSSH prints when the host name does not resolve (the getaddrinfo failure).
+_UNRESOLVED = re.compile(r"Could not resolve hostname")
 
 
 class LocalLoginNode:
@@ -119,9 +123,10 @@ class SshLoginNode:
         except OSError as error:
             raise LoginNodeUnreachableError(f"cannot start ssh: {error}") from error
         if done.returncode == SSH_FAILURE:
-            raise LoginNodeUnreachableError(
-                f"ssh to {self.destination} failed: {done.stderr.strip() or 'exit 255'}"
-            )
+            said = done.stderr.strip() or "exit 255"
+            unknown = _UNRESOLVED.search(said) is not None
+            kind = LoginNodeUnknownError if unknown else LoginNodeUnreachableError
+            raise kind(f"ssh to {self.destination} failed: {said}")
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
     def push(self, local: str, remote: str) -> None:

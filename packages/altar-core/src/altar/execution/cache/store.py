@@ -5,6 +5,7 @@ Layout under the store's root::
     objects/sha256/<2 hex>/<62 hex>     one file per distinct output, read-only
     entries/<2 hex>/<62 hex>.json       one manifest per task key
     tmp/                                where both are written before their rename
+    claims/<64 hex>.claim               a run computing that key now (host, pid, run)
 
 An entry is published by one ``rename`` of its manifest, after every object it names is in
 place and fsynced, so a reader (another run, on another machine of a shared filesystem) sees a
@@ -23,6 +24,7 @@ import contextlib
 import errno
 import json
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -41,6 +43,9 @@ __all__ = ["ENTRY_FORMAT", "CacheEntry", "CacheStore", "Pruned", "default_store_
 ENTRY_FORMAT = "altar-cache-entry/1"
 #: ``prune`` leaves younger unreferenced files alone: a writer may be about to reference them.
 WRITER_GRACE_S = 3600.0
+#: A claim its holder has not refreshed for this long is stale (its holder on another machine
+#: is gone); a holder on this machine is judged by its pid at once.
+CLAIM_LEASE_S = 600.0
 
 
 def default_store_dir() -> Path:
@@ -253,6 +258,64 @@ class CacheStore:
                     os.unlink(tmp)
                 raise
 
+    # -- claims ------------------------------------------------------------------------------
+
+    def claim_path(self, key: str) -> Path:
+        return self.root / "claims" / f"{key.removeprefix('sha256:')}.claim"
+
+    def claim(self, key: str, run_id: str, *, now: float | None = None) -> dict[str, Any] | None:
+        """Claim ``key`` for ``run_id``: None if it is ours now, else the live holder's claim.
+
+        Two runs of one plan sharing a store then compute each task once: the second waits for
+        the first's entry. A claim of our own run (a resumed run) is ours; a stale one (its
+        process gone, or not refreshed for :data:`CLAIM_LEASE_S`) is broken and taken.
+        """
+        path = self.claim_path(key)
+        mine = {"host": _HOST, "pid": os.getpid(), "run_id": run_id}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = self._holder(path)
+                if holder is None:
+                    continue  # released meanwhile: try again
+                if holder.get("run_id") == run_id:
+                    self.refresh(key)
+                    return None
+                if not _stale(holder, path, time.time() if now is None else now):
+                    return holder
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # a dead holder's: break it and claim again
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(mine))
+            return None
+        holder = self._holder(path)
+        return holder or mine
+
+    def refresh(self, key: str) -> None:
+        """Keep our claim alive (its mtime is the lease)."""
+        with contextlib.suppress(OSError):
+            os.utime(self.claim_path(key))
+
+    def release(self, key: str, run_id: str) -> None:
+        """Drop our claim on ``key`` (another run's claim is left alone)."""
+        path = self.claim_path(key)
+        holder = self._holder(path)
+        if holder is not None and holder.get("run_id") == run_id:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _holder(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}  # being written, or damaged: judged by its age alone
+        return data if isinstance(data, dict) else {}
+
     # -- writing -----------------------------------------------------------------------------
 
     def put(
@@ -329,6 +392,23 @@ class CacheStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+_HOST = socket.gethostname()
+
+
+def _stale(holder: Mapping[str, Any], path: Path, now: float) -> bool:
+    if holder.get("host") == _HOST and isinstance(holder.get("pid"), int):
+        try:
+            os.kill(holder["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, another user's
+    try:
+        return now - path.stat().st_mtime > CLAIM_LEASE_S
+    except FileNotFoundError:
+        return True
 
 
 def _older(path: Path, now: float) -> bool:

@@ -25,16 +25,51 @@ def discovery(path: str, minor: str) -> JsonDict | None:
         }
     if path == "/apis":
         batch = {"groupVersion": "batch/v1", "version": "v1"}
+        authz = {"groupVersion": "authorization.k8s.io/v1", "version": "v1"}
         return {
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [{"name": "batch", "versions": [batch], "preferredVersion": batch}],
+            "groups": [
+                {"name": "batch", "versions": [batch], "preferredVersion": batch},
+                {"name": "authorization.k8s.io", "versions": [authz], "preferredVersion": authz},
+            ],
+        }
+    if path == "/apis/authorization.k8s.io/v1":
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": "authorization.k8s.io/v1",
+            "resources": [
+                {
+                    "name": "selfsubjectaccessreviews",
+                    "singularName": "selfsubjectaccessreview",
+                    "namespaced": False,
+                    "kind": "SelfSubjectAccessReview",
+                    "verbs": ["create"],
+                }
+            ],
         }
     if path == "/api/v1":
         return {
             "kind": "APIResourceList",
             "groupVersion": "v1",
             "resources": [
+                {
+                    "name": "namespaces",
+                    "singularName": "namespace",
+                    "namespaced": False,
+                    "kind": "Namespace",
+                    "verbs": ["get"],
+                    "shortNames": ["ns"],
+                },
+                {
+                    "name": "persistentvolumeclaims",
+                    "singularName": "persistentvolumeclaim",
+                    "namespaced": True,
+                    "kind": "PersistentVolumeClaim",
+                    "verbs": ["get"],
+                    "shortNames": ["pvc"],
+                },
                 {
                     "name": "pods",
                     "singularName": "pod",

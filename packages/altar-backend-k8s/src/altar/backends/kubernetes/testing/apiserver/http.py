@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
+from altar.backends.kubernetes.testing.apiserver.access import SSAR_PATH
 from altar.backends.kubernetes.testing.apiserver.api import first
 from altar.backends.kubernetes.testing.apiserver.discovery import discovery
 from altar.backends.kubernetes.testing.apiserver.objects import JsonDict
@@ -25,6 +26,8 @@ __all__ = ["Handler", "RecordedRequest"]
 _JOBS_PATH = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 _PODS_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 _CORE_LIST_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/(resourcequotas|events)$")
+_NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)$")
+_CLAIM_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
 
 
 @dataclass(frozen=True)
@@ -132,11 +135,18 @@ class Handler(BaseHTTPRequestHandler):
                 if kind == "resourcequotas":
                     return 200, fake.api_list_quotas(namespace)
                 return 200, fake.api_list_events(namespace)
+            if path == SSAR_PATH and method == "POST":
+                return 201, fake.access.api_review(body)
+            if (found := _NAMESPACE_PATH.match(path)) and method == "GET":
+                return 200, fake.access.api_get_namespace(found.group(1))
+            if (found := _CLAIM_PATH.match(path)) and method == "GET":
+                return 200, fake.access.api_get_claim(found.group(1), found.group(2))
             if jobs:
                 namespace, name = jobs.group(1), jobs.group(2)
                 if name is None and method == "GET":
                     return 200, fake.api_list("JobList", namespace, selector)
                 if name is None and method == "POST":
+                    fake.access.require_namespace(namespace)
                     return 201, fake.api_create_job(namespace, body)
                 if name is not None and method == "GET":
                     return 200, fake.api_get_job(namespace, name)

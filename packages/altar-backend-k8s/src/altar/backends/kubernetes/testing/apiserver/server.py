@@ -12,6 +12,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from altar.backends.kubernetes.testing.apiserver.access import AccessRules
 from altar.backends.kubernetes.testing.apiserver.api import ApiOperations
 from altar.backends.kubernetes.testing.apiserver.http import Handler, RecordedRequest
 
@@ -36,6 +37,7 @@ class FakeApiServer(ApiOperations):
     its Pods until :meth:`collect_garbage`; a delete without a policy orphans them (the
     batch/v1 default). With ``honour_ttl`` a finished Job and its pods are deleted
     ``ttlSecondsAfterFinished`` seconds after it finished, as the TTL controller does.
+    With ``namespaces`` only those (and the system namespaces) exist; without, every one.
     """
 
     def __init__(
@@ -44,8 +46,12 @@ class FakeApiServer(ApiOperations):
         deletion_delay_s: float | None = 0.2,
         minor_version: str = "32",
         honour_ttl: bool = False,
+        namespaces: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         super().__init__(deletion_delay_s=deletion_delay_s, honour_ttl=honour_ttl)
+        #: Namespaces, claims and RBAC refusals (:mod:`.access`): ``access.add_claim``,
+        #: ``access.deny``; ``namespaces`` (plus the system ones) makes namespaces real.
+        self.access = AccessRules(namespaces)
         self.minor_version = minor_version
         self.requests: list[RecordedRequest] = []
         self._faults: list[_Fault] = []
