@@ -182,6 +182,27 @@ def integration(session: nox.Session, provider: str) -> None:
 
 
 @nox.session(python=DEFAULT_PYTHON)
+def crash_engine(session: nox.Session) -> None:
+    """The engine-kill crash scenario over 5 seeds in a row (issue 22's measure; ~1 min each):
+    every seed must end with every task succeeded, nothing run twice, no retry charged.
+    ``ALTAR_CRASH_SEED=<n>`` starts from seed n; posargs go to pytest."""
+    _sync(session, "--all-packages", "--group", "dev")
+    env = _services_env(session, "docker")
+    env.update(ALTAR_REQUIRE_SERVICES="1", ALTAR_CRASH_ROUNDS="5")
+    session.run(
+        "pytest",
+        "-n",
+        "0",
+        "-x",
+        "tests/crash/test_crash_consistency.py",
+        "-k",
+        "engine_killed_during_submits",
+        *session.posargs,
+        env=env,
+    )
+
+
+@nox.session(python=DEFAULT_PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the Sphinx site with warnings as errors."""
     _sync(session, "--all-packages", "--group", "dev")

@@ -45,6 +45,7 @@ HOOKS = {
     "make_provider_unreachable": (["backend"], set()),
     "provider_task": (["backend", "handle"], set()),
     "leave_task_created": (["backend", "spec", "key"], set()),
+    "end_by_provider": (["backend", "handle"], set()),
 }
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,7 +15,7 @@ from altar.conformance import ExecutionBackendContract, LaunchedTask, ProviderTa
 from altar.conformance.processes import ProcessFabric, external_id_for_key
 from altar.conformance.reference import InProcessExecutionBackend, InProcessTaskVerifyingBackend
 from altar.conformance.reference_contract import InProcessBackendContract
-from altar.conformance.supervisor import DEADLINE, LOG, OUTCOME
+from altar.conformance.supervisor import DEADLINE, LOG, OUTCOME, STARTED, process_start_ticks
 from altar.execution import (
     ContainerTaskSpec,
     ExecutionBackend,
@@ -151,6 +154,22 @@ class TestInProcessBackendWithProcesses(ExecutionBackendContract):
         )
         assert created == external_id_for_key(key)
         return created
+
+    def end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str | None:
+        # SIGKILL of the task's supervisor (what runs it), once it has claimed the task; the
+        # command dies with it (PR_SET_PDEATHSIG).
+        started = _task_dir(backend, handle) / STARTED
+        for _ in range(3000):
+            if started.exists():
+                break
+            time.sleep(0.01)
+        pid = int(json.loads(started.read_text())["pid"])
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(3000):  # gone (or a zombie nobody reaps): no longer the task's
+            if process_start_ticks(pid) is None:
+                break
+            time.sleep(0.01)
+        return "engine_lost"
 
     def provider_task(self, backend: ExecutionBackend, handle: TaskHandle) -> ProviderTask | None:
         # The records name the image; the host runs the process without CPU or memory limits.

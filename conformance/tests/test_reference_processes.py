@@ -176,6 +176,10 @@ async def test_a_killed_supervisor_takes_its_command_along_and_is_reported(tmp_p
     assert status.failure.reason == "job_failed"
     assert "supervisor" in (status.failure.detail or "")
     assert not status.failure.deterministic
+    # Issue 22: what ran the task died, the task did not fail.
+    assert status.failure.provider_ending == "engine_lost"
+    (fresh,) = await InProcessExecutionBackend(data_root=tmp_path).poll([handle])
+    assert fresh.failure == status.failure
 
 
 @pytest.mark.asyncio

@@ -46,6 +46,11 @@ class Broken:
         )
 
 
+ENDING_CHECKS = (
+    "test_a_provider_ending_is_reported_as_the_providers",
+    "test_a_provider_ending_reads_the_same_after_a_restart",
+)
+
 CASES = {
     "rewrites-the-command": Broken(
         """
@@ -105,6 +110,7 @@ CASES = {
                 "test_a_restarted_process_can_cancel_a_task",
                 "test_a_resubmitted_key_adopts_the_task_after_a_restart",
                 "test_list_submissions_finds_every_task_of_the_run",
+                "test_a_provider_ending_reads_the_same_after_a_restart",
             }
         ),
     ),
@@ -450,6 +456,45 @@ CASES = {
                 "test_a_resubmitted_key_adopts_the_finished_task[3]",
             }
         ),
+    ),
+    "reports-a-provider-ending-as-exit-137": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                replace(s, failure=TaskFailure("exit_137", "killed", False, 137))
+                if s.failure is not None and s.failure.provider_ending is not None
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset(ENDING_CHECKS),
+    ),
+    "reports-a-provider-ending-as-success": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                TaskStatus(s.handle, TaskState.SUCCEEDED)
+                if s.failure is not None and s.failure.provider_ending is not None
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset(ENDING_CHECKS),
+    ),
+    "reports-a-provider-ending-as-0.3.0-did": Broken(
+        """
+        async def poll(self, handles):
+            statuses = await super().poll(handles)
+            return [
+                replace(s, failure=replace(s.failure, provider_ending=None))
+                if s.failure is not None and s.failure.provider_ending is not None
+                else s
+                for s in statuses
+            ]
+        """,
+        frozenset(ENDING_CHECKS),
     ),
     "lists-only-what-this-instance-submitted": Broken(
         """

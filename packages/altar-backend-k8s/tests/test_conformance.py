@@ -87,6 +87,13 @@ class TestKubernetesBackendContract(ExecutionBackendContract):  # type: ignore[m
         _fake(backend).oom_kill(name, uid=uid)
         return True
 
+    def end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str | None:
+        # The scheduler preempts the Job's pod (a DisruptionTarget condition, as the kubelet
+        # writes it); the suite's provider-ending checks (issue 22).
+        name, uid, _ = _job(backend, handle)
+        _fake(backend).end_by_provider(name, "preempted", uid=uid)
+        return "preempted"
+
     def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
         _fake(backend).inject_error(503, times=10_000)
         return True

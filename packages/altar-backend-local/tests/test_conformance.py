@@ -71,6 +71,12 @@ class TestLocalBackendConformance(ExecutionBackendContract):
         _engine(backend).oom_kill(handle.external_id)
         return True
 
+    def end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str | None:
+        # The engine restarts (without live-restore) and stops the running container. The
+        # real engine's restart is tested with an engine of its own (tests/crash).
+        _engine(backend).restart_engine()
+        return "engine_lost"
+
     def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
         _engine(backend).available = False
         return True

@@ -83,6 +83,12 @@ class TestModalBackendContract(ExecutionBackendContract):  # type: ignore[misc, 
         _fake(backend).oom_kill(handle.external_id)
         return True
 
+    def end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str | None:
+        # The sandbox's worker is preempted (what the SDK reports for it); the suite's
+        # provider-ending checks (issue 22).
+        _fake(backend).end_by_provider(handle.external_id, "preempted")
+        return "preempted"
+
     def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
         _fake(backend).unreachable = True
         return True

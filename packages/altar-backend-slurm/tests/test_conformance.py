@@ -71,6 +71,12 @@ class TestSlurmBackendContract(ExecutionBackendContract):
         _node(backend).oom_kill(handle.external_id)
         return True
 
+    def end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str | None:
+        # A higher-tier job takes the node (PreemptMode=CANCEL): the job reads PREEMPTED, its
+        # script's TERM trap recorded 143; the suite's provider-ending checks (issue 22).
+        _node(backend).preempt(handle.external_id, record=143)
+        return "preempted"
+
     def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
         _node(backend).available = False
         return True

@@ -39,6 +39,12 @@ class Counts:
     final_status: int | None = None
     rerun_status: int | None = None
     engine_kills: int = 0
+    succeeded: int = 0  # tasks the journal ends with as succeeded
+    first_status: int | None = None  # the exit status of the first run, before any resume
+    #: task -> failed attempts charged to its retries (no provider_ending)
+    charged: dict[str, int] = field(default_factory=dict)
+    #: failed attempts by reason (``reason/provider_ending`` when the provider ended them)
+    failure_reasons: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -71,6 +77,12 @@ class Counts:
         ]
         if self.engine_kills:
             lines.append(f"  Docker engine killed {self.engine_kills} time(s) during submits")
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(self.failure_reasons.items()))
+        lines.append(
+            f"  {self.succeeded} of {self.tasks} tasks succeeded; failed attempts: "
+            f"{reasons or 'none'}; retries charged: {sum(self.charged.values())}"
+            + ("" if self.first_status is None else f"; first run's status {self.first_status}")
+        )
         problems = {
             "doubles": self.doubles,
             "lost": self.lost,
@@ -84,6 +96,7 @@ class Counts:
             "records left": self.records_left,
             "temporary files left": self.temporaries_left,
             "ATTEMPTS is not the ledger's executions": self.attempts_mismatch,
+            "retries charged": self.charged,
         }
         for name, value in problems.items():
             if value:

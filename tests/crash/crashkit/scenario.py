@@ -93,6 +93,26 @@ def _retried(snapshot_tasks: dict[str, dict[str, object]]) -> dict[str, int]:
     return found
 
 
+def _charged(snapshot_tasks: dict[str, dict[str, object]]) -> tuple[dict[str, int], Counter[str]]:
+    """Task -> failed attempts that used one of its retries (no ``provider_ending``: the
+    runner's ``max_retries`` pays for it, a refused submit included), and every failed
+    attempt's ``reason`` (``/ending`` when set)."""
+    charged: dict[str, int] = {}
+    reasons: Counter[str] = Counter()
+    for task, record in snapshot_tasks.items():
+        attempts = record.get("attempts") or []
+        assert isinstance(attempts, list)
+        for attempt in attempts:
+            failure = attempt.get("failure")
+            if not failure:
+                continue
+            ending = failure.get("provider_ending")
+            reasons[failure.get("reason", "?") + (f"/{ending}" if ending else "")] += 1
+            if ending is None:
+                charged[task] = charged.get(task, 0) + 1
+    return charged, reasons
+
+
 def _lost(setup: Setup, view: JournalView, executions: Executions) -> list[str]:
     lost = []
     for task in setup.plan.task_ids:
@@ -175,6 +195,8 @@ def count(
     counts.executions = executions.total
     counts.doubles = executions.doubles(retried if excuse_retries else None)
     counts.retried = sum(retried.values())
+    counts.charged, counts.failure_reasons = _charged(view.records)
+    counts.succeeded = sum(1 for r in view.records.values() if r.get("state") == "succeeded")
     reported = _reported_attempts(setup)
     counts.reported_attempts = sum(reported.values())
     counts.attempts_mismatch = {
@@ -337,6 +359,7 @@ def run_engine_scenario(
     driver.drive.rerun_status = driver.finish()
     after = read_ledger(setup.plan.ledger, setup.plan.marker).total
     counts = count(setup, driver.drive, after - before, excuse_retries=True)
+    counts.first_status = status
     counts.engine_kills = engine.kills
     counts.notes.extend(notes)
     log(counts.format())

@@ -45,6 +45,7 @@ _SUITE_MODULES = (
     "altar.conformance._polling",
     "altar.conformance.adoption",
     "altar.conformance.contract",
+    "altar.conformance.endings",
     "altar.conformance.provider",
     "altar.conformance.reference_contract",
 )

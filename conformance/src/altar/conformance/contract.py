@@ -48,6 +48,7 @@ from altar.conformance._polling import (
     poll_one,
 )
 from altar.conformance.adoption import AdoptionChecks
+from altar.conformance.endings import ProviderEndingChecks
 from altar.conformance.launched import GIB, LaunchedTask
 from altar.conformance.looplag import measure_blocking
 from altar.conformance.provider import ProviderChecks
@@ -126,15 +127,15 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class ExecutionBackendContract(ProviderChecks, AdoptionChecks):
+class ExecutionBackendContract(ProviderChecks, AdoptionChecks, ProviderEndingChecks):
     """Subclass in a test module to run the portability suite against one backend.
 
     Required: the ``backend`` fixture and the hooks ``finish_task``, ``expire_task`` and
     ``launched_timeout``; ``fail_input_verification`` for a ``"task"`` verifying backend.
     Optional hooks (``write_task_log``, ``launched_task``, ``reopen``, ``oom_kill_task``,
-    ``make_provider_unreachable``, ``unsupported_specs``) unlock more checks; left at their
-    defaults those checks skip with the reason. Hooks are synchronous and receive the backend
-    instance under test.
+    ``make_provider_unreachable``, ``unsupported_specs``, ``end_by_provider``, and those of
+    the mixins) unlock more checks; left at their defaults those checks skip with the reason.
+    Hooks are synchronous and receive the backend instance under test.
     """
 
     # The base class is not a test class; every subclass is (see __init_subclass__).

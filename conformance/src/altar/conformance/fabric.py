@@ -114,7 +114,8 @@ class FabricTask:
 class InProcessFabric:
     """The in-process provider: a thread-safe table of tasks, shared by backend instances.
 
-    Its scripting methods (:meth:`finish`, :meth:`expire`, :meth:`oom_kill`, :meth:`write_log`)
+    Its scripting methods (:meth:`finish`, :meth:`expire`, :meth:`oom_kill`,
+    :meth:`lose_supervisor`, :meth:`write_log`)
     change a task the way a real provider would change under a backend's feet.
     """
 
@@ -234,6 +235,10 @@ class InProcessFabric:
         """The task is killed for exceeding its memory limit."""
         self._end(external_id, exit_code=OOM_EXIT_CODE, ended_by="oom_killed")
 
+    def lose_supervisor(self, external_id: str) -> None:
+        """What runs the task dies under it (a killed supervisor): the provider's ending."""
+        self._end(external_id, exit_code=None, ended_by="engine_lost")
+
     def fail_input_verification(self, external_id: str) -> None:
         """The task's own check of its inputs fails before its command runs."""
         self._append_log(external_id, ["an input does not match its digest"])
@@ -315,6 +320,12 @@ class InProcessFabric:
                 "oom_killed",
                 f"task {external_id} was killed for exceeding its memory limit",
                 exit_code=task.exit_code,
+            )
+        if task.ended_by == "engine_lost":
+            return TaskState.FAILED, TaskFailure(
+                "job_failed",
+                f"engine_lost: the supervisor of task {external_id} died; the task ended with it",
+                provider_ending="engine_lost",
             )
         if task.exit_code == 0:
             return TaskState.SUCCEEDED, None

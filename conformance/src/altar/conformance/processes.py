@@ -11,8 +11,9 @@ A submission carrying an ``altar.submission`` key gets the external id ``in-proc
 and its directory is created exclusively: a resubmit of the same key (the runner's retry of
 an in-doubt submit) finds it and adopts it, created (started now), running or finished. A
 task whose supervisor died without an outcome (killed with ``SIGKILL``, a reboot) is
-reported failed with reason ``job_failed``: it never runs on unnoticed, since its command
-dies with its supervisor.
+reported failed with reason ``job_failed`` and ``provider_ending="engine_lost"`` (the
+supervisor is what runs it: its end is the provider's, not the task's): it never runs on
+unnoticed, since its command dies with its supervisor.
 """
 
 from __future__ import annotations
@@ -257,11 +258,14 @@ class ProcessFabric:
                 elif claim is None:
                     return TaskState.PENDING, None
                 else:
+                    # The supervisor is this provider's engine: its death ended the task,
+                    # which did nothing wrong (issue 22).
                     return TaskState.FAILED, TaskFailure(
                         "job_failed",
-                        f"task {external_id}: its supervisor (pid {claim['pid']}) ended without "
-                        "recording an outcome (killed, or the machine restarted); the command "
-                        "died with it",
+                        f"engine_lost: task {external_id}: its supervisor (pid {claim['pid']}) "
+                        "ended without recording an outcome (killed, or the machine "
+                        "restarted); the command died with it",
+                        provider_ending="engine_lost",
                     )
         return _failure(external_id, outcome, record)
 

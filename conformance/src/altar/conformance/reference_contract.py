@@ -107,6 +107,11 @@ class InProcessBackendContract(ExecutionBackendContract):
         _fabric_of(backend).oom_kill(handle.external_id)
         return True
 
+    def end_by_provider(self, backend: ExecutionBackend, handle: TaskHandle) -> str | None:
+        # What runs the task dies (the fabric's supervisor): the provider ended it.
+        _fabric_of(backend).lose_supervisor(handle.external_id)
+        return "engine_lost"
+
     def make_provider_unreachable(self, backend: ExecutionBackend) -> bool:
         _fabric_of(backend).reachable = False
         return True

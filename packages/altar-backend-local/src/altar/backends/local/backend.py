@@ -228,6 +228,7 @@ class LocalDockerExecutionBackend(ExecutionBackend):
                 ) from error
             raise
         self._launcher.own(spec.labels)
+        self._poller.note_exists(container_id, time.time())  # gone after a restart: lost
         if self._launcher.undecided(container_id):
             failure = start_unknown_failure(container_id)
             self._poller.remember(container_id, Observation(TaskState.FAILED, failure))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from altar.backends.local.runtime import ContainerSummary, timeout_from_labels
 from altar.execution import TaskFailure, TaskState
@@ -14,7 +15,11 @@ __all__ = [
     "Outcome",
     "deadline",
     "deadline_from_start",
+    "ended_by_engine_restart",
+    "engine_lost_failure",
+    "gone_after_engine_restart",
     "live_state",
+    "lost_start_failure",
     "start_unknown_failure",
     "terminal_failure",
     "timeout_failure",
@@ -150,7 +155,81 @@ def start_unknown_failure(container_id: str) -> TaskFailure:
     """A container the engine may have run and then forgot (see :mod:`.launch`)."""
     return TaskFailure(
         "job_failed",
-        f"container {container_id} may have run: the Docker engine restarted while starting "
+        f"engine_lost: container {container_id} may have run: the Docker engine restarted "
+        "while starting "
         "it and restored it as never started, so its outcome is lost; it is not started twice",
         deterministic=False,
+        provider_ending="engine_lost",
+    )
+
+
+def ended_by_engine_restart(outcome: Outcome, restarted_at: float | None) -> bool:
+    """Whether the engine's own start ended the container (see :mod:`.restarts`).
+
+    It started before the running engine did and ended after: only the engine stops a
+    container then. Exit code 0 stays the task's success (it finished its work, even if the
+    engine's stop signal asked it to), and an OOM kill stays the task's.
+    """
+    return (
+        restarted_at is not None
+        and outcome.started_at is not None
+        and outcome.finished_at is not None
+        and outcome.started_at < restarted_at <= outcome.finished_at
+        and outcome.exit_code != 0
+        and not outcome.oom_killed
+    )
+
+
+def _clock(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%H:%M:%S.%f")[:-3] + " UTC"
+
+
+def engine_lost_failure(container_id: str, outcome: Outcome, restarted_at: float) -> TaskFailure:
+    """A container the engine stopped when it started again: the provider's ending.
+
+    The reason is ``job_failed``, not ``exit_<n>``: the code is the engine's kill, not the
+    task's answer; the engine's words (the code and when) are in the detail.
+    """
+    code = outcome.exit_code
+    signal = _SIGNAL_EXITS.get(code)
+    how = f"exit code {code}" + (f", {signal}" if signal else "")
+    started = outcome.started_at if outcome.started_at is not None else restarted_at
+    finished = outcome.finished_at if outcome.finished_at is not None else restarted_at
+    return TaskFailure(
+        "job_failed",
+        f"engine_lost: the Docker engine restarted at {_clock(restarted_at)} under container "
+        f"{container_id} (started {_clock(started)}) and stopped it at {_clock(finished)} "
+        f"({how}); the task did not fail",
+        deterministic=False,
+        provider_ending="engine_lost",
+    )
+
+
+def gone_after_engine_restart(
+    container_id: str, seen_at: float, restarted_at: float
+) -> TaskFailure:
+    """A container that existed before the engine's last start and is gone since."""
+    return TaskFailure(
+        "container_missing",
+        f"engine_lost: container {container_id} existed at {_clock(seen_at)} and is gone after "
+        f"the Docker engine restarted at {_clock(restarted_at)}",
+        deterministic=False,
+        provider_ending="engine_lost",
+    )
+
+
+def lost_start_failure(container_id: str, restarted_at: float) -> TaskFailure:
+    """A container the engine reports running although it never started, with no process.
+
+    Seen when ``dockerd`` was killed while starting a container: the restarted engine lists
+    it ``running`` with no ``StartedAt`` and the pid of a process that ended long ago; it
+    never reports its end. Whether the task ran, and how it ended, is lost with the engine.
+    """
+    return TaskFailure(
+        "job_failed",
+        f"engine_lost: the Docker engine restarted at {_clock(restarted_at)} while it started "
+        f"container {container_id}; it reports the container running but never started, with "
+        "no process left, and will never report its end: its outcome is lost",
+        deterministic=False,
+        provider_ending="engine_lost",
     )

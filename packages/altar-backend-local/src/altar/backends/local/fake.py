@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from altar.backends.local.fake_restarts import restart
 from altar.backends.local.runtime import (
     LIVE_CONTAINER_STATES,
     ContainerDetail,
@@ -123,6 +124,9 @@ class FakeDockerRuntime:
         self.streams: list[FakeEventStream] = []
         # Operations ("create", "start") whose next answer is lost after the engine did them.
         self.lose_answers: set[str] = set()
+        # Set by restart_engine (None: no start reported, as from a TCP engine).
+        self.restarted_at: float | None = None
+        self.live_restore = False  # True: restarts keep containers running, none reported
         self._lock = threading.RLock()
 
     # -- engine behaviour ---------------------------------------------------------------------
@@ -439,6 +443,10 @@ class FakeDockerRuntime:
             self._request("info")
             return self.cpus
 
+    def engine_restarted_at(self) -> float | None:
+        with self._lock:  # the kernel's answer, and live-restore read once: no request counted
+            return None if self.live_restore else self.restarted_at
+
     # -- scripting (not engine requests) -----------------------------------------------------
 
     def finish(self, container_id: str, exit_code: int, *, oom: bool = False) -> None:
@@ -473,6 +481,11 @@ class FakeDockerRuntime:
                         stream.push(ContainerEvent(container.id, "start", container.started_at))
         for stream in list(self.streams):
             stream.drain()  # outside the lock: the reader may be waiting on it
+
+    def restart_engine(self, *, lose: Sequence[str] = (), stuck: Sequence[str] = ()) -> None:
+        """dockerd dies and starts again (see :func:`.fake_restarts.restart`)."""
+        with self._lock:
+            restart(self, lose, stuck)
 
     def write_log(self, container_id: str, lines: list[str], *, stream: str = "stdout") -> None:
         """The container writes ``lines`` to ``stream`` (``stdout`` or ``stderr``)."""

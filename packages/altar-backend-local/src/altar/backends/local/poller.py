@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -28,11 +28,16 @@ from altar.backends.local.classify import (
     Outcome,
     deadline,
     deadline_from_start,
+    ended_by_engine_restart,
+    engine_lost_failure,
+    gone_after_engine_restart,
     live_state,
+    lost_start_failure,
     terminal_failure,
     timeout_failure,
 )
 from altar.backends.local.events import EventFollower
+from altar.backends.local.restarts import process_runs
 from altar.backends.local.runtime import (
     ContainerDetail,
     ContainerEvent,
@@ -95,6 +100,10 @@ class Poller:
         self._terminal: dict[str, Observation] = {}
         self._started: dict[str, float] = {}  # engine start times (StartedAt), once known
         self._offset: float | None = None  # engine clock minus ours
+        # The earliest time each container is known to have existed (its creation, or the
+        # answer to its create): a container gone since an engine restart after it was lost
+        # with the engine.
+        self._existed: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def cached(self, container_id: str) -> Observation | None:
@@ -104,6 +113,20 @@ class Poller:
     def remember(self, container_id: str, observation: Observation) -> None:
         with self._lock:
             self._terminal[container_id] = observation
+
+    def note_exists(self, container_id: str, at: float) -> None:
+        """``container_id`` existed at ``at`` (epoch seconds)."""
+        with self._lock:
+            self._existed[container_id] = min(at, self._existed.get(container_id, at))
+
+    def _engine_restart(self) -> float | None:
+        """When the engine last started, if that ended its running containers (one look per
+        poll that needs it; a runtime without the method never tells)."""
+        read = getattr(self.runtime, "engine_restarted_at", None)
+        if read is None:
+            return None
+        answer = read()
+        return float(answer) if answer is not None else None
 
     def engine_now(self) -> float:
         if self._offset is None:
@@ -121,18 +144,17 @@ class Poller:
         summaries = self.runtime.list_containers(wanted)
         full = {s.id: s for s in summaries}
         by_id: dict[str, ContainerSummary] = {}
+        restart = _Once(self._engine_restart)
         for wanted_id in wanted:
             exact = full.get(wanted_id)
             matches = [exact] if exact else [s for s in summaries if s.id.startswith(wanted_id)]
             if len(matches) == 1:
                 by_id[wanted_id] = matches[0]
+                self.note_exists(matches[0].id, float(matches[0].created))
+            elif not matches:
+                result[wanted_id] = self._gone(wanted_id, restart)
             else:
-                result[wanted_id] = missing(
-                    wanted_id,
-                    "the Docker engine has no such container (removed, or never created here)"
-                    if not matches
-                    else "the id prefix is ambiguous",
-                )
+                result[wanted_id] = missing(wanted_id, "the id prefix is ambiguous")
         if self.follower is not None:
             # The engine publishes ``die`` a moment before its list shows the container exited:
             # a followed die event is the process's end, whatever the list still says.
@@ -146,11 +168,33 @@ class Poller:
         ended = [s for s in by_id.values() if live_state(s) is None]
         outcomes = self._outcomes(ended) if ended else {}
         for wanted_id, summary in by_id.items():
-            result[wanted_id] = self._classify(wanted_id, summary, outcomes)
+            result[wanted_id] = self._classify(wanted_id, summary, outcomes, restart)
         return result
 
+    def _gone(self, container_id: str, restart: _Once) -> Observation:
+        """A container the engine does not have: lost with the engine if it existed before
+        the engine's last start, else missing as before."""
+        with self._lock:
+            existed = next(
+                (at for cid, at in self._existed.items() if cid.startswith(container_id)), None
+            )
+        restarted = restart() if existed is not None else None
+        if existed is not None and restarted is not None and existed < restarted:
+            observation = Observation(
+                TaskState.FAILED, gone_after_engine_restart(container_id, existed, restarted)
+            )
+            self.remember(container_id, observation)
+            return observation
+        return missing(
+            container_id, "the Docker engine has no such container (removed, or never created here)"
+        )
+
     def _classify(
-        self, key: str, summary: ContainerSummary, outcomes: dict[str, Outcome | None]
+        self,
+        key: str,
+        summary: ContainerSummary,
+        outcomes: dict[str, Outcome | None],
+        restart: _Once,
     ) -> Observation:
         state = live_state(summary)
         if state is not None:
@@ -176,12 +220,21 @@ class Poller:
                 )
                 self._remember_as(key, summary.id, observation)
                 return observation
+            restarted = self._lost_while_starting(summary, restart)
+            if restarted is not None:
+                observation = Observation(
+                    TaskState.FAILED, lost_start_failure(summary.id, restarted)
+                )
+                self._remember_as(key, summary.id, observation)
+                return observation
             return Observation(state, started_at=self._known_start(summary.id))
         outcome = outcomes.get(summary.id)
         if outcome is None:
             # Removed between the list and the inspect.
             return missing(summary.id, "it was removed while it was being inspected")
         failure = terminal_failure(summary, outcome)
+        if failure is not None and failure.reason.startswith("exit_"):
+            failure = self._engine_ending(summary.id, outcome, restart) or failure
         if (
             failure is not None
             and failure.reason == "exit_137"
@@ -200,6 +253,43 @@ class Poller:
         )
         self._remember_as(key, summary.id, observation)
         return observation
+
+    def _lost_while_starting(self, summary: ContainerSummary, restart: _Once) -> float | None:
+        """The engine's start, if it left ``summary`` running without ever starting it.
+
+        Only a running container whose start nobody saw (no event, no earlier inspect),
+        created before the engine's last start, costs an inspect, once: one that started
+        is remembered so.
+        """
+        if summary.state != "running" or self._known_start(summary.id) is not None:
+            return None
+        restarted = restart()
+        if restarted is None or summary.created > restarted:
+            return None
+        detail = self._inspect_noting_start(summary.id)
+        if detail is None or detail.state != "running" or detail.started_at is not None:
+            return None
+        if detail.pid is not None and process_runs(detail.pid):
+            return None  # its process runs after all: the engine will see it end
+        return restarted
+
+    def _engine_ending(
+        self, container_id: str, outcome: Outcome, restart: _Once
+    ) -> TaskFailure | None:
+        """The engine_lost failure of a container its engine's restart stopped, else None.
+
+        Asked only of a container that exited non-zero: the engine's start time costs a
+        socket connect and, once per engine process, an info request; the container's own
+        start costs an inspect when no event told it.
+        """
+        restarted = restart()
+        if restarted is None or outcome.finished_at is None or outcome.finished_at < restarted:
+            return None
+        if outcome.started_at is None:
+            outcome = replace(outcome, started_at=self.started_at(container_id))
+        if not ended_by_engine_restart(outcome, restarted):
+            return None
+        return engine_lost_failure(container_id, outcome, restarted)
 
     def _overrun(self, summary: ContainerSummary) -> bool:
         """A live container has run past its limit, counted from its start (issue 15).
@@ -323,6 +413,21 @@ class Poller:
         if detail.started_at is not None:
             self.note_start(detail.id, detail.started_at)
         return detail
+
+
+class _Once:
+    """A value read at most once, on first use (the engine's start, for one poll)."""
+
+    def __init__(self, read: Callable[[], float | None]) -> None:
+        self._read = read
+        self._value: float | None = None
+        self._done = False
+
+    def __call__(self) -> float | None:
+        if not self._done:
+            self._value = self._read()
+            self._done = True
+        return self._value
 
 
 def _from_events(

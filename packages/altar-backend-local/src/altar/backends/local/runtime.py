@@ -113,6 +113,7 @@ class ContainerDetail:
     finished_at: float | None  # engine epoch seconds; None while it never finished
     started_at: float | None = None  # engine epoch seconds; None while it never started
     labels: dict[str, str] = field(default_factory=dict)
+    pid: int | None = None  # its main process as the engine knows it; None when not running
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,15 @@ class DockerRuntime(Protocol):
 
     def cpu_count(self) -> int:
         """How many CPUs the engine offers a container (its info's ``NCPU``)."""
+        ...
+
+    def engine_restarted_at(self) -> float | None:
+        """When the running engine started (epoch seconds), if starting it ended every
+        container that ran before it (Docker without live-restore); None when that cannot be
+        told or when its restarts leave containers running (live-restore, Podman).
+
+        Optional: the backend reads a runtime without it as one whose restarts are unknown.
+        """
         ...
 
 

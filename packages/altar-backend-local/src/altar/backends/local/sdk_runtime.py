@@ -23,7 +23,9 @@ from typing import Any, NoReturn, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
+from altar.backends.local.leaks import close_unconnected
 from altar.backends.local.render import create_body
+from altar.backends.local.restarts import engine_pid, process_started_at, socket_path
 from altar.backends.local.runtime import (
     LIVE_CONTAINER_STATES,
     ContainerDetail,
@@ -139,6 +141,9 @@ class DockerSdkRuntime:
         self._timeout_s = timeout_s
         self._client: docker.APIClient | None = None
         self._lock = threading.Lock()
+        # (dockerd pid, its start) -> engine_restarted_at's answer: one info request per
+        # engine process, for its live-restore setting.
+        self._restart: tuple[tuple[int, float], float | None] | None = None
 
     @property
     def engine(self) -> str:
@@ -147,6 +152,7 @@ class DockerSdkRuntime:
     # -- plumbing ---------------------------------------------------------------------------
 
     def _unavailable(self, error: BaseException) -> NoReturn:
+        close_unconnected(error)
         if isinstance(error, FileNotFoundError):
             advice = (
                 "No engine socket exists there: install a Docker engine (Debian/Ubuntu: "
@@ -330,6 +336,7 @@ class DockerSdkRuntime:
             finished_at=_parse_time(state.get("FinishedAt")),
             started_at=_parse_time(state.get("StartedAt")),
             labels=dict((data.get("Config") or {}).get("Labels") or {}),
+            pid=int(state.get("Pid") or 0) or None,
         )
 
     def exit_events(
@@ -454,3 +461,24 @@ class DockerSdkRuntime:
     def cpu_count(self) -> int:
         info = self._call(lambda api: api.info())
         return int(info.get("NCPU") or 0)
+
+    def engine_restarted_at(self) -> float | None:
+        """The start of the ``dockerd`` behind a local unix socket, unless it runs with
+        live-restore (then a restart ends no container); None where it cannot be told
+        (see :mod:`.restarts`)."""
+        url = str(_client_kwargs(self._base_url).get("base_url") or "unix:///var/run/docker.sock")
+        path = socket_path(url)
+        pid = engine_pid(path, self._timeout_s) if path is not None else None
+        started = process_started_at(pid) if pid is not None else None
+        if pid is None or started is None:
+            return None
+        with self._lock:
+            known = self._restart
+        # The same process reads a start a tick apart from one call to the next.
+        if known is not None and known[0][0] == pid and abs(known[0][1] - started) < 1.0:
+            return known[1]
+        info = self._call(lambda api: api.info())
+        answer = None if info.get("LiveRestoreEnabled") else started
+        with self._lock:
+            self._restart = ((pid, started), answer)
+        return answer
