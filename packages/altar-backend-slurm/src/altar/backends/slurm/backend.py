@@ -589,13 +589,16 @@ class SlurmExecutionBackend(ExecutionBackend):
         self._note_live(statuses)
         return statuses
 
+    def _limits_due(self) -> bool:
+        """Whether the limits are to be read (never yet, or unknown for a while)."""
+        return self._limits_at is None or (
+            self._limits is None and time.monotonic() - self._limits_at > _LIMITS_RETRY_S
+        )
+
     def _submit_limit(self) -> tuple[int, str] | None:
         """The live-job limit this backend's jobs are under (read once), or None."""
-        now = time.monotonic()
-        if self._limits_at is None or (
-            self._limits is None and now - self._limits_at > _LIMITS_RETRY_S
-        ):
-            self._limits_at = now
+        if self._limits_due():
+            self._limits_at = time.monotonic()
             self._limits = read_limits(self.node, timeout_s=self.query_timeout_s)
         if self._limits is None:
             return None
@@ -622,7 +625,10 @@ class SlurmExecutionBackend(ExecutionBackend):
         when no limit applies: Slurm queues what it cannot start yet. Raises
         :class:`LoginNodeLostError` once the login node is lost (see :meth:`_watched`)."""
         self._raise_if_lost()  # the runner asks before each submit: a lost node stops it here
-        limit = await self._watched(self._submit_limit)
+        if self._limits_due():  # a read of the login node: it counts for its reachability
+            limit = await self._watched(self._submit_limit)
+        else:  # the cached limits: no answer from the node, so none to count
+            limit = self._submit_limit()
         if limit is None:
             return Capacity()
         horizon = time.monotonic() - _LIVE_HORIZON_S
