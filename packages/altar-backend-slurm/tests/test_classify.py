@@ -271,3 +271,12 @@ def test_a_requeued_job_reads_pending_from_the_queue() -> None:
     observed = from_queue(row)
     assert observed is not None
     assert (observed.state, observed.failure) == (TaskState.PENDING, None)
+
+
+def test_sacct_rows_name_the_node_and_keep_a_bar_in_the_work_dir() -> None:
+    (row,) = parse_sacct("5|PREEMPTED|0:0|j|node-7|/w/a|b\n")
+    assert (row.nodes, row.work_dir) == ("node-7", "/w/a|b")
+    observed = from_accounting("5", [row])
+    assert observed is not None
+    assert observed.failure is not None
+    assert "node node-7" in (observed.failure.detail or "")

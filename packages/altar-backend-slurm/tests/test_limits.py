@@ -228,8 +228,7 @@ async def test_submits_wait_for_their_slot(backend: SlurmExecutionBackend) -> No
 @pytest.mark.parametrize(
     ("end", "ending", "words"),
     [
-        # read through the record and sacct (no NodeList there): the node is not named
-        ("preempt", "preempted", "was preempted on"),
+        ("preempt", "preempted", "preempted on node localhost"),
         ("node_fail", "node_lost", "node localhost failed under it (Slurm state NODE_FAIL)"),
         ("boot_fail", "node_lost", "node localhost failed to boot (Slurm state BOOT_FAIL)"),
     ],

@@ -47,7 +47,7 @@ __all__ = [
 #: ``squeue -O`` fields; ``:|`` makes ``|`` the separator with no padding or truncation.
 SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,Name:|,Comment:|,NodeList:|,WorkDir:|"
 #: ``sacct -P -o`` fields (``|``-separated); the working directory last, as it may hold ``|``.
-SACCT_FIELDS = "JobID,State,ExitCode,JobName,WorkDir"
+SACCT_FIELDS = "JobID,State,ExitCode,JobName,NodeList,WorkDir"
 
 PENDING_STATES = frozenset(
     {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
@@ -98,6 +98,7 @@ class AcctRow:
     exit_code: str  # "exit:signal"
     name: str
     work_dir: str
+    nodes: str = ""  # the node list ("None assigned" while pending)
 
     @property
     def job(self) -> str:
@@ -193,8 +194,11 @@ def parse_squeue(text: str) -> list[QueueRow]:
 def parse_sacct(text: str) -> list[AcctRow]:
     rows = []
     for line in text.splitlines():
-        parts = line.split("|", 4)
-        if len(parts) == 5 and parts[0]:
+        parts = line.split("|", 5)  # WorkDir last: a path may hold "|"
+        if len(parts) == 6 and parts[0]:
+            job_id, state, exit_code, name, nodes, work_dir = parts
+            rows.append(AcctRow(job_id, state, exit_code, name, work_dir, nodes))
+        elif len(parts) == 5 and parts[0]:  # the five fields asked before NodeList was
             rows.append(AcctRow(*parts))
     return rows
 
@@ -275,7 +279,8 @@ def from_accounting(
     if record is not None:
         exit_code = record.status
     steps = [r for r in mine if r is not job]
-    return _terminal(job_id, state, job.state, exit_code, signal, steps)
+    nodes = "" if job.nodes.startswith("None") else job.nodes
+    return _terminal(job_id, state, job.state, exit_code, signal, steps, nodes)
 
 
 def _terminal(

@@ -494,6 +494,7 @@ class FakeLoginNode(LocalLoginNode):
                     "State": state,
                     "ExitCode": exit_code,
                     "JobName": name,
+                    "NodeList": "None assigned" if job.state == "PENDING" else self.node_name,
                     "WorkDir": job.work_dir if step_id == str(job.job_id) else "",
                 }
                 lines.append("|".join(values[f] for f in fields))
