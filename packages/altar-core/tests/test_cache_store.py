@@ -185,3 +185,20 @@ def test_altar_cache_ls_verify_and_prune(tmp_path, capsys):
     assert cli.main(["cache", "prune", *where]) == 2  # says what to drop, drops nothing
     assert "--older-than" in capsys.readouterr().err
     assert cli.main(["cache", "ls", "--cache", str(tmp_path / "nope")]) == 2
+
+
+def test_recorded_digest_trusts_only_a_current_record_and_never_blocks_on_a_fifo(tmp_path):
+    from altar.execution.digest import record_path, recorded_digest, write_verification_record
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"weights")
+    before = os.stat(path)
+    time.sleep(1.1)  # a record is written only once the file's ctime second is over
+    digest = sha256_file(path)
+    assert write_verification_record(path, digest, before)
+    assert recorded_digest(path) == digest
+    path.write_bytes(b"weightZ")  # changed: the record vouches for nothing
+    assert recorded_digest(path) is None
+    os.unlink(record_path(path))
+    os.mkfifo(record_path(path))  # planted: read without blocking, refused
+    assert recorded_digest(path) is None

@@ -248,3 +248,28 @@ async def test_a_pile_up_of_endings_pauses_once_and_the_run_completes(
     paused, lifted = kinds.index("paused"), kinds.index("hold_lifted")
     # between the pause and its lifting, exactly one task (the probe) was submitted
     assert kinds[paused:lifted].count("submitted") == 1
+
+
+def test_a_probe_that_fails_by_itself_and_waits_for_its_retry_lifts_the_hold():
+    said, hold = _events()
+    tasks = {n: TaskRecord(n, "k", "s") for n in "abcd"}
+    for n, task_id in enumerate("abc"):
+        hold.ended(task_id, PREEMPTED, float(n))
+    (probe,) = hold.admit(list(tasks.values()), 10.0 + holding.PAUSE_S)
+    record = tasks[probe.id]
+    record.attempts.append(Attempt(len(record.attempts) + 1, "failed", failure=TIMEOUT))
+    record.state = "queued"  # its own timeout: the runner queued its retry
+    hold.observe(tasks)
+    assert not hold.holding  # the provider ran it: a held-back retry would wait for ever
+    assert said[-1][0] == "hold_lifted"
+    assert hold.admit([record], 100.0) == [record]
+
+
+def test_a_probe_withdrawn_by_a_limit_keeps_the_hold():
+    _, hold = _events()
+    tasks = {n: TaskRecord(n, "k", "s") for n in "ab"}
+    hold.limited(ProviderLimitError("quota", limit="q", retry_after_s=1.0), 0.0)
+    (probe,) = hold.admit(list(tasks.values()), 2.0)
+    tasks[probe.id].state = "queued"  # withdrawn: its attempt was popped, none added
+    hold.observe(tasks)
+    assert hold.holding

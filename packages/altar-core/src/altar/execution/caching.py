@@ -27,13 +27,7 @@ from altar.execution.backend import ExecutionBackend
 from altar.execution.cache.key import TaskKey, UncacheableError, image_identity, task_key
 from altar.execution.cache.settings import CacheSettings
 from altar.execution.cache.store import CacheEntry, CacheStore, default_store_dir
-from altar.execution.digest import (
-    VERIFICATION_RECORD_FORMAT,
-    has_verification_record,
-    record_path,
-    sha256_file,
-    write_verification_record,
-)
+from altar.execution.digest import recorded_digest, sha256_file, write_verification_record
 from altar.execution.journal import SUCCEEDED, Journal, TaskRecord
 from altar.execution.ledger import Ledger
 from altar.execution.plan import Plan
@@ -50,14 +44,9 @@ KEYS_FILE = "cache-keys.jsonl"
 
 def source_digest(path: str) -> str:
     """The sha256 of a local file, read from its current verification record when it has one."""
-    try:
-        with open(record_path(path), encoding="ascii") as handle:
-            words = handle.read(512).split()
-    except (OSError, UnicodeDecodeError):
-        words = []
-    vouched = len(words) > 1 and words[0] == VERIFICATION_RECORD_FORMAT
-    if vouched and has_verification_record(path, words[1]):
-        return words[1]
+    vouched = recorded_digest(path)
+    if vouched is not None:
+        return vouched
     before = os.stat(path)
     digest = sha256_file(path)
     write_verification_record(path, digest, before)  # the next run of the plan: one stat

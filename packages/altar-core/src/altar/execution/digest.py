@@ -50,6 +50,7 @@ __all__ = [
     "output_label",
     "parse_sha256_digest",
     "record_path",
+    "recorded_digest",
     "require_digest_file",
     "sha256_file",
     "verification_record_line",
@@ -219,6 +220,22 @@ def has_verification_record(path: StrPath, digest: str) -> bool:
         return False
     line = verification_record_line(digest, st).encode("ascii")
     return raw in (line, line + b"\n")
+
+
+def recorded_digest(path: StrPath) -> str | None:
+    """The digest a current verification record of ``path`` vouches for, else None.
+
+    Reads the record and the file's metadata, never the file; a record that does not match
+    the file's current stat vouches for nothing.
+    """
+    try:
+        raw = _read_small_regular(record_path(path), _RECORD_READ_LIMIT)
+    except OSError:
+        return None
+    words = raw.decode("ascii", "replace").split()
+    if len(words) < 2 or words[0] != VERIFICATION_RECORD_FORMAT:
+        return None
+    return words[1] if has_verification_record(path, words[1]) else None
 
 
 def _write_all(fd: int, data: memoryview) -> None:

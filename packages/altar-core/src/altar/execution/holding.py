@@ -46,6 +46,7 @@ class Hold:
         self.until = -float("inf")
         self.pause = 0.0
         self.probe: str | None = None
+        self._probe_attempts = 0  # the probe's attempts when it was let through
         self._recent: deque[tuple[float, str]] = deque()
 
     @property
@@ -101,16 +102,30 @@ class Hold:
         if now < self.until or self.probe is not None or not batch:
             return []
         self.probe = batch[0].id
+        self._probe_attempts = len(batch[0].attempts)
         return [batch[0]]
 
     def observe(self, records: Mapping[str, TaskRecord]) -> None:
         """Lift the hold once its probe shows the provider takes work again."""
         if self.kind is None or self.probe is None:
             return
-        state = records[self.probe].state
-        if state in (QUEUED, SUBMITTING):
-            return  # not yet answered (or withdrawn: ``limited`` or a retry follows)
-        if self.kind == ENDINGS and state not in (RUNNING, SUCCEEDED, FAILED):
+        record = records[self.probe]
+        if record.state == SUBMITTING:
+            return  # not yet answered
+        if record.state == QUEUED:
+            # withdrawn (a limit again: ``limited`` follows), or ended by the provider (``ended``
+            # follows), or it ran and failed by itself and waits for its retry: the provider
+            # took it, so the hold lifts (else the probe would be held back for ever)
+            last = record.last
+            ran = (
+                len(record.attempts) > self._probe_attempts
+                and last is not None
+                and last.failure is not None
+                and last.failure.provider_ending is None
+            )
+            if not ran:
+                return
+        elif self.kind == ENDINGS and record.state not in (RUNNING, SUCCEEDED, FAILED):
             return  # accepted, but not yet seen running
         what = "limit" if self.kind == LIMIT else "provider"
         self._emit("hold_lifted", f"submits resume: the {what} took {self.probe} ({self.cause})")
