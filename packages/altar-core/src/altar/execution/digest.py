@@ -28,7 +28,6 @@ import os
 import stat as stat_module
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from altar.execution.atomic import temp_path
@@ -37,7 +36,13 @@ from altar.execution.types import is_sha256_digest
 
 if TYPE_CHECKING:
     from altar.execution.digest_copy import CopyResult, copy_and_verify
-    from altar.execution.types import Transfer
+    from altar.execution.digest_transfers import (
+        input_label,
+        output_label,
+        require_digest_file,
+        verify_files_script,
+        verify_transfer_digest,
+    )
 
 __all__ = [
     "SHA256_PREFIX",
@@ -63,6 +68,16 @@ __all__ = [
 ]
 
 SHA256_PREFIX = "sha256:"
+
+_TRANSFER_NAMES = frozenset(
+    {
+        "input_label",
+        "output_label",
+        "require_digest_file",
+        "verify_files_script",
+        "verify_transfer_digest",
+    }
+)
 VERIFICATION_RECORD_SUFFIX = ".sha256-verified"
 VERIFICATION_RECORD_FORMAT = "verified-file/1"
 # 1 MiB measured fastest for hashlib here: larger buffers fall out of the CPU cache.
@@ -442,75 +457,15 @@ def verify_files(
     return results
 
 
-def input_label(transfer: Transfer) -> str:
-    """How messages name a staged input: ``staged input '<uri>' ('<logical path>')``."""
-    return f"staged input {transfer.uri!r} ({transfer.logical_path!r})"
-
-
-def output_label(transfer: Transfer) -> str:
-    """How messages name a collected output: ``output '<logical path>'``."""
-    return f"output {transfer.logical_path!r}"
-
-
-_transfer_label = input_label
-
-
-def verify_transfer_digest(transfer: Transfer, path: StrPath, *, record: bool = False) -> None:
-    """Always hash ``path`` against ``transfer.digest`` (no-op without one); never trust a record.
-
-    This is where records are earned: pass ``record=True`` only for a copy the backend owns.
-    """
-    if transfer.digest is None:
-        return
-    try:
-        verify_file(path, transfer.digest, label=_transfer_label(transfer), record=record)
-    except TransferIntegrityError:
-        raise
-    except DigestMismatchError as error:
-        raise TransferIntegrityError(*error.args) from error
-
-
-def require_digest_file(transfer: Transfer, path: StrPath) -> None:
-    """Refuse a digest-bearing transfer whose source is not a regular file."""
-    if transfer.digest is not None and not os.path.lexists(path):
-        raise TransferIntegrityError(
-            f"{input_label(transfer)} at {os.fspath(path)!r} does not exist"
-        )
-    if transfer.digest is not None and not Path(path).is_file():
-        raise TransferIntegrityError(
-            f"{_transfer_label(transfer)} at {os.fspath(path)!r} is not a regular file; a "
-            "transfer digest covers the bytes of one file, so ship a directory as an archive"
-        )
-
-
-# One POSIX sh program for BusyBox and GNU coreutils, kept as package data beside this module so
-# shellcheck can read it (the tests run it on the file and pin its bytes). Arguments are
-# "<64 hex>  <path>" lines (sha256sum -c form). Files are hashed through stdin and records read
-# with the `read` builtin, so a path may hold spaces, quotes, backslashes, newlines or a leading
-# '-'. A probe file made beside the record before the stat it records gives the filesystem clock.
-_SCRIPT_FILE = "verify_files.sh"
-
-
-def verify_files_script(*, trust_records: bool = True) -> str:
-    """The digest check as a POSIX sh program for BusyBox or GNU coreutils.
-
-    Run it as ``sh -c <program> <name> "<64 hex>  <path>" ...``. It checks every line, prints
-    ``<path>: OK``, ``<path>: OK (verification record)`` or ``<path>: FAILED``, writes records
-    under the same rules as :func:`verify_file`, and exits 1 if any line failed. With
-    ``trust_records=False`` every file is hashed, and records are still written. Needs ``[``,
-    ``printf``, ``read``, ``stat -L -c``, ``mktemp``, ``chmod``, ``date +%s``, ``mv``, ``rm`` and
-    ``sha256sum``, all in BusyBox.
-    """
-    from importlib.resources import files  # only here: most callers never need the script
-
-    template = files("altar.execution").joinpath(_SCRIPT_FILE).read_bytes().decode("utf-8")
-    return template.replace("@TRUST@", "1" if trust_records else "0", 1)
-
-
 def __getattr__(name: str) -> object:
-    # the copy moved to digest_copy; ``from altar.execution.digest import copy_and_verify`` works
+    # the copy moved to digest_copy and the transfer checks to digest_transfers; importing them
+    # from here still works
     if name in ("CopyResult", "copy_and_verify"):
         from altar.execution import digest_copy
 
         return getattr(digest_copy, name)
+    if name in _TRANSFER_NAMES:
+        from altar.execution import digest_transfers
+
+        return getattr(digest_transfers, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
