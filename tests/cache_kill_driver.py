@@ -50,16 +50,16 @@ elif STEP == "staged":  # outputs staged for readers, the hit not yet journaled
         return real_set_state(self, record, *args, **kwargs)
 
     Ledger.set_state = set_state
-elif STEP == "journaled":  # the hit journaled and said
-    real_use = caching.RunCache._use
+elif STEP == "journaled":  # a tick's hits journaled (one flush) and said
+    real_serve = caching.RunCache.serve
 
-    async def use(self, record, entry):
-        served = await real_use(self, record, entry)
-        if served:
+    async def serve(self, ready):
+        rest = await real_serve(self, ready)
+        if any(record.cached for record in ready):
             reached()
-        return served
+        return rest
 
-    caching.RunCache._use = use
+    caching.RunCache.serve = serve
 else:
     raise SystemExit(f"unknown step {STEP}")
 

@@ -53,8 +53,10 @@ from altar.execution import (
     TaskHandle,
     TaskState,
     TaskStatus,
+    Transfer,
 )
 from altar.execution.labels import LABEL_RUN, LABEL_SUBMISSION, LABEL_TASK
+from altar.execution.uris import local_path_or_none
 
 HERE = Path(__file__).resolve()
 CHILD_TIMEOUT_S = 3600.0
@@ -102,6 +104,16 @@ class InstantBackend(ExecutionBackend):
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         return [TaskStatus(handle, TaskState.SUCCEEDED) for handle in handles]
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        """Each declared output "was written" with its logical path as its bytes (bench_cache)."""
+        for transfer in transfers:
+            local = local_path_or_none(transfer.uri)
+            if local is None:
+                continue
+            path = Path(local)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(transfer.logical_path + "\n")
 
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         if self.record is None:
