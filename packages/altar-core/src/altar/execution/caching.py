@@ -41,6 +41,9 @@ __all__ = ["KEYS_FILE", "RunCache", "read_keys", "source_digest"]
 #: cacheable), what ``altar cache explain`` compares with the store. Diagnostic only.
 KEYS_FILE = "cache-keys.jsonl"
 
+#: Threads a tick's lookups are spread over.
+_LOOK_THREADS = 4
+
 
 def source_digest(path: str) -> str:
     """The sha256 of a local file, read from its current verification record when it has one."""
@@ -95,6 +98,7 @@ class RunCache:
         self.waiting: set[str] = set()  # tasks another run is computing (said once)
         self.claims: dict[str, str] = {}  # task id -> key this run has claimed
         self._images: dict[str, str] = {}
+        self._notes: list[str] = []  # KEYS_FILE lines not yet written
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -119,11 +123,18 @@ class RunCache:
         return key
 
     def _note(self, line: Mapping[str, Any]) -> None:
-        """Append one line to the run's :data:`KEYS_FILE` (small: one write, no fsync)."""
+        """Queue one line for the run's :data:`KEYS_FILE` (written by :meth:`_flush_notes`)."""
+        self._notes.append(json.dumps(line, sort_keys=True) + "\n")
+
+    def _flush_notes(self) -> None:
+        """Append the queued lines in one write (no fsync: a diagnostic, kept if it can be)."""
+        if not self._notes:
+            return
+        text, self._notes = "".join(self._notes), []
         path = self.journal.run_dir / KEYS_FILE
-        # a diagnostic: a failure to write it is never a reason to stop the run
+        # a failure to write it is never a reason to stop the run
         with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line, sort_keys=True) + "\n")
+            handle.write(text)
 
     async def _make_key(self, task_id: str) -> TaskKey:
         spec = self.specs[task_id]
@@ -188,8 +199,17 @@ class RunCache:
                 continue
             candidates.append((record, key, self._places(record.id)))
         if not candidates:
+            self._flush_notes()
             return rest
-        looks = await asyncio.to_thread(self._look, candidates)
+        # a few threads: the lookups and links wait on the filesystem, not on the GIL
+        step = max(64, -(-len(candidates) // _LOOK_THREADS))
+        parts = [candidates[i : i + step] for i in range(0, len(candidates), step)]
+        looks = [
+            look
+            for part in await asyncio.gather(*(asyncio.to_thread(self._look, p) for p in parts))
+            for look in part
+        ]
+        self._flush_notes()
         served = await self._stage_shared([(rec, e) for rec, _, e, _, _ in looks if e])
         for record, key, entry, problems, holder in looks:
             for problem in problems:
@@ -329,6 +349,7 @@ class RunCache:
                     f"{record.id}: not stored in the cache: {one_line(error)}",
                     record,
                 )
+        self._flush_notes()
 
     def _put(self, record: TaskRecord, key: TaskKey) -> None:
         if self.store.get(key) is not None:
