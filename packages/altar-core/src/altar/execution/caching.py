@@ -41,9 +41,6 @@ __all__ = ["KEYS_FILE", "RunCache", "read_keys", "source_digest"]
 #: cacheable), what ``altar cache explain`` compares with the store. Diagnostic only.
 KEYS_FILE = "cache-keys.jsonl"
 
-#: Threads a tick's lookups are spread over.
-_LOOK_THREADS = 4
-
 
 def source_digest(path: str) -> str:
     """The sha256 of a local file, read from its current verification record when it has one."""
@@ -201,14 +198,7 @@ class RunCache:
         if not candidates:
             self._flush_notes()
             return rest
-        # a few threads: the lookups and links wait on the filesystem, not on the GIL
-        step = max(64, -(-len(candidates) // _LOOK_THREADS))
-        parts = [candidates[i : i + step] for i in range(0, len(candidates), step)]
-        looks = [
-            look
-            for part in await asyncio.gather(*(asyncio.to_thread(self._look, p) for p in parts))
-            for look in part
-        ]
+        looks = await asyncio.to_thread(self._look, candidates)
         self._flush_notes()
         served = await self._stage_shared([(rec, e) for rec, _, e, _, _ in looks if e])
         for record, key, entry, problems, holder in looks:
