@@ -53,8 +53,10 @@ from altar.execution import (
     TaskHandle,
     TaskState,
     TaskStatus,
+    Transfer,
 )
 from altar.execution.labels import LABEL_RUN, LABEL_SUBMISSION, LABEL_TASK
+from altar.execution.uris import local_path_or_none
 
 HERE = Path(__file__).resolve()
 CHILD_TIMEOUT_S = 3600.0
@@ -103,10 +105,23 @@ class InstantBackend(ExecutionBackend):
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         return [TaskStatus(handle, TaskState.SUCCEEDED) for handle in handles]
 
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        """Each declared output "was written" with its logical path as its bytes (bench_cache)."""
+        write_outputs(transfers)
+
     async def list_submissions(self, run: str) -> list[TaskHandle] | None:
         if self.record is None:
             return None
         return [h for h in self.by_key.values() if h.labels.get(LABEL_RUN) == run]
+
+
+def write_outputs(transfers: list[Transfer]) -> None:
+    for transfer in transfers:
+        local = local_path_or_none(transfer.uri)
+        if local is not None:
+            path = Path(local)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(transfer.logical_path + "\n")
 
 
 def read_record(path: Path) -> Iterator[TaskHandle]:

@@ -45,6 +45,18 @@ def test_a_stored_success_is_served_back_linked_and_identical(tmp_path):
     assert not os.access(store.object_path(digest), os.W_OK) or os.geteuid() == 0
 
 
+def test_serving_onto_an_earlier_hits_link_leaves_nothing_beside_it(tmp_path):
+    # rename(2) of a link onto another link of the same file does nothing: tmp would stay
+    store = CacheStore(tmp_path / "store")
+    path, digest = output(tmp_path, b"scores\n")
+    entry = store.put(a_key(), {"jobs/o.txt": (path, digest)})
+    dest = tmp_path / "results" / "o.txt"
+    for _ in range(2):
+        store.materialize(entry, {"jobs/o.txt": dest})
+    assert os.listdir(dest.parent) == ["o.txt"]
+    assert dest.read_bytes() == b"scores\n"
+
+
 def test_identical_outputs_are_stored_once(tmp_path):
     store = CacheStore(tmp_path / "store")
     path, digest = output(tmp_path, b"same bytes")

@@ -95,6 +95,7 @@ class RunCache:
         self.waiting: set[str] = set()  # tasks another run is computing (said once)
         self.claims: dict[str, str] = {}  # task id -> key this run has claimed
         self._images: dict[str, str] = {}
+        self._notes: list[str] = []  # KEYS_FILE lines not yet written
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -119,11 +120,18 @@ class RunCache:
         return key
 
     def _note(self, line: Mapping[str, Any]) -> None:
-        """Append one line to the run's :data:`KEYS_FILE` (small: one write, no fsync)."""
+        """Queue one line for the run's :data:`KEYS_FILE` (written by :meth:`_flush_notes`)."""
+        self._notes.append(json.dumps(line, sort_keys=True) + "\n")
+
+    def _flush_notes(self) -> None:
+        """Append the queued lines in one write (no fsync: a diagnostic, kept if it can be)."""
+        if not self._notes:
+            return
+        text, self._notes = "".join(self._notes), []
         path = self.journal.run_dir / KEYS_FILE
-        # a diagnostic: a failure to write it is never a reason to stop the run
+        # a failure to write it is never a reason to stop the run
         with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line, sort_keys=True) + "\n")
+            handle.write(text)
 
     async def _make_key(self, task_id: str) -> TaskKey:
         spec = self.specs[task_id]
@@ -172,8 +180,11 @@ class RunCache:
 
         A miss is claimed for this run before it is submitted; a task another live run has
         claimed waits (it is looked up again each tick) and is served once that run stored it.
+        The tick's lookups and links run in one thread call and its hits share one journal
+        write: a 10,000-task plan fully cached costs about what reading its run back does.
         """
-        rest = []
+        rest: list[TaskRecord] = []
+        candidates: list[tuple[TaskRecord, TaskKey, dict[str, Path] | None]] = []
         for record in ready:
             if record.id in self.looked or record.attempts:
                 rest.append(record)  # looked up before, or already run once: submit
@@ -183,13 +194,20 @@ class RunCache:
                 self.looked.add(record.id)
                 rest.append(record)
                 continue
-            entry, problems = await asyncio.to_thread(self.store.lookup, key)
+            candidates.append((record, key, self._places(record.id)))
+        if not candidates:
+            self._flush_notes()
+            return rest
+        looks = await asyncio.to_thread(self._look, candidates)
+        self._flush_notes()
+        served = await self._stage_shared([(rec, e) for rec, _, e, _, _ in looks if e])
+        for record, key, entry, problems, holder in looks:
             for problem in problems:
-                self.ledger.emit("cache_miss", f"{record.id}: cached entry dropped: {problem}")
-            if entry is not None and await self._use(record, entry):
+                self.ledger.emit("cache_miss", f"{record.id}: {problem}")
+            if entry is not None and record.id in served:
                 self.looked.add(record.id)
+                self._journal_hit(record, entry)
                 continue
-            holder = await asyncio.to_thread(self.store.claim, key.digest, self.journal.run_id)
             if holder is not None and entry is None:
                 if record.id not in self.waiting:  # said once per task
                     self.waiting.add(record.id)
@@ -202,9 +220,90 @@ class RunCache:
                     )
                 continue
             self.looked.add(record.id)
-            self.claims[record.id] = key.digest
+            if entry is None:  # claimed in _look; an entry whose staging failed was not
+                self.claims[record.id] = key.digest
             rest.append(record)
+        if served:
+            self.ledger.flush()  # the tick's hits, journaled together, after their outputs
+            for record, _, entry, _, _ in looks:
+                if entry is not None and record.id in served:
+                    origin = entry.origin.get("run_id", "an earlier run")
+                    self.ledger.emit(
+                        "cached", f"{record.id} served from the cache (from {origin})", record
+                    )
         return rest
+
+    def _places(self, task_id: str) -> dict[str, Path] | None:
+        """Where each output goes on this machine, by logical path; None if one is remote."""
+        places: dict[str, Path] = {}
+        for transfer in self.specs[task_id].outputs:
+            path = local_path_or_none(transfer.uri)
+            if path is None:
+                return None  # an output we cannot put in place: run the task
+            places[transfer.logical_path] = Path(path)
+        return places
+
+    def _look(
+        self, candidates: list[tuple[TaskRecord, TaskKey, dict[str, Path] | None]]
+    ) -> list[tuple[TaskRecord, TaskKey, CacheEntry | None, list[str], dict[str, Any] | None]]:
+        """In a thread: each candidate's verified entry put in place, or its claim (a miss).
+
+        Returns (record, key, entry served or None, problems to say, live holder or None).
+        """
+        looks = []
+        for record, key, places in candidates:
+            entry, dropped = self.store.lookup(key)
+            problems = [f"cached entry dropped: {problem}" for problem in dropped]
+            if entry is not None and (places is None or set(places) - set(entry.outputs)):
+                entry = None
+            if entry is not None and places is not None:
+                try:
+                    self.store.materialize(entry, places)
+                except Exception as error:
+                    problems.append(f"serving its cached outputs failed: {one_line(error)}")
+                    entry = None
+            holder = None
+            if entry is None:
+                holder = self.store.claim(key.digest, self.journal.run_id)
+            looks.append((record, key, entry, problems, holder))
+        return looks
+
+    async def _stage_shared(self, hits: list[tuple[TaskRecord, CacheEntry]]) -> set[str]:
+        """Stage the hits' outputs later tasks read onto the backend; the task ids served."""
+        shared: list[Transfer] = []
+        for record, entry in hits:
+            places = self._places(record.id) or {}
+            shared += [
+                Transfer(
+                    str(places[t.logical_path]),
+                    t.logical_path,
+                    digest=entry.outputs[t.logical_path],
+                )
+                for t in self.specs[record.id].outputs
+                if t.logical_path in self.readers
+            ]
+        try:
+            if shared:  # later tasks read these on the backend's volume
+                await self.backend.stage_inputs(shared)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            for record, _ in hits:
+                self.ledger.emit(
+                    "cache_miss",
+                    f"{record.id}: staging its cached outputs failed: {one_line(error)}; "
+                    "running it",
+                )
+            return set()
+        return {record.id for record, _ in hits}
+
+    def _journal_hit(self, record: TaskRecord, entry: CacheEntry) -> None:
+        """Mark a served hit as a success (durable at the tick's one flush)."""
+        record.cached = {**entry.origin, "key": entry.key}
+        record.outputs_collected = True
+        self.stored.add(record.id)
+        self.ledger.set_state(record, SUCCEEDED)
+        self.ledger.changed(record)
 
     async def release_finished(self) -> None:
         """Refresh the claims of tasks still running; drop those of tasks that are final."""
@@ -215,45 +314,6 @@ class RunCache:
                 del self.claims[task_id]
             else:
                 await asyncio.to_thread(self.store.refresh, key)
-
-    async def _use(self, record: TaskRecord, entry: CacheEntry) -> bool:
-        spec = self.specs[record.id]
-        places: dict[str, Path] = {}
-        for transfer in spec.outputs:
-            path = local_path_or_none(transfer.uri)
-            if path is None or transfer.logical_path not in entry.outputs:
-                return False  # an output we cannot put in place: run the task
-            places[transfer.logical_path] = Path(path)
-        try:
-            await asyncio.to_thread(self.store.materialize, entry, places)
-            shared = [
-                Transfer(
-                    str(places[t.logical_path]),
-                    t.logical_path,
-                    digest=entry.outputs[t.logical_path],
-                )
-                for t in spec.outputs
-                if t.logical_path in self.readers
-            ]
-            if shared:  # later tasks read these on the backend's volume
-                await self.backend.stage_inputs(shared)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            self.ledger.emit(
-                "cache_miss",
-                f"{record.id}: serving its cached outputs failed: {one_line(error)}; running it",
-            )
-            return False
-        record.cached = {**entry.origin, "key": entry.key}
-        record.outputs_collected = True
-        self.stored.add(record.id)
-        self.ledger.set_state(record, SUCCEEDED)
-        self.ledger.changed(record)
-        self.ledger.flush()
-        origin = entry.origin.get("run_id", "an earlier run")
-        self.ledger.emit("cached", f"{record.id} served from the cache (from {origin})", record)
-        return True
 
     # -- stores ------------------------------------------------------------------------------
 
@@ -279,6 +339,7 @@ class RunCache:
                     f"{record.id}: not stored in the cache: {one_line(error)}",
                     record,
                 )
+        self._flush_notes()
 
     def _put(self, record: TaskRecord, key: TaskKey) -> None:
         if self.store.get(key) is not None:

@@ -19,6 +19,7 @@ from altar.backends.slurm.completion import (
     DEFAULT_QUEUE_INTERVAL_S,
     Tracker,
 )
+from altar.backends.slurm.images import ImagePins
 from altar.backends.slurm.limits import SiteLimits, SubmitPace, read_limits
 from altar.backends.slurm.render import (
     CONTAINER_RUNTIMES,
@@ -154,6 +155,9 @@ class SlurmExecutionBackend(ExecutionBackend):
       ``runtime_options``: words between the runtime and its subcommand (``["-H", url]``);
       ``runtime_env``: environment of the runtime process only (``CONTAINERS_CONF``), never
       forwarded into the container;
+    - ``shared_engine`` (docker/podman): the nodes run containers on the engine the login
+      node reaches (one machine, one remote daemon), so the task cache may key a tag by its
+      image id and pin the jobs to it (see :mod:`.images`); default False;
     - ``container_user`` (docker/podman): None runs as the job's uid:gid, "" as the image's;
     - ``network`` (docker/podman): default ``"none"``;
     - ``gpu_types``: GPU pool -> Slurm GRES type (True or None: any type); default
@@ -203,6 +207,7 @@ class SlurmExecutionBackend(ExecutionBackend):
         container_runtime: ContainerRuntime = "apptainer",
         runtime_options: list[str] | tuple[str, ...] = (),
         runtime_env: Mapping[str, str] | None = None,
+        shared_engine: bool = False,
         container_user: str | None = None,
         network: str = "none",
         gpu_types: Mapping[str, str | bool | None] | None = None,
@@ -263,6 +268,12 @@ class SlurmExecutionBackend(ExecutionBackend):
         self.runtime_env = dict(runtime_env or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.runtime_env.items()):
             raise ValueError("runtime_env must map names to string values")
+        self.images = ImagePins(
+            runtime=container_runtime,
+            runtime_options=self.runtime_options,
+            runtime_env=self.runtime_env,
+            shared_engine=bool(shared_engine),
+        )
         self.container_user = container_user
         self.network = network
         self.trust_verification_records = trust_verification_records
@@ -382,7 +393,9 @@ class SlurmExecutionBackend(ExecutionBackend):
             )
 
     def render(self, spec: ContainerTaskSpec, token: str) -> str:
-        """The batch script for ``spec`` in job directory ``token`` (pure)."""
+        """The batch script for ``spec`` in job directory ``token`` (pure, but for the image:
+        a tag the task cache resolved runs by its pinned reference)."""
+        spec = self.images.pinned(spec)
         layout = self._layout(token)
         command = runtime_command(
             spec,
@@ -508,6 +521,10 @@ class SlurmExecutionBackend(ExecutionBackend):
             f"{pool!r} in gpu_types to a GRES type it has",
             capability="gpu",
         )
+
+    async def image_digest(self, image: str) -> str | None:
+        """The image id the jobs will run ``image`` as, pinned for them (see :mod:`.images`)."""
+        return await asyncio.to_thread(self.images.resolve, self.node, image)
 
     async def check_spec(self, spec: ContainerTaskSpec) -> None:
         """Refuse what :meth:`submit` would (see :meth:`_prepare`), and a GPU request the

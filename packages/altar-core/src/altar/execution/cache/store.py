@@ -257,6 +257,10 @@ class CacheStore:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
+            # A destination that already is a link to this object (an earlier hit, a resumed
+            # run) makes the rename a no-op that keeps tmp (POSIX: both names, one file).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     # -- claims ------------------------------------------------------------------------------
 
