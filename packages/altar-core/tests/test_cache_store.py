@@ -57,6 +57,53 @@ def test_serving_onto_an_earlier_hits_link_leaves_nothing_beside_it(tmp_path):
     assert dest.read_bytes() == b"scores\n"
 
 
+def _a_recorded_entry(tmp_path: Path) -> tuple[CacheStore, object, Path]:
+    store = CacheStore(tmp_path / "store")
+    path, digest = output(tmp_path, b"weights " * 64)
+    entry = store.put(a_key(), {"jobs/o.txt": (path, digest)})
+    time.sleep(1.05)  # a record is earned only once the object's ctime second is over
+    assert store.lookup(a_key())[1] == []
+    obj = store.object_path(digest)
+    assert os.path.exists(str(obj) + ".sha256-verified")
+    return store, entry, obj
+
+
+def test_links_made_by_serving_hits_do_not_make_later_lookups_read_the_object(
+    tmp_path, monkeypatch
+):
+    from altar.execution import digest as digest_module
+
+    store, entry, obj = _a_recorded_entry(tmp_path)
+    before = os.stat(obj).st_ctime_ns
+    for n in range(3):
+        store.materialize(entry, {"jobs/o.txt": tmp_path / f"run{n}" / "o.txt"})
+    (tmp_path / "run0" / "o.txt").unlink()  # a run's results removed: its ctime moves again
+    assert os.stat(obj).st_ctime_ns != before
+    reads = []
+    real_hash = digest_module._hash_fd
+    monkeypatch.setattr(digest_module, "_hash_fd", lambda fd, *a: reads.append(fd) or real_hash(fd))
+    assert store.lookup(a_key()) == (entry, [])
+    assert reads == []
+    assert store.problems(entry, rehash=True) == []  # `altar cache verify --rehash` reads it
+    assert len(reads) == 1
+
+
+@pytest.mark.parametrize("restore_mode", [True, False])
+def test_an_object_rewritten_through_a_served_link_is_a_miss(tmp_path, restore_mode):
+    store, entry, _obj = _a_recorded_entry(tmp_path)
+    served = tmp_path / "run" / "o.txt"
+    store.materialize(entry, {"jobs/o.txt": served})
+    os.chmod(served, 0o644)  # the user makes the served output writable and edits it in place
+    with open(served, "r+b") as f:
+        f.write(b"W")  # same size, other bytes
+    if restore_mode:
+        os.chmod(served, 0o444)
+    found, problems = store.lookup(a_key())
+    assert found is None
+    assert problems
+    assert "cached output jobs/o.txt" in problems[0]
+
+
 def test_identical_outputs_are_stored_once(tmp_path):
     store = CacheStore(tmp_path / "store")
     path, digest = output(tmp_path, b"same bytes")

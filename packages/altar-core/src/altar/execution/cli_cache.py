@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         q.add_argument("--json", action="store_true", help="print JSON")
         if name == "verify":
             q.add_argument("--drop", action="store_true", help="drop the entries that fail")
+            q.add_argument(
+                "--rehash",
+                action="store_true",
+                help="read every object whose record its links have voided (slow, thorough)",
+            )
         if name == "explain":
             q.add_argument("run_dir", metavar="RUN_DIR")
             q.add_argument("task", metavar="TASK")
@@ -70,7 +75,7 @@ def cmd_cache(args: argparse.Namespace, out: TextIO) -> int:
     if args.cache_command == "ls":
         return _ls(store, args.json, out)
     if args.cache_command == "verify":
-        return _verify(store, args.json, args.drop, out)
+        return _verify(store, args.json, args.drop, args.rehash, out)
     if args.cache_command == "explain":
         return _explain(store, Path(args.run_dir), args.task, args.json, out)
     if args.older_than is None and args.max_size is None:
@@ -107,10 +112,10 @@ def _ls(store: CacheStore, as_json: bool, out: TextIO) -> int:
     return 0
 
 
-def _verify(store: CacheStore, as_json: bool, drop: bool, out: TextIO) -> int:
+def _verify(store: CacheStore, as_json: bool, drop: bool, rehash: bool, out: TextIO) -> int:
     checked: list[tuple[str, list[str]]] = []
     for entry in store.entries():
-        problems = store.problems(entry)
+        problems = store.problems(entry, rehash=rehash)
         if problems and drop:
             store.drop(entry.key)
         checked.append((entry.key, problems))

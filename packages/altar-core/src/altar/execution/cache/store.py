@@ -34,7 +34,11 @@ from typing import Any
 
 from altar.execution.atomic import temp_path
 from altar.execution.cache.key import TaskKey
-from altar.execution.digest import VERIFICATION_RECORD_SUFFIX, verify_file
+from altar.execution.digest import (
+    VERIFICATION_RECORD_SUFFIX,
+    has_verification_record,
+    verify_file,
+)
 from altar.execution.digest_copy import copy_and_verify
 from altar.execution.errors import DigestMismatchError
 
@@ -129,13 +133,21 @@ class CacheStore:
             return None  # a foreign or damaged manifest is a miss; verify/prune report it
         return entry if entry.key == digest else None
 
-    def problems(self, entry: CacheEntry) -> list[str]:
-        """Why ``entry`` cannot be served (empty: every object is there with its bytes)."""
+    def problems(self, entry: CacheEntry, *, rehash: bool = False) -> list[str]:
+        """Why ``entry`` cannot be served (empty: every object is there with its bytes).
+
+        An object whose record still holds is not read, though hard links have moved its
+        ctime (see :func:`_unchanged_object`); ``rehash`` reads every object that has no
+        record matching its full stat.
+        """
         found = []
         for logical_path, digest in sorted(entry.outputs.items()):
+            path = self.object_path(digest)
+            if not rehash and _unchanged_object(path, digest):
+                continue
             try:
                 verify_file(
-                    self.object_path(digest),
+                    path,
                     digest,
                     label=f"cached output {logical_path}",
                     trust_record=True,
@@ -399,6 +411,23 @@ class CacheStore:
 
 
 _HOST = socket.gethostname()
+
+
+def _unchanged_object(path: Path, digest: str) -> bool:
+    """The object is still read-only and its record matches all of its stat but the ctime.
+
+    Serving a hit links the object, and a link (or removing one) moves its ctime, which voids
+    a full record: every later run would hash every object it serves again (a 1 GiB output,
+    each time). Objects are written once by the store and never in place; a write to one needs
+    its write bit back first (refused here) and moves its mtime past the recorded second.
+    Restoring an mtime on purpose is not caught: ``altar cache verify --rehash`` reads all.
+    """
+    try:
+        if os.stat(path).st_mode & 0o222:
+            return False
+    except OSError:
+        return False
+    return has_verification_record(path, digest, ignore_ctime=True)
 
 
 def _stale(holder: Mapping[str, Any], path: Path, now: float) -> bool:
