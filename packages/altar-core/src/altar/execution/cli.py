@@ -256,6 +256,10 @@ def _backend_for(
 ) -> tuple[ExecutionBackend, dict[str, Any]]:
     from altar.execution.plan import resolve_path_options
 
+    if plan.routing is not None:  # named [backends.NAME]: see altar.execution.routed
+        from altar.execution.routed import routed_backend
+
+        return routed_backend(plan, backend_type, overrides, _backend_for)
     name = backend_type or plan.backend_type
     if not name:
         raise PlanError(
