@@ -64,11 +64,14 @@ def routed_options(plan: Any) -> dict[str, Any]:
     }
 
 
+def lane_for(backend: ExecutionBackend, task_id: str) -> ExecutionBackend:
+    """The backend ``task_id`` runs on: a routed backend's lane, else ``backend`` itself."""
+    return backend.lane(task_id) if isinstance(backend, RoutedBackend) else backend
+
+
 def resolver_for(backend: ExecutionBackend, task_id: str) -> PathResolver:
     """How ``task_id``'s paths appear on the backend it runs on."""
-    if isinstance(backend, RoutedBackend):
-        return backend.lane(task_id).path_resolver()
-    return backend.path_resolver()
+    return lane_for(backend, task_id).path_resolver()
 
 
 class RoutedBackend(ExecutionBackend):
@@ -150,9 +153,7 @@ class RoutedBackend(ExecutionBackend):
             for i, status in zip(indexes, statuses, strict=True):
                 self._last[(handles[i].backend, handles[i].external_id)] = status
                 out[i] = replace(status, handle=handles[i])
-        if down is not None and all(
-            (h.backend, h.external_id) not in self._last for h in handles
-        ):
+        if down is not None and all((h.backend, h.external_id) not in self._last for h in handles):
             raise down
         return [status for status in out if status is not None]
 
@@ -288,3 +289,59 @@ def routed_backend(
             decl["options"] = resolve_path_options(decl["options"], cls, plan.base_dir)
         del route
     return RoutedBackend(**options), options
+
+
+def transfer_summary(backend: ExecutionBackend) -> dict[str, Any] | None:
+    """What a routed run moved between backends (``--json``'s ``transfers``), else None."""
+    if not isinstance(backend, RoutedBackend):
+        return None
+    return {"files": backend.moved_files, "bytes": backend.moved_bytes, "planned": backend.moves}
+
+
+def moved_line(moved: Mapping[str, Any]) -> str:
+    return f"moved {moved['bytes']} byte(s) in {moved['files']} file(s) between backends"
+
+
+def _known_size(uri: str) -> int | None:
+    from altar.execution.uris import local_path_or_none
+
+    path = local_path_or_none(uri)
+    try:
+        return os.stat(path).st_size if path is not None else None
+    except OSError:
+        return None  # not produced yet: the size is known only after the run
+
+
+def routing_dict(plan: Any) -> dict[str, Any]:
+    """Each task's backend and the transfers the routing implies (``--dry-run --json``)."""
+    from altar.execution.routing import cross_transfers
+
+    return {
+        "routes": dict(plan.routing.routes),
+        "transfers": [
+            {
+                "uri": m.uri,
+                "logical_path": m.logical_path,
+                "from": f"{m.producer}@{m.source}",
+                "to": f"{m.reader}@{m.target}",
+                "bytes": _known_size(m.uri),
+            }
+            for m in cross_transfers(plan.routing, plan.tasks)
+        ],
+    }
+
+
+def routing_lines(plan: Any) -> list[str]:
+    """``--dry-run``'s lines: each backend's tasks, then each transfer between backends."""
+    data = routing_dict(plan)
+    lines = []
+    for route in plan.routing.backends:
+        tasks = [t for t, r in data["routes"].items() if r == route]
+        kind = plan.routing.backends[route].type
+        lines.append(f"backend {route} ({kind}): {len(tasks)} task(s)")
+    for move in data["transfers"]:
+        size = "size known after the run" if move["bytes"] is None else f"{move['bytes']} bytes"
+        lines.append(f"transfer {move['logical_path']}: {move['from']} -> {move['to']} ({size})")
+    if not data["transfers"]:
+        lines.append("transfers: none (every reader runs on its producer's backend)")
+    return lines

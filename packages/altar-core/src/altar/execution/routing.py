@@ -98,9 +98,7 @@ def _decl(name: str, raw: Any, fail: Fail) -> tuple[BackendDecl, bool]:
     return BackendDecl(name, kind, dict(options), flags["for_gpu"]), flags["default"]
 
 
-def parse_routing(
-    data: Mapping[str, Any], tasks: Sequence[Any], fail: Fail
-) -> Routing | None:
+def parse_routing(data: Mapping[str, Any], tasks: Sequence[Any], fail: Fail) -> Routing | None:
     """The plan's routing, or None for a plan without ``[backends]`` (one ``[backend]``)."""
     raw = data.get("backends")
     if raw is None:
