@@ -230,3 +230,68 @@ async def test_one_backend_down_holds_back_only_its_tasks() -> None:
     lanes["one"].down = True
     with pytest.raises(BackendUnavailableError):
         await routed.poll([b])
+
+
+@pytest.mark.asyncio
+async def test_one_backend_down_mid_run_the_others_tasks_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lane "gpu" is unreachable: "make" (on "cpu") still succeeds; once "gpu" is back, the
+    same run finishes "solo" there."""
+    import asyncio
+
+    from altar.conformance.reference import InProcessExecutionBackend
+    from altar.execution.runner import run_plan
+
+    class Flaky(InProcessExecutionBackend):
+        down = True
+
+        async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+            if self.down:
+                raise BackendUnavailableError("gpu pool unreachable")
+            return await super().submit(spec)
+
+        async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+            if self.down:
+                raise BackendUnavailableError("gpu pool unreachable")
+            return await super().poll(handles)
+
+    monkeypatch.chdir(tmp_path)
+    text = (
+        PLAN.format(gpus=1)
+        .replace('inputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]\n', "")
+        .replace("cat {altar:mount_root}/a.txt", "echo solo")
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    assert plan.routing is not None
+    assert plan.dependencies.get("use", ()) == ()
+    flaky = Flaky(data_root=tmp_path / "gpu-root", gpus=1)
+    lanes: dict[str, ExecutionBackend] = {
+        "cpu": InProcessExecutionBackend(data_root=tmp_path / "cpu-root"),
+        "gpu": flaky,
+    }
+    from altar.execution.routed import routed_options
+
+    routed = RoutedBackend(**routed_options(plan), built=lanes)
+    run = asyncio.create_task(
+        run_plan(
+            plan, routed, run_dir=tmp_path / "run", poll_interval_s=0.01, max_poll_interval_s=0.05
+        )
+    )
+    for _ in range(500):
+        if (tmp_path / "out/a.txt").exists():
+            break
+        await asyncio.sleep(0.01)
+    assert (tmp_path / "out/a.txt").read_text() == "hello routed"  # the other lane finished
+    assert not run.done()
+    assert not (tmp_path / "out/b.txt").exists()
+    flaky.down = False
+    result = await asyncio.wait_for(run, 30)
+    assert result.ok
+    assert (tmp_path / "out/b.txt").read_text().strip() == "solo"
+
+
+def _load_text(text: str) -> dict[str, object]:
+    import tomllib
+
+    return tomllib.loads(text)
