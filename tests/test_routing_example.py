@@ -48,3 +48,53 @@ def test_the_routing_example_moves_its_scores_and_matches_one_backend(
     )
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert json.loads(compared.stdout)["differences"] == []
+
+
+@pytest.mark.docker
+def test_a_routed_run_killed_mid_run_resumes_each_task_once_and_leaves_nothing(
+    docker_host: str, tmp_path: Path
+) -> None:
+    """SIGKILL while the Docker lane's tasks run; the same ``altar run`` again finishes every
+    task in one attempt (adopted, not relaunched) and no container of the run is left."""
+    import os
+    import signal
+    import time
+
+    example = tmp_path / "routing"
+    shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns("results"))
+    plan_path = example / "plan.toml"
+    plan_path.write_text(plan_path.read_text().replace("awk '$2", "sleep 3; awk '$2"))
+    argv = [ALTAR, "run", str(plan_path), "--run-dir", str(tmp_path / "run")]
+    first = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    journal_path = tmp_path / "run/journal.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if _handles(journal_path) >= 2:  # both containers launched and journaled
+            break
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    again = _altar(*argv[1:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    journal = json.loads(journal_path.read_text())
+    assert {t: len(r["attempts"]) for t, r in journal["tasks"].items()} == {
+        "score-low": 1,
+        "score-high": 1,
+        "summary": 1,
+    }
+    assert (example / "results/summary.txt").read_text().split() == ["2", "1"]
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=altar.run={journal['run_id']}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert left.stdout.strip() == ""
+
+
+def _handles(journal_path: Path) -> int:
+    try:
+        tasks = json.loads(journal_path.read_text())["tasks"]
+    except (OSError, ValueError, KeyError):
+        return 0  # not written yet
+    return sum(1 for r in tasks.values() for a in r["attempts"] if a.get("handle"))
