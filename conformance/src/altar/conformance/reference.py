@@ -166,6 +166,10 @@ class InProcessExecutionBackend(ExecutionBackend):
             )
         return LaunchedTask.of(spec)
 
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        self._timeout_for(spec)
+        self._launch_record(spec)  # refuses a GPU request this backend cannot serve
+
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         timeout_s = self._timeout_for(spec)
         launched = self._launch_record(spec)

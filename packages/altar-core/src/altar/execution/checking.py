@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendUnavailableError, UnsupportedCapabilityError
 from altar.execution.plan import Plan
+from altar.execution.routed import lane_for
 from altar.execution.uris import local_path_or_none
 
 __all__ = ["CheckReport", "check_plan"]
@@ -150,7 +151,7 @@ async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckRepor
     unanswered = False
     for index, task in enumerate(plan.tasks):
         try:
-            await backend.check_spec(task.spec)
+            await lane_for(backend, task.id).check_spec(task.spec)
         except (UnsupportedCapabilityError, ValueError) as error:
             capability = getattr(error, "capability", None)
             field_name = _PLAN_FIELDS.get(capability, capability) if capability else None

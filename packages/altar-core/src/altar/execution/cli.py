@@ -31,6 +31,7 @@ from altar.execution.errors import (
     RunStoppedError,
 )
 from altar.execution.registry import create_backend, default_registry
+from altar.execution.routed import moved_line, transfer_summary
 from altar.execution.types import is_sha256_digest
 
 # Each command imports what it runs on (the runner, the journal, plans, asyncio, JSON) when it
@@ -256,6 +257,10 @@ def _backend_for(
 ) -> tuple[ExecutionBackend, dict[str, Any]]:
     from altar.execution.plan import resolve_path_options
 
+    if plan.routing is not None:  # named [backends.NAME]: see altar.execution.routed
+        from altar.execution.routed import routed_backend
+
+        return routed_backend(plan, backend_type, overrides, _backend_for)
     name = backend_type or plan.backend_type
     if not name:
         raise PlanError(
@@ -447,8 +452,9 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if ticker is not None:
             ticker.cancel()
         printer.close()
+    moved = transfer_summary(backend)  # a routed run: bytes moved between backends
     if args.json:
-        _print_json(result.to_dict(), out)
+        _print_json({**result.to_dict(), **({"transfers": moved} if moved else {})}, out)
     elif args.quiet:
         out.write(format_summary(result, earlier_s=earlier) + "\n")
     else:
@@ -457,6 +463,8 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if failures:
             out.write("\n" + failures + "\n")
         out.write("\n" + format_summary(result, earlier_s=earlier) + "\n")
+        if moved:
+            out.write(moved_line(moved) + "\n")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 

@@ -56,6 +56,10 @@ def print_check(report: CheckReport, plan: Plan, as_json: bool, out: TextIO, err
         data = report.to_dict()
         data["sweeps"] = [sweep.to_dict() for sweep in plan.sweeps]
         data["outputs_dir"] = plan.outputs_dir
+        if plan.routing is not None:
+            from altar.execution.routed import routing_dict
+
+            data["routing"] = routing_dict(plan)
         out.write(json.dumps(data, indent=2) + "\n")
     else:
         for problem in report.problems:
@@ -72,4 +76,8 @@ def plan_lines(plan: Plan) -> list[str]:
     lines = [f"sweep {sweep.describe()}" for sweep in plan.sweeps]
     if plan.outputs_dir is not None:
         lines.append(f"outputs: relative output uris go below outputs_dir = {plan.outputs_dir!r}")
+    if plan.routing is not None:
+        from altar.execution.routed import routing_lines
+
+        lines += routing_lines(plan)
     return lines

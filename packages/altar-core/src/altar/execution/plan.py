@@ -43,6 +43,7 @@ from altar.execution.cache.settings import CacheSettings
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
 from altar.execution.placeholders import PLACEHOLDER, placeholder_error
+from altar.execution.routing import Routing, parse_routing
 from altar.execution.sweeps import MAX_TASKS, Sweep, expand_sweep, is_sweep
 from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
 
@@ -59,6 +60,7 @@ __all__ = [
 
 _TOP_KEYS = (
     "backend",
+    "backends",
     "cache",
     "description",
     "max_parallel",
@@ -70,6 +72,7 @@ _TOP_KEYS = (
 _BACKEND_KEYS = ("max_parallel", "max_provider_retries", "max_retries", "options", "type")
 _TASK_KEYS = (
     "after",
+    "backend",
     "avoid_hosts",
     "cache",
     "command",
@@ -138,6 +141,8 @@ class Plan:
     """Attempts allowed after the provider ended one (see :mod:`altar.execution.budget`)."""
     cache: CacheSettings | None = None
     """The plan's ``[cache]`` table: the run looks tasks up and stores them (None: no cache)."""
+    routing: Routing | None = None
+    """The plan's ``[backends.NAME]`` tables and each task's backend (see :mod:`.routing`)."""
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
@@ -283,6 +288,7 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise PlanError(problems[0] + more, problems)
     backend_type, options, limits, description = header
+    routing = parse_routing(data, tasks, fail)
     return Plan(
         backend_type,
         dict(options),
@@ -296,6 +302,7 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         outputs_dir=outputs_dir,
         max_provider_retries=limits["max_provider_retries"],
         cache=cache,
+        routing=routing,
     )
 
 

@@ -86,6 +86,7 @@ from altar.execution.results import (
     one_line,
     results_of,
 )
+from altar.execution.routed import resolver_for
 from altar.execution.runs import run_status
 from altar.execution.staging import stage_run
 from altar.execution.submitting import Submits
@@ -160,7 +161,10 @@ class _Run:
             backend,
             # portable paths ({altar:mount_root}) become this backend's; the journal keeps
             # the plan's text, so its spec digests are the same on every backend
-            {task.id: expand_spec(task.spec, backend.path_resolver()) for task in plan.tasks},
+            {
+                task.id: expand_spec(task.spec, resolver_for(backend, task.id))
+                for task in plan.tasks
+            },
             run_id=journal.run_id,
             budget=budget,
             grace_s=SUBMIT_GRACE_S,

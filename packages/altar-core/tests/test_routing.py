@@ -1,0 +1,297 @@
+"""Plans with several named backends (issue 26): the rule, the routed backend, a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from altar.execution import cli
+from altar.execution.backend import ExecutionBackend
+from altar.execution.errors import BackendUnavailableError, PlanError
+from altar.execution.plan import parse_plan
+from altar.execution.routed import LABEL_ROUTE, RoutedBackend
+from altar.execution.routing import cross_transfers
+from altar.execution.types import (
+    ContainerTaskSpec,
+    TaskHandle,
+    TaskState,
+    TaskStatus,
+    Transfer,
+)
+
+PLAN = """
+[backends.cpu]
+type = "in-process"
+options = {{ data_root = "cpu-root" }}
+
+[backends.gpu]
+type = "in-process"
+for_gpu = true
+options = {{ data_root = "gpu-root", gpus = {gpus} }}
+
+[[tasks]]
+id = "make"
+kind = "make"
+image = "busybox:latest"
+command = ["sh", "-c", "printf 'hello routed' > {{altar:mount_root}}/a.txt"]
+outputs = [{{ uri = "out/a.txt", logical_path = "a.txt" }}]
+
+[[tasks]]
+id = "use"
+kind = "use"
+image = "busybox:latest"
+command = ["sh", "-c", "cat {{altar:mount_root}}/a.txt > {{altar:mount_root}}/b.txt"]
+inputs = [{{ uri = "out/a.txt", logical_path = "a.txt" }}]
+outputs = [{{ uri = "out/b.txt", logical_path = "b.txt" }}]
+resources = {{ gpu = "a100" }}
+"""
+
+
+def _data(**backends: dict[str, object]) -> dict[str, object]:
+    tasks: list[dict[str, object]] = [
+        {"id": "a", "kind": "k", "image": "i", "command": ["x"]},
+        {"id": "g", "kind": "k", "image": "i", "command": ["x"], "resources": {"gpu": "a100"}},
+        {"id": "p", "kind": "k", "image": "i", "command": ["x"], "backend": "two"},
+    ]
+    return {"backends": backends, "tasks": tasks}
+
+
+def test_the_rule_names_each_tasks_backend() -> None:
+    plan = parse_plan(_data(one={"type": "t"}, two={"type": "t", "for_gpu": True}))
+    assert plan.routing is not None
+    assert plan.routing.routes == {"a": "one", "g": "two", "p": "two"}
+    plan = parse_plan(_data(one={"type": "t"}, two={"type": "t", "default": True}))
+    assert plan.routing is not None
+    assert plan.routing.routes == {"a": "two", "g": "two", "p": "two"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_data(one={"type": "t"}), "no backend 'two'"),
+        (_data(one={"type": "t", "default": True}, two={"type": "t", "default": True}), "default"),
+        (_data(one={"type": "t"}, two={"type": "t", "gpu": True}), "unknown key"),
+        ({**_data(one={"type": "t"}, two={"type": "t"}), "backend": {"type": "t"}}, "either"),
+        ({"tasks": _data()["tasks"]}, "declares no [backends]"),
+    ],
+)
+def test_bad_routing_is_a_plan_error(data: dict[str, object], message: str) -> None:
+    with pytest.raises(PlanError, match=message.replace("[", r"\[")):
+        parse_plan(data)
+
+
+def test_a_backend_plan_is_unchanged() -> None:
+    plan = parse_plan({"backend": {"type": "t"}, "tasks": _data()["tasks"][:2]})
+    assert plan.routing is None
+    assert plan.backend_type == "t"
+
+
+def _plan(tmp_path: Path, gpus: int = 1) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(gpus=gpus))
+    return path
+
+
+def test_cross_transfers_only_between_backends(tmp_path: Path) -> None:
+    plan = parse_plan(
+        {**json.loads(json.dumps(_data())), "backends": {"one": {"type": "t"}}}
+        | {"tasks": [t for t in _data()["tasks"] if t["id"] != "p"]}  # type: ignore[attr-defined]
+    )
+    assert plan.routing is not None
+    assert cross_transfers(plan.routing, plan.tasks) == []
+    routed = parse_plan(_load(_plan(tmp_path)), base_dir=tmp_path)
+    assert routed.routing is not None
+    moves = cross_transfers(routed.routing, routed.tasks)
+    assert [(m.producer, m.source, m.reader, m.target) for m in moves] == [
+        ("make", "cpu", "use", "gpu")
+    ]
+
+
+def _load(path: Path) -> dict[str, object]:
+    import tomllib
+
+    return tomllib.loads(path.read_text())
+
+
+def test_a_routed_run_moves_outputs_and_matches_one_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = _plan(tmp_path)
+    assert cli.main(["run", str(plan), "--run-dir", str(tmp_path / "r1"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["transfers"]["files"] == 1
+    assert data["transfers"]["bytes"] == len("hello routed")
+    assert (tmp_path / "out/b.txt").read_text() == "hello routed"
+    assert (tmp_path / "gpu-root/a.txt").read_text() == "hello routed"
+    journal = json.loads((tmp_path / "r1/journal.json").read_text())
+    assert journal["backend"]["type"] == "routed"
+    labels = {t: r["attempts"][-1]["handle"]["labels"] for t, r in journal["tasks"].items()}
+    assert {t: label[LABEL_ROUTE] for t, label in labels.items()} == {"make": "cpu", "use": "gpu"}
+    # the same plan on one backend gives the same results
+    assert cli.main(["run", str(plan), "--backend", "gpu", "--run-dir", str(tmp_path / "r2")]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", str(tmp_path / "r1"), str(tmp_path / "r2")]) == 0
+
+
+def test_check_refuses_a_gpu_task_on_a_backend_without_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["check", str(_plan(tmp_path, gpus=0))]) == 2
+    assert "tasks[1].resources.gpu" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_transfers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", str(_plan(tmp_path)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "transfer a.txt: make@cpu -> use@gpu" in out
+    assert not (tmp_path / "cpu-root/a.txt").exists()  # nothing ran
+    assert not (tmp_path / "out").exists()
+
+
+class Counting(ExecutionBackend):
+    """A lane that records each call, and can be made unreachable."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.staged: list[Transfer] = []
+        self.collected: list[Transfer] = []
+        self.down = False
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        return TaskHandle(self.name, spec.labels["altar.task"], dict(spec.labels))
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        if self.down:
+            raise BackendUnavailableError("down")
+        return [TaskStatus(h, TaskState.RUNNING) for h in handles]
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        self.staged += transfers
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        self.collected += transfers
+
+
+def _routed(
+    moves: list[dict[str, str]], producers: dict[str, str]
+) -> tuple[RoutedBackend, dict[str, Counting]]:
+    lanes = {"one": Counting(), "two": Counting()}
+    decls = {name: {"type": "counting"} for name in lanes}
+    routed = RoutedBackend(
+        backends=decls,
+        routes={"a": "one", "b": "two"},
+        default="one",
+        moves=moves,
+        producers=producers,
+        built=lanes,
+    )
+    return routed, lanes
+
+
+@pytest.mark.asyncio
+async def test_a_routing_that_moves_nothing_moves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "a.txt"
+    out.write_text("x")
+    routed, lanes = _routed([], {str(out): "one"})
+    await routed.collect_outputs([Transfer(str(out), "a.txt")])
+    assert lanes["one"].collected
+    assert not lanes["two"].collected
+    assert lanes["one"].staged == lanes["two"].staged == []
+    assert routed.moved_bytes == 0
+
+
+@pytest.mark.asyncio
+async def test_an_output_read_elsewhere_is_staged_there_with_its_digest(tmp_path: Path) -> None:
+    out = tmp_path / "a.txt"
+    out.write_text("abc")
+    move = {"uri": str(out), "logical_path": "a.txt", "source": "one", "target": "two"}
+    routed, lanes = _routed([move], {str(out): "one"})
+    await routed.collect_outputs([Transfer(str(out), "a.txt")])
+    assert [t.logical_path for t in lanes["two"].staged] == ["a.txt"]
+    assert lanes["two"].staged[0].digest is not None
+    assert lanes["one"].staged == []
+    assert (routed.moved_files, routed.moved_bytes) == (1, 3)
+
+
+@pytest.mark.asyncio
+async def test_one_backend_down_holds_back_only_its_tasks() -> None:
+    routed, lanes = _routed([], {})
+    spec = ContainerTaskSpec("k", "i", ["x"])
+    a = await routed.submit(ContainerTaskSpec("k", "i", ["x"], labels={"altar.task": "a"}))
+    b = await routed.submit(ContainerTaskSpec("k", "i", ["x"], labels={"altar.task": "b"}))
+    assert (a.labels[LABEL_ROUTE], b.labels[LABEL_ROUTE]) == ("one", "two")
+    del spec
+    lanes["two"].down = True
+    statuses = await routed.poll([a, b])
+    assert [s.state for s in statuses] == [TaskState.RUNNING, TaskState.PENDING]
+    lanes["one"].down = True
+    with pytest.raises(BackendUnavailableError):
+        await routed.poll([b])
+
+
+@pytest.mark.asyncio
+async def test_one_backend_down_mid_run_the_others_tasks_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lane "gpu" is unreachable: "make" (on "cpu") still succeeds; once "gpu" is back, the
+    same run finishes "solo" there."""
+    import asyncio
+
+    from altar.conformance.reference import InProcessExecutionBackend
+    from altar.execution.runner import run_plan
+
+    class Flaky(InProcessExecutionBackend):
+        down = True
+
+        async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+            if self.down:
+                raise BackendUnavailableError("gpu pool unreachable")
+            return await super().submit(spec)
+
+        async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+            if self.down:
+                raise BackendUnavailableError("gpu pool unreachable")
+            return await super().poll(handles)
+
+    monkeypatch.chdir(tmp_path)
+    text = (
+        PLAN.format(gpus=1)
+        .replace('inputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]\n', "")
+        .replace("cat {altar:mount_root}/a.txt", "echo solo")
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    assert plan.routing is not None
+    assert plan.dependencies.get("use", ()) == ()
+    flaky = Flaky(data_root=tmp_path / "gpu-root", gpus=1)
+    lanes: dict[str, ExecutionBackend] = {
+        "cpu": InProcessExecutionBackend(data_root=tmp_path / "cpu-root"),
+        "gpu": flaky,
+    }
+    from altar.execution.routed import routed_options
+
+    routed = RoutedBackend(**routed_options(plan), built=lanes)
+    run = asyncio.create_task(
+        run_plan(
+            plan, routed, run_dir=tmp_path / "run", poll_interval_s=0.01, max_poll_interval_s=0.05
+        )
+    )
+    for _ in range(500):
+        if (tmp_path / "out/a.txt").exists():
+            break
+        await asyncio.sleep(0.01)
+    assert (tmp_path / "out/a.txt").read_text() == "hello routed"  # the other lane finished
+    assert not run.done()
+    assert not (tmp_path / "out/b.txt").exists()
+    flaky.down = False
+    result = await asyncio.wait_for(run, 30)
+    assert result.ok
+    assert (tmp_path / "out/b.txt").read_text().strip() == "solo"
+
+
+def _load_text(text: str) -> dict[str, object]:
+    import tomllib
+
+    return tomllib.loads(text)

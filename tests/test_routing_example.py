@@ -1,0 +1,100 @@
+"""examples/routing (issue 26): local Docker and in-process in one run, equal to one backend."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "routing"
+ALTAR = str(Path(sys.executable).parent / "altar")
+
+
+def _altar(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ALTAR, *argv], capture_output=True, text=True, timeout=600, check=False, cwd=cwd
+    )
+
+
+@pytest.mark.docker
+def test_the_routing_example_moves_its_scores_and_matches_one_backend(
+    docker_host: str, tmp_path: Path
+) -> None:
+    example = tmp_path / "routing"
+    shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns("results"))
+    plan = str(example / "plan.toml")
+    dry = _altar("run", plan, "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "transfer routing/low.tsv: score-low@cpu -> summary@host" in dry.stdout
+    assert not (example / "results").exists()
+    routed = _altar("run", plan, "--run-dir", str(tmp_path / "routed"), "--json", cwd=tmp_path)
+    assert routed.returncode == 0, routed.stderr
+    moved = json.loads(routed.stdout)["transfers"]
+    sizes = sum((example / "results" / n).stat().st_size for n in ("low.tsv", "high.tsv"))
+    assert (moved["files"], moved["bytes"]) == (2, sizes)
+    assert (example / "results/summary.txt").read_text().split() == ["2", "1"]
+    journal = json.loads((tmp_path / "routed/journal.json").read_text())
+    backends = {t: r["attempts"][-1]["handle"]["backend"] for t, r in journal["tasks"].items()}
+    assert backends == {"score-low": "local", "score-high": "local", "summary": "in-process"}
+    one = _altar("run", plan, "--backend", "cpu", "--run-dir", str(tmp_path / "one"), cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert "moved" not in one.stdout  # one backend: nothing moves
+    compared = _altar(
+        "compare", str(tmp_path / "routed"), str(tmp_path / "one"), "--json", cwd=tmp_path
+    )
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert json.loads(compared.stdout)["differences"] == []
+
+
+@pytest.mark.docker
+def test_a_routed_run_killed_mid_run_resumes_each_task_once_and_leaves_nothing(
+    docker_host: str, tmp_path: Path
+) -> None:
+    """SIGKILL while the Docker lane's tasks run; the same ``altar run`` again finishes every
+    task in one attempt (adopted, not relaunched) and no container of the run is left."""
+    import os
+    import signal
+    import time
+
+    example = tmp_path / "routing"
+    shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns("results"))
+    plan_path = example / "plan.toml"
+    plan_path.write_text(plan_path.read_text().replace("awk '$2", "sleep 3; awk '$2"))
+    argv = [ALTAR, "run", str(plan_path), "--run-dir", str(tmp_path / "run")]
+    first = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    journal_path = tmp_path / "run/journal.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if _handles(journal_path) >= 2:  # both containers launched and journaled
+            break
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    again = _altar(*argv[1:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    journal = json.loads(journal_path.read_text())
+    assert {t: len(r["attempts"]) for t, r in journal["tasks"].items()} == {
+        "score-low": 1,
+        "score-high": 1,
+        "summary": 1,
+    }
+    assert (example / "results/summary.txt").read_text().split() == ["2", "1"]
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=altar.run={journal['run_id']}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert left.stdout.strip() == ""
+
+
+def _handles(journal_path: Path) -> int:
+    try:
+        tasks = json.loads(journal_path.read_text())["tasks"]
+    except (OSError, ValueError, KeyError):
+        return 0  # not written yet
+    return sum(1 for r in tasks.values() for a in r["attempts"] if a.get("handle"))
