@@ -88,11 +88,12 @@ from altar.execution.results import (
 )
 from altar.execution.runs import run_status
 from altar.execution.staging import stage_run
-from altar.execution.submitting import Submits
+from altar.execution.submitting import SUBMIT_WINDOW, Submits
 
 __all__ = [
     "CANCEL_REQUEST",
     "DEFAULT_MAX_RETRIES",
+    "SUBMIT_WINDOW",
     "TASK_STATES",
     "BackendCallError",
     "CancelIncompleteError",
@@ -165,6 +166,7 @@ class _Run:
             budget=budget,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
+            window=SUBMIT_WINDOW,
         )
         self._landed = False  # a submit landed with news since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
@@ -226,12 +228,16 @@ class _Run:
             self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
 
     def ready(self) -> list[TaskRecord]:
-        return scheduling.ready(self.records, self.plan.dependencies)
+        """Ready tasks not already waiting for room in the submit window."""
+        ready = scheduling.ready(self.records, self.plan.dependencies)
+        queued = self.submits.queued
+        return [r for r in ready if r.id not in queued] if queued else ready
 
     def has_room(self) -> bool:
+        waiting = len(self.submits.queued)
         return scheduling.room_for(
             len(self.ready()),
-            in_flight_count=len(scheduling.in_flight(self.records.values())),
+            in_flight_count=len(scheduling.in_flight(self.records.values())) + waiting,
             max_parallel=self.max_parallel,
         )
 
@@ -259,6 +265,7 @@ class _Run:
             max_parallel=self.max_parallel,
             free=None,
             pool=self.pool,
+            waiting=self.submits.waiting,
         )
         if not allowed:
             return []
@@ -278,6 +285,7 @@ class _Run:
             max_parallel=None,
             free=capacity.pools,
             pool=self.pool,
+            waiting=self.submits.waiting,
         )
         return self.hold.admit(chosen, self.now())
 
