@@ -94,6 +94,8 @@ __all__ = [
 
 JOURNAL_FORMAT = "altar-run-journal"
 JOURNAL_VERSION = 1
+#: The log is folded into a snapshot once it holds this many times the snapshot's bytes.
+COMPACT_RATIO = 4
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
 LOCK_NAME = "lock"
@@ -143,6 +145,9 @@ class Journal:
     updated_at: float = field(default_factory=time.time)
     seq: int = 0
     log_lines: int = 0
+    #: bytes of the log and of the last snapshot, for when to fold the log (``compact_due``)
+    log_bytes: int = field(default=0, repr=False)
+    snapshot_bytes: int = field(default=0, repr=False)
     #: The run id (``altar.run``): 32 hex characters, fixed when the run directory is made.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: The processes that drove this run, so a resume can tell their leftover temporary files.
@@ -191,7 +196,17 @@ class Journal:
         self._log_repair = None
         self.seq = seq
         self.log_lines += len(lines)
+        self.log_bytes += len(data)
         self._changed.clear()
+
+    def compact_due(self) -> bool:
+        """The log outgrew the snapshot ``COMPACT_RATIO`` times: fold it (bounded, amortized).
+
+        By bytes, not by ticks or lines: a snapshot rewrites every task, so folding when the
+        log is a multiple of it keeps what snapshots write below ``1 / COMPACT_RATIO`` of what
+        the log writes, and what a reader replays below that multiple of the snapshot.
+        """
+        return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * self.snapshot_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -237,6 +252,7 @@ class Journal:
             os.truncate(self.log_path, 0)
             self._log_repair = None
         self.log_lines = 0
+        self.log_bytes, self.snapshot_bytes = 0, len(data)
         self._changed.clear()
 
     @classmethod
@@ -290,6 +306,7 @@ class Journal:
                 pids=[int(pid) for pid in data.get("pids") or []],
                 removed=list(data.get("removed") or []),
             )
+            journal.snapshot_bytes = len(raw)
             journal._replay()
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise JournalError(f"{path} is damaged: {type(error).__name__}: {error}") from None
@@ -302,6 +319,7 @@ class Journal:
             return
         except OSError as error:
             raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
+        self.log_bytes = len(raw)
         offset = good_end = 0
         for line in raw.split(b"\n"):
             end = min(offset + len(line) + 1, len(raw))  # past this line's newline, if any
