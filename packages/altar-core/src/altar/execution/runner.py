@@ -77,7 +77,7 @@ from altar.execution.litter import litter_directories, remove_litter, remove_run
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan, PlanTask, outputs_for_run
-from altar.execution.reconciling import reconcile
+from altar.execution.reconciling import reconcile, start_adopted
 from altar.execution.results import (
     TASK_STATES,
     RunEvent,
@@ -311,37 +311,7 @@ class _Run:
         outcome = await reconcile(self.ledger, self.backend, self.journal.run_id)
         self.submits.absent |= outcome.absent
         if outcome.adopted and self.backend.adopts_submissions:
-            await self.resubmit_adopted(outcome.adopted)
-
-    async def resubmit_adopted(self, task_ids: list[str]) -> None:
-        """Submit each adopted attempt again with its key (found by tests/crash, issue 13).
-
-        A listing only finds the object an interrupted submit made; if that submit was cut
-        off between creating and starting it (a Docker container ``created``, an in-process
-        record without its supervisor), nothing would ever start it: the task waited for
-        ever, or failed after the provider's grace and was run again. A backend that adopts
-        submissions answers this submit with the same object, starting it if it never ran.
-        """
-        for task_id in task_ids:
-            record = self.records[task_id]
-            attempt = record.last
-            if attempt is None or attempt.handle is None:
-                continue
-            try:
-                handle = await self.backend.submit(self.submits.labelled(record, attempt))
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # the listed handle stays; the next resume tries again
-                kind = (
-                    "backend_unavailable"
-                    if isinstance(error, BackendUnavailableError)
-                    else "cleanup_failed"
-                )
-                self.emit(kind, f"{task_id}: starting its adopted task: {one_line(error)}", record)
-                continue
-            attempt.handle = handle
-            self.changed(record)
-        self.flush()
+            await start_adopted(self.ledger, self.backend, self.submits.labelled, outcome.adopted)
 
     def tidy(self, owners: list[int]) -> None:
         """Remove the temporary files that earlier (killed) processes of this run left."""
