@@ -93,3 +93,29 @@ def test_the_log_is_folded_by_its_size_against_the_snapshot(tmp_path):
     assert reread.log_bytes == journal.log_bytes
     assert reread.compact_due()
     assert reread.tasks == journal.tasks
+
+
+def test_a_log_line_writes_a_handle_once_and_a_version_1_journal_still_reads(tmp_path):
+    record = TaskRecord("a", "fold", "sha256:00")
+    journal = Journal(tmp_path, "fake", {}, "", {"a": record})
+    journal.save()
+    labels = {"altar.submission": "k1"}
+    record.attempts.append(Attempt(number=1, key="k1", handle=TaskHandle("fake", "x-1", labels)))
+    record.state = "pending"
+    for state in ("pending", "running", "succeeded"):
+        record.state = record.attempts[0].state = state
+        journal.mark(record)
+        journal.flush()
+    lines = [json.loads(line) for line in (tmp_path / "journal.log").read_text().splitlines()]
+    assert [line["record"]["attempts"][0]["handle"] for line in lines][1:] == [1, 1]
+    assert "external_id" in json.dumps(lines[0])
+    assert all("kind" not in line["record"] for line in lines)
+    assert "key" not in lines[0]["record"]["attempts"][0]  # the handle's labels carry it
+    assert Journal.load(tmp_path).tasks == journal.tasks
+    # version 1: full records in the snapshot and in the log
+    snapshot = json.loads((tmp_path / "journal.json").read_text())
+    snapshot["version"] = 1
+    (tmp_path / "journal.json").write_text(json.dumps(snapshot))
+    old_line = {"seq": journal.seq + 1, "task": "a", "record": OLD_FORM}
+    (tmp_path / "journal.log").write_text(json.dumps(old_line) + "\n")
+    assert Journal.load(tmp_path).tasks["a"] == TaskRecord.from_dict("a", OLD_FORM)

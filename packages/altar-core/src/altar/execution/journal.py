@@ -93,7 +93,9 @@ __all__ = [
 ]
 
 JOURNAL_FORMAT = "altar-run-journal"
-JOURNAL_VERSION = 1
+#: 2 (issue 24): compact records, log lines without what a run never changes; 1 reads too.
+JOURNAL_VERSION = 2
+READ_VERSIONS = (1, 2)
 #: The log is folded into a snapshot once it holds this many times the snapshot's bytes.
 COMPACT_RATIO = 4
 JOURNAL_NAME = "journal.json"
@@ -181,7 +183,8 @@ class Journal:
         seq = self.seq
         for task_id in self._changed:
             seq += 1
-            entry = {"seq": seq, "task": task_id, "record": self.tasks[task_id].to_dict()}
+            record = self.tasks[task_id]
+            entry = {"seq": seq, "task": task_id, "record": record.to_dict(log=True)}
             lines.append(json.dumps(entry, separators=(",", ":"), default=str))
         data = ("\n".join(lines) + "\n").encode()
         try:
@@ -197,6 +200,9 @@ class Journal:
         self.seq = seq
         self.log_lines += len(lines)
         self.log_bytes += len(data)
+        for task_id in self._changed:
+            for attempt in self.tasks[task_id].attempts:
+                attempt.logged_handle = attempt.handle  # written in full once: later lines say 1
         self._changed.clear()
 
     def compact_due(self) -> bool:
@@ -253,6 +259,9 @@ class Journal:
             self._log_repair = None
         self.log_lines = 0
         self.log_bytes, self.snapshot_bytes = 0, len(data)
+        for record in self.tasks.values():
+            for attempt in record.attempts:
+                attempt.logged_handle = attempt.handle
         self._changed.clear()
 
     @classmethod
@@ -278,11 +287,11 @@ class Journal:
         if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT:
             raise JournalError(f"{path} is not an altar run journal (no format {JOURNAL_FORMAT!r})")
         version = data.get("version")
-        if version != JOURNAL_VERSION:
+        if version not in READ_VERSIONS:
             raise JournalError(
-                f"{path} is journal version {version!r}, but this altar reads version "
-                f"{JOURNAL_VERSION}; finish that run with the altar that started it, "
-                "or use a new run directory"
+                f"{path} is journal version {version!r}, but this altar reads versions "
+                f"{' and '.join(map(str, READ_VERSIONS))}; finish that run with the altar "
+                "that started it, or use a new run directory"
             )
         try:
             backend = data["backend"]
@@ -329,7 +338,7 @@ class Journal:
             try:
                 entry = json.loads(line)
                 seq, task_id = int(entry["seq"]), entry["task"]
-                record = TaskRecord.from_dict(task_id, entry["record"])
+                record = TaskRecord.from_dict(task_id, entry["record"], self.tasks.get(task_id))
             except (ValueError, KeyError, TypeError):
                 break  # a line torn by a crash: only ever the last one
             good_end = end
