@@ -155,6 +155,7 @@ class _Run:
         self.max_poll_interval_s = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
         self.on_event = on_event
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
+        self.specs = {task.id: task.spec for task in plan.tasks}  # built once, not per tick
         self.records = journal.tasks
         self.submits = Submits(
             self.ledger,
@@ -330,8 +331,7 @@ class _Run:
         return await poll_open(self.ledger, self.backend, budget=self.budget)
 
     async def collect(self) -> bool:
-        specs = {task_id: task.spec for task_id, task in self.tasks.items()}
-        return await collect_succeeded(self.ledger, self.backend, specs)
+        return await collect_succeeded(self.ledger, self.backend, self.specs)
 
     # -- the loop -----------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ __all__ = ["SUBMIT_WINDOW", "Submits"]
 #: most this many attempts are journaled ``submitting`` without a handle, which a backend that
 #: can neither list nor adopt may run twice on resume (each marked ``reexecuted``).
 SUBMIT_WINDOW = 64
+# what a submit's task returns: refused (the provider is down), a handle, a failure
+_REFUSED, _HANDLE, _FAILED = 0, 1, 2
 
 
 def _short(external_id: str) -> str:
@@ -72,7 +74,7 @@ class Submits:
         self.budget = budget
         self.grace_s = grace_s
         self._on_news = on_news
-        self.tasks: set[asyncio.Task[bool]] = set()
+        self.tasks: set[asyncio.Task[int]] = set()
         self.refused = False  # a submit found the provider unavailable since last asked
         self.limits: list[ProviderLimitError] = []  # limit refusals since the loop last looked
         #: the most submits in flight at once, so the most attempts a crash leaves in doubt
@@ -159,9 +161,13 @@ class Submits:
         self.ledger.set_state(record, QUEUED)
         self.ledger.changed(record)
 
-    def _landed(self, task: asyncio.Task[bool]) -> None:
-        if task.cancelled() or task.exception() is not None or task.result():
+    def _landed(self, task: asyncio.Task[int]) -> None:
+        if task.cancelled() or task.exception() is not None:
             self._on_news()  # an error is raised by the loop's next reap
+        elif task.result() == _FAILED or (task.result() == _HANDLE and not self._queue):
+            # a handle while more of the batch waits is no news the loop can act on before
+            # its next poll: waking it for each would scan every task once per submit
+            self._on_news()
 
     def reap(self) -> None:
         """Forget the submits that landed; raise the error of one that failed (a journal error)."""
@@ -202,7 +208,7 @@ class Submits:
             if not task.cancelled():
                 task.exception()
 
-    async def _submit_one(self, record: TaskRecord, *, durable: bool) -> bool:
+    async def _submit_one(self, record: TaskRecord, *, durable: bool) -> int:
         ledger = self.ledger
         attempt = record.attempts[-1]
         spec = self.labelled(record, attempt)
@@ -228,14 +234,14 @@ class Submits:
                 ledger.emit(
                     "backend_unavailable", f"{record.id}: submit: {one_line(error)}", record
                 )
-            return False
+            return _REFUSED
         except ValueError as error:
             self._returned()
             self._resumed.pop(record.id, None)
             failure = TaskFailure("submit_rejected", one_line(error), deterministic=True)
             fail_attempt(ledger, record, attempt, failure, budget=self.budget)
             await ledger.commit()
-            return True
+            return _FAILED
         except asyncio.CancelledError:
             self._active -= 1
             raise
@@ -245,7 +251,7 @@ class Submits:
             failure = TaskFailure("submit_failed", one_line(error), deterministic=False)
             fail_attempt(ledger, record, attempt, failure, budget=self.budget)
             await ledger.commit()
-            return True
+            return _FAILED
         # no await between submit returning and the journal write: a cancelled run keeps it
         self._resumed.pop(record.id, None)
         attempt.handle = handle
@@ -256,7 +262,7 @@ class Submits:
         self._returned()  # the next intents share this handle's fsync
         await ledger.commit()
         ledger.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
-        return True
+        return _HANDLE
 
     def _returned(self) -> None:
         """A submit returned: its slot in the window goes to the next queued task."""
