@@ -206,12 +206,8 @@ class Journal:
         self._changed.clear()
 
     def compact_due(self) -> bool:
-        """The log outgrew the snapshot ``COMPACT_RATIO`` times: fold it (bounded, amortized).
-
-        By bytes, not by ticks or lines: a snapshot rewrites every task, so folding when the
-        log is a multiple of it keeps what snapshots write below ``1 / COMPACT_RATIO`` of what
-        the log writes, and what a reader replays below that multiple of the snapshot.
-        """
+        """The log outgrew the snapshot ``COMPACT_RATIO`` times (by bytes: a snapshot rewrites
+        every task, so snapshots write under ``1 / COMPACT_RATIO`` of what the log writes)."""
         return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * self.snapshot_bytes
 
     def to_dict(self) -> dict[str, Any]:
