@@ -365,6 +365,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from altar.execution.journal import Journal
     from altar.execution.plan import load_plan
     from altar.execution.progress import (
+        PROGRESS_LOG,
         QUIET,
         WARNINGS,
         ProgressPrinter,
@@ -412,7 +413,14 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # still reach the log
     only = QUIET if args.quiet else WARNINGS if args.json and not live else None
     earlier = _earlier_s(run_dir) if resuming else 0.0
-    printer = ProgressPrinter(err, total=len(plan.tasks), live=live, only=only, earlier_s=earlier)
+    printer = ProgressPrinter(
+        err,
+        total=len(plan.tasks),
+        live=live,
+        only=only,
+        earlier_s=earlier,
+        task_log=run_dir / PROGRESS_LOG,  # a large plan's per-task lines (SUMMARY_THRESHOLD)
+    )
     verb = "resuming" if resuming else "running"
     if not args.quiet:  # the summary names the run directory
         err.write(

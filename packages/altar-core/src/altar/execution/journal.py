@@ -93,7 +93,11 @@ __all__ = [
 ]
 
 JOURNAL_FORMAT = "altar-run-journal"
-JOURNAL_VERSION = 1
+#: 2 (issue 24): compact records, log lines without what a run never changes; 1 reads too.
+JOURNAL_VERSION = 2
+READ_VERSIONS = (1, 2)
+#: The log is folded into a snapshot once it holds this many times the snapshot's bytes.
+COMPACT_RATIO = 4
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
 LOCK_NAME = "lock"
@@ -143,6 +147,9 @@ class Journal:
     updated_at: float = field(default_factory=time.time)
     seq: int = 0
     log_lines: int = 0
+    #: bytes of the log and of the last snapshot, for when to fold the log (``compact_due``)
+    log_bytes: int = field(default=0, repr=False)
+    snapshot_bytes: int = field(default=0, repr=False)
     #: The run id (``altar.run``): 32 hex characters, fixed when the run directory is made.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     #: The processes that drove this run, so a resume can tell their leftover temporary files.
@@ -176,7 +183,8 @@ class Journal:
         seq = self.seq
         for task_id in self._changed:
             seq += 1
-            entry = {"seq": seq, "task": task_id, "record": self.tasks[task_id].to_dict()}
+            record = self.tasks[task_id]
+            entry = {"seq": seq, "task": task_id, "record": record.to_dict(log=True)}
             lines.append(json.dumps(entry, separators=(",", ":"), default=str))
         data = ("\n".join(lines) + "\n").encode()
         try:
@@ -191,7 +199,16 @@ class Journal:
         self._log_repair = None
         self.seq = seq
         self.log_lines += len(lines)
+        self.log_bytes += len(data)
+        for task_id in self._changed:
+            for attempt in self.tasks[task_id].attempts:
+                attempt.logged_handle = attempt.handle  # written in full once: later lines say 1
         self._changed.clear()
+
+    def compact_due(self) -> bool:
+        """The log outgrew the snapshot ``COMPACT_RATIO`` times (by bytes: a snapshot rewrites
+        every task, so snapshots write under ``1 / COMPACT_RATIO`` of what the log writes)."""
+        return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * self.snapshot_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -237,6 +254,10 @@ class Journal:
             os.truncate(self.log_path, 0)
             self._log_repair = None
         self.log_lines = 0
+        self.log_bytes, self.snapshot_bytes = 0, len(data)
+        for record in self.tasks.values():
+            for attempt in record.attempts:
+                attempt.logged_handle = attempt.handle
         self._changed.clear()
 
     @classmethod
@@ -262,11 +283,11 @@ class Journal:
         if not isinstance(data, dict) or data.get("format") != JOURNAL_FORMAT:
             raise JournalError(f"{path} is not an altar run journal (no format {JOURNAL_FORMAT!r})")
         version = data.get("version")
-        if version != JOURNAL_VERSION:
+        if version not in READ_VERSIONS:
             raise JournalError(
-                f"{path} is journal version {version!r}, but this altar reads version "
-                f"{JOURNAL_VERSION}; finish that run with the altar that started it, "
-                "or use a new run directory"
+                f"{path} is journal version {version!r}, but this altar reads versions "
+                f"{' and '.join(map(str, READ_VERSIONS))}; finish that run with the altar "
+                "that started it, or use a new run directory"
             )
         try:
             backend = data["backend"]
@@ -290,6 +311,7 @@ class Journal:
                 pids=[int(pid) for pid in data.get("pids") or []],
                 removed=list(data.get("removed") or []),
             )
+            journal.snapshot_bytes = len(raw)
             journal._replay()
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise JournalError(f"{path} is damaged: {type(error).__name__}: {error}") from None
@@ -302,6 +324,7 @@ class Journal:
             return
         except OSError as error:
             raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
+        self.log_bytes = len(raw)
         offset = good_end = 0
         for line in raw.split(b"\n"):
             end = min(offset + len(line) + 1, len(raw))  # past this line's newline, if any
@@ -311,7 +334,7 @@ class Journal:
             try:
                 entry = json.loads(line)
                 seq, task_id = int(entry["seq"]), entry["task"]
-                record = TaskRecord.from_dict(task_id, entry["record"])
+                record = TaskRecord.from_dict(task_id, entry["record"], self.tasks.get(task_id))
             except (ValueError, KeyError, TypeError):
                 break  # a line torn by a crash: only ever the last one
             good_end = end

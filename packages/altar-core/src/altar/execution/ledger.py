@@ -103,7 +103,7 @@ class Ledger:
             future.set_result(None)
 
     def checkpoint(self) -> None:
-        """Fold the log into a snapshot once it holds more lines than the plan has tasks."""
+        """Fold the log into a snapshot once it outgrew it (see ``Journal.compact_due``)."""
         self.journal.flush()
-        if self.journal.log_lines > max(256, len(self.records)):
+        if self.journal.compact_due():
             self.journal.save()

@@ -110,6 +110,8 @@ async def poll_open(
     details = await asyncio.gather(*(_detail(backend, status) for _, status in finished))
     for (record, status), detail in zip(finished, details, strict=True):
         attempt = record.attempts[-1]
+        # marked again: a group commit during the await above wrote the record without this
+        ledger.changed(record)
         attempt.state = status.state.value
         attempt.finished_at = status.finished_at if status.finished_at is not None else now
         if status.state is TaskState.SUCCEEDED:

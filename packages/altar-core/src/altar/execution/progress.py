@@ -13,12 +13,15 @@ import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TextIO
 
 from altar.execution.runner import TASK_STATES, RunEvent, RunResult, TaskResult
 
 __all__ = [
+    "PROGRESS_LOG",
     "QUIET",
+    "SUMMARY_THRESHOLD",
     "WARNINGS",
     "ProgressPrinter",
     "format_counts",
@@ -90,6 +93,15 @@ _FINAL = ("succeeded", "cached", "failed", "skipped", "cancelled")
 _DETAIL_WIDTH = 60
 #: Plain output prints a ``staging_progress`` line at most this often (a terminal redraws).
 PLAIN_STAGING_INTERVAL_S = 5.0
+#: Plans of more tasks than this print no line per task that goes well (``submitted``, state
+#: changes, ``succeeded``, ``cached``): those go to the task log (``PROGRESS_LOG`` in the run
+#: directory), and plain output prints a line of counts every ``SUMMARY_INTERVAL_S`` instead.
+#: Failures, retries and warnings still print.
+SUMMARY_THRESHOLD = 200
+SUMMARY_INTERVAL_S = 10.0
+PROGRESS_LOG = "progress.log"
+#: The per-task lines a large plan sends to its task log instead of the stream.
+PER_TASK = frozenset({"submitted", "state", "succeeded", "cached"})
 
 
 def format_duration(seconds: float | None) -> str:
@@ -262,8 +274,13 @@ class ProgressPrinter:
         prefix: str = "",
         only: frozenset[str] | None = None,
         earlier_s: float = 0.0,
+        task_log: Path | None = None,
     ) -> None:
         self.stream = stream
+        # a large plan's per-task lines go to this file (opened once the run directory exists)
+        self.task_log = task_log if total > SUMMARY_THRESHOLD else None
+        self._log: TextIO | None = None
+        self._summarized = 0.0  # elapsed_s of the last plain summary line
         # a resumed run's time before this process: the clock and the ETA count its history
         self.earlier_s = earlier_s
         self.only = only  # print event lines of these kinds only (None: every notable one)
@@ -295,6 +312,12 @@ class ProgressPrinter:
             self._staging = ""
         if self.only is not None and event.kind not in self.only:
             line = None
+        if line is not None and self.task_log is not None and event.kind in PER_TASK:
+            self._to_log(line)
+            line = None
+            if not self.live and event.elapsed_s - self._summarized >= SUMMARY_INTERVAL_S:
+                self._summarized = event.elapsed_s
+                line = self._summary(event)
         if self.live:
             self._clear()
             if line is not None:
@@ -308,6 +331,22 @@ class ProgressPrinter:
         elif line is not None:
             self.stream.write(f"{self.prefix}{line}\n")
         self.stream.flush()
+
+    def _summary(self, event: RunEvent) -> str:
+        done = sum(event.counts.get(state, 0) for state in _FINAL)
+        eta = format_eta(done, self.total, event.elapsed_s + self.earlier_s)
+        return (
+            f"{format_duration(event.elapsed_s):>7}  {format_counts(event.counts)} of "
+            f"{self.total}; {eta} (each task's lines: {self.task_log})"
+        )
+
+    def _to_log(self, line: str) -> None:
+        if self._log is None:
+            assert self.task_log is not None
+            if not self.task_log.parent.is_dir():
+                return  # no run directory yet: nothing per task happened
+            self._log = self.task_log.open("a", encoding="utf-8")
+        self._log.write(f"{line}\n")
 
     def _outage(self, event: RunEvent, line: str) -> str:
         """The first report of an outage in full (its advice), a repeat as one short line."""
@@ -346,6 +385,9 @@ class ProgressPrinter:
             self.stream.write("\r\x1b[K")
 
     def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self.live and self._status:
             self._clear()
             self._status = ""

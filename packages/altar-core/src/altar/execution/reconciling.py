@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendUnavailableError
@@ -26,9 +27,9 @@ from altar.execution.labels import LABEL_ATTEMPT, LABEL_SUBMISSION, LABEL_TASK, 
 from altar.execution.ledger import Ledger
 from altar.execution.records import IN_DOUBT, PENDING, QUEUED, Attempt, TaskRecord
 from altar.execution.results import one_line
-from altar.execution.types import TaskHandle
+from altar.execution.types import ContainerTaskSpec, TaskHandle
 
-__all__ = ["Reconciliation", "reconcile"]
+__all__ = ["Reconciliation", "reconcile", "start_adopted"]
 
 
 class Reconciliation:
@@ -159,3 +160,40 @@ async def _remove(ledger: Ledger, backend: ExecutionBackend, handle: TaskHandle)
         f"{task}: removed {handle.external_id}, a task of this run the journal does not own",
     )
     return True
+
+
+async def start_adopted(
+    ledger: Ledger,
+    backend: ExecutionBackend,
+    labelled: Callable[[TaskRecord, Attempt], ContainerTaskSpec],
+    task_ids: list[str],
+) -> None:
+    """Submit each adopted attempt again with its key (found by tests/crash, issue 13).
+
+    A listing only finds the object an interrupted submit made; if that submit was cut off
+    between creating and starting it (a Docker container ``created``, an in-process record
+    without its supervisor), nothing would ever start it: the task waited for ever, or failed
+    after the provider's grace and was run again. A backend that adopts submissions answers
+    this submit with the same object, starting it if it never ran. ``labelled``: the spec to
+    submit for an attempt (with the run's reserved labels).
+    """
+    for task_id in task_ids:
+        record = ledger.records[task_id]
+        attempt = record.last
+        if attempt is None or attempt.handle is None:
+            continue
+        try:
+            handle = await backend.submit(labelled(record, attempt))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the listed handle stays; the next resume tries again
+            kind = (
+                "backend_unavailable"
+                if isinstance(error, BackendUnavailableError)
+                else "cleanup_failed"
+            )
+            ledger.emit(kind, f"{task_id}: starting its adopted task: {one_line(error)}", record)
+            continue
+        attempt.handle = handle
+        ledger.changed(record)
+    ledger.flush()

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from altar.execution.labels import LABEL_SUBMISSION
 from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
 
 __all__ = [
@@ -49,12 +50,14 @@ def spec_digest(spec: ContainerTaskSpec) -> str:
 def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
     identity = handle.plugin_identity
     to_dict = getattr(identity, "to_dict", None)
-    return {
+    data: dict[str, Any] = {
         "backend": handle.backend,
         "external_id": handle.external_id,
         "labels": dict(handle.labels),
-        "plugin_identity": to_dict() if callable(to_dict) else identity,
     }
+    if identity is not None:  # left out when unset, like every default (see TaskRecord)
+        data["plugin_identity"] = to_dict() if callable(to_dict) else identity
+    return data
 
 
 def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
@@ -91,6 +94,8 @@ class Attempt:
     key: str | None = None
     reexecuted: int = 0
     adopted: bool = False
+    #: the handle the journal last wrote in full (a log line then writes ``"handle": 1``)
+    logged_handle: TaskHandle | None = field(default=None, repr=False, compare=False)
 
     @property
     def executions(self) -> int:
@@ -113,36 +118,61 @@ class Attempt:
             return None
         return max(0.0, self.finished_at - start)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "state": self.state,
-            "handle": _handle_to_dict(self.handle) if self.handle else None,
-            "failure": _failure_to_dict(self.failure),
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "key": self.key,
-            "reexecuted": self.reexecuted,
-            "adopted": self.adopted,
-        }
+    def to_dict(self, *, log: bool = False) -> dict[str, Any]:
+        """Its fields, those at their default left out (the reader fills them in again).
+
+        ``log``: for a log line, where a handle already written (in the snapshot or an
+        earlier line) is ``1``, and the key, when the handle's labels carry it, is left out.
+        """
+        data: dict[str, Any] = {"number": self.number, "state": self.state}
+        if self.handle and log and self.handle is self.logged_handle:
+            data["handle"] = 1
+        elif self.handle:
+            data["handle"] = _handle_to_dict(self.handle)
+        if self.failure:
+            data["failure"] = _failure_to_dict(self.failure)
+        for name in ("submitted_at", "started_at", "finished_at"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        if self.key is not None and not (
+            self.handle and self.handle.labels.get(LABEL_SUBMISSION) == self.key
+        ):
+            data["key"] = self.key
+        if self.reexecuted:
+            data["reexecuted"] = self.reexecuted
+        if self.adopted:
+            data["adopted"] = True
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Attempt:
-        handle = data.get("handle")
+    def from_dict(cls, data: dict[str, Any], earlier: Attempt | None = None) -> Attempt:
+        """Read one; ``earlier``: the attempt a log line's ``"handle": 1`` refers to."""
+        raw = data.get("handle")
         failure = data.get("failure")
-        return cls(
+        if raw == 1:
+            if earlier is None or earlier.handle is None:
+                raise ValueError(f"attempt {data['number']}: its handle was never written")
+            handle: TaskHandle | None = earlier.handle
+        else:
+            handle = TaskHandle(**raw) if raw else None
+        key = data.get("key")
+        if key is None and handle is not None:
+            key = handle.labels.get(LABEL_SUBMISSION)
+        attempt = cls(
             number=data["number"],
             state=data["state"],
-            handle=TaskHandle(**handle) if handle else None,
+            handle=handle,
             failure=TaskFailure(**failure) if failure else None,
             submitted_at=data.get("submitted_at"),
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
-            key=data.get("key"),
+            key=key,
             reexecuted=int(data.get("reexecuted", 0)),
             adopted=bool(data.get("adopted")),
         )
+        attempt.logged_handle = handle
+        return attempt
 
 
 @dataclass
@@ -177,28 +207,49 @@ class TaskRecord:
         """Queued with no attempt since it was (re)opened: its plan entry may still change."""
         return self.state == QUEUED and len(self.attempts) <= self.retry_base
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "spec_sha256": self.spec_sha256,
-            "state": self.state,
-            "attempts": [a.to_dict() for a in self.attempts],
-            "detail": self.detail,
-            "outputs_collected": self.outputs_collected,
-            "cleaned": self.cleaned,
-            "in_doubt": self.in_doubt,
-            "retry_base": self.retry_base,
-            **({"cached": self.cached} if self.cached else {}),  # older journals unchanged
-        }
+    def to_dict(self, *, log: bool = False) -> dict[str, Any]:
+        """Its fields, those at their default left out (the reader fills them in again).
+
+        Compact since issue 24 (journal version 2): a log line per change of 100,000 tasks
+        is most of what a run writes. ``log``: for a log line, which leaves out what never
+        changes within a run (kind, spec digest: a run starts with a snapshot holding them)
+        and handles already written (see :meth:`Attempt.to_dict`).
+        """
+        data: dict[str, Any] = {"state": self.state}
+        if not log:
+            data = {"kind": self.kind, "spec_sha256": self.spec_sha256, **data}
+        if self.attempts:
+            data["attempts"] = [a.to_dict(log=log) for a in self.attempts]
+        if self.detail is not None:
+            data["detail"] = self.detail
+        for name in ("outputs_collected", "cleaned"):
+            if getattr(self, name):
+                data[name] = True
+        for name in ("in_doubt", "retry_base"):
+            if getattr(self, name):
+                data[name] = getattr(self, name)
+        if self.cached:
+            data["cached"] = self.cached
+        return data
 
     @classmethod
-    def from_dict(cls, task_id: str, data: dict[str, Any]) -> TaskRecord:
+    def from_dict(
+        cls, task_id: str, data: dict[str, Any], earlier: TaskRecord | None = None
+    ) -> TaskRecord:
+        """Read one; ``earlier``: the record a log line replaces (what the line left out)."""
+        before = {a.number: a for a in earlier.attempts} if earlier is not None else {}
         return cls(
             id=task_id,
-            kind=data["kind"],
-            spec_sha256=data["spec_sha256"],
+            kind=data["kind"] if "kind" in data or earlier is None else earlier.kind,
+            spec_sha256=(
+                data["spec_sha256"]
+                if "spec_sha256" in data or earlier is None
+                else earlier.spec_sha256
+            ),
             state=data["state"],
-            attempts=[Attempt.from_dict(a) for a in data.get("attempts", [])],
+            attempts=[
+                Attempt.from_dict(a, before.get(a["number"])) for a in data.get("attempts", [])
+            ],
             detail=data.get("detail"),
             outputs_collected=bool(data.get("outputs_collected")),
             cleaned=bool(data.get("cleaned")),

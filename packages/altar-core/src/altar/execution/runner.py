@@ -77,7 +77,7 @@ from altar.execution.litter import litter_directories, remove_litter, remove_run
 from altar.execution.observing import call_error, collect_succeeded, poll_open
 from altar.execution.placeholders import expand_spec
 from altar.execution.plan import Plan, PlanTask, outputs_for_run
-from altar.execution.reconciling import reconcile
+from altar.execution.reconciling import reconcile, start_adopted
 from altar.execution.results import (
     TASK_STATES,
     RunEvent,
@@ -89,11 +89,12 @@ from altar.execution.results import (
 from altar.execution.routed import resolver_for
 from altar.execution.runs import run_status
 from altar.execution.staging import stage_run
-from altar.execution.submitting import Submits
+from altar.execution.submitting import SUBMIT_WINDOW, Submits
 
 __all__ = [
     "CANCEL_REQUEST",
     "DEFAULT_MAX_RETRIES",
+    "SUBMIT_WINDOW",
     "TASK_STATES",
     "BackendCallError",
     "CancelIncompleteError",
@@ -155,6 +156,7 @@ class _Run:
         self.max_poll_interval_s = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
         self.on_event = on_event
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
+        self.specs = {task.id: task.spec for task in plan.tasks}  # built once, not per tick
         self.records = journal.tasks
         self.submits = Submits(
             self.ledger,
@@ -169,6 +171,7 @@ class _Run:
             budget=budget,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
+            window=SUBMIT_WINDOW,
         )
         self._landed = False  # a submit landed with news since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
@@ -230,12 +233,16 @@ class _Run:
             self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
 
     def ready(self) -> list[TaskRecord]:
-        return scheduling.ready(self.records, self.plan.dependencies)
+        """Ready tasks not already waiting for room in the submit window."""
+        ready = scheduling.ready(self.records, self.plan.dependencies)
+        queued = self.submits.queued
+        return [r for r in ready if r.id not in queued] if queued else ready
 
     def has_room(self) -> bool:
+        waiting = len(self.submits.queued)
         return scheduling.room_for(
             len(self.ready()),
-            in_flight_count=len(scheduling.in_flight(self.records.values())),
+            in_flight_count=len(scheduling.in_flight(self.records.values())) + waiting,
             max_parallel=self.max_parallel,
         )
 
@@ -263,6 +270,7 @@ class _Run:
             max_parallel=self.max_parallel,
             free=None,
             pool=self.pool,
+            waiting=self.submits.waiting,
         )
         if not allowed:
             return []
@@ -282,6 +290,7 @@ class _Run:
             max_parallel=None,
             free=capacity.pools,
             pool=self.pool,
+            waiting=self.submits.waiting,
         )
         return self.hold.admit(chosen, self.now())
 
@@ -307,37 +316,7 @@ class _Run:
         outcome = await reconcile(self.ledger, self.backend, self.journal.run_id)
         self.submits.absent |= outcome.absent
         if outcome.adopted and self.backend.adopts_submissions:
-            await self.resubmit_adopted(outcome.adopted)
-
-    async def resubmit_adopted(self, task_ids: list[str]) -> None:
-        """Submit each adopted attempt again with its key (found by tests/crash, issue 13).
-
-        A listing only finds the object an interrupted submit made; if that submit was cut
-        off between creating and starting it (a Docker container ``created``, an in-process
-        record without its supervisor), nothing would ever start it: the task waited for
-        ever, or failed after the provider's grace and was run again. A backend that adopts
-        submissions answers this submit with the same object, starting it if it never ran.
-        """
-        for task_id in task_ids:
-            record = self.records[task_id]
-            attempt = record.last
-            if attempt is None or attempt.handle is None:
-                continue
-            try:
-                handle = await self.backend.submit(self.submits.labelled(record, attempt))
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # the listed handle stays; the next resume tries again
-                kind = (
-                    "backend_unavailable"
-                    if isinstance(error, BackendUnavailableError)
-                    else "cleanup_failed"
-                )
-                self.emit(kind, f"{task_id}: starting its adopted task: {one_line(error)}", record)
-                continue
-            attempt.handle = handle
-            self.changed(record)
-        self.flush()
+            await start_adopted(self.ledger, self.backend, self.submits.labelled, outcome.adopted)
 
     def tidy(self, owners: list[int]) -> None:
         """Remove the temporary files that earlier (killed) processes of this run left."""
@@ -356,8 +335,7 @@ class _Run:
         return await poll_open(self.ledger, self.backend, budget=self.budget)
 
     async def collect(self) -> bool:
-        specs = {task_id: task.spec for task_id, task in self.tasks.items()}
-        return await collect_succeeded(self.ledger, self.backend, specs)
+        return await collect_succeeded(self.ledger, self.backend, self.specs)
 
     # -- the loop -----------------------------------------------------------------------
 

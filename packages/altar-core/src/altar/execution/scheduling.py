@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from altar.execution.journal import (
     CANCELLED,
@@ -69,22 +69,29 @@ def choose(
     max_parallel: int | None,
     free: Mapping[str, int] | None,
     pool: Callable[[TaskRecord], str],
+    waiting: Collection[TaskRecord] = (),
 ) -> list[TaskRecord]:
     """The ready tasks to submit now, in order.
 
     ``max_parallel`` bounds the tasks in flight among ``records``. ``free`` is the capacity
     report (free slots per pool; None or empty: no report, submit all that ``max_parallel``
     allows). A submit still in flight may not show in the report yet, so it counts as taken;
-    a pool the report does not name is left for the backend to decide at submit.
+    a pool the report does not name is left for the backend to decide at submit. ``waiting``:
+    tasks chosen earlier whose submits wait for room in the submit window (still ``queued``
+    in the journal); they count as in flight.
     """
     records = list(records)
     if max_parallel is not None:
-        ready = ready[: max(0, max_parallel - len(in_flight(records)))]
+        taken = len(in_flight(records)) + len(waiting)
+        ready = ready[: max(0, max_parallel - taken)]
     if not ready or not free:
         return ready
     slots = dict(free)
     for record in records:
         if record.state == SUBMITTING and pool(record) in slots:
+            slots[pool(record)] -= 1
+    for record in waiting:
+        if pool(record) in slots:
             slots[pool(record)] -= 1
     chosen = []
     for record in ready:
