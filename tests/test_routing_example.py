@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from altar.execution.errors import JournalError
+from altar.execution.journal import Journal
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "routing"
 ALTAR = str(Path(sys.executable).parent / "altar")
@@ -68,33 +70,32 @@ def test_a_routed_run_killed_mid_run_resumes_each_task_once_and_leaves_nothing(
     first = subprocess.Popen(
         argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    journal_path = tmp_path / "run/journal.json"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if _handles(journal_path) >= 2:  # both containers launched and journaled
+        if _handles(tmp_path / "run") >= 2:  # both containers launched and journaled
             break
         time.sleep(0.05)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     again = _altar(*argv[1:], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    journal = json.loads(journal_path.read_text())
-    assert {t: len(r["attempts"]) for t, r in journal["tasks"].items()} == {
+    journal = Journal.load(tmp_path / "run")
+    assert {t: len(r.attempts) for t, r in journal.tasks.items()} == {
         "score-low": 1,
         "score-high": 1,
         "summary": 1,
     }
     assert (example / "results/summary.txt").read_text().split() == ["2", "1"]
     left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=altar.run={journal['run_id']}"],
+        ["docker", "ps", "-aq", "--filter", f"label=altar.run={journal.run_id}"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert left.stdout.strip() == ""
 
 
-def _handles(journal_path: Path) -> int:
+def _handles(run_dir: Path) -> int:
     try:
-        tasks = json.loads(journal_path.read_text())["tasks"]
-    except (OSError, ValueError, KeyError):
+        tasks = Journal.load(run_dir).tasks
+    except (OSError, ValueError, JournalError):
         return 0  # not written yet
-    return sum(1 for r in tasks.values() for a in r["attempts"] if a.get("handle"))
+    return sum(1 for r in tasks.values() for a in r.attempts if a.handle is not None)
