@@ -19,7 +19,6 @@ Always exits 0; the figures are for reading, not for asserting.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,10 +26,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from altar.execution import ContainerTaskSpec, Transfer, sha256_file
 from altar.execution.cache import CacheStore, TaskKey, task_key
+from altar.execution.journal import Journal
 
 IMAGE = "sha256:" + "a" * 64
 IMAGE_PINNED = "busybox@" + IMAGE
@@ -132,19 +131,14 @@ def bench_cached_plan(root: Path, tasks: int, repeat: int) -> None:
         proc = bench_scale.altar(["run", "plan.json", "--run-dir", run_dir, "--quiet"], work)
         runs.append(proc.wall_s)
         statuses.append(bench_scale.altar(["status", run_dir], work).wall_s)
-    cached = json.loads((work / "runs" / "cached-0" / "journal.json").read_text())
-    served = sum(1 for record in _records(cached) if record.get("cached"))
+    cached = Journal.load(work / "runs" / "cached-0")
+    served = sum(1 for record in cached.tasks.values() if record.cached)
     ours, base = statistics.median(runs), statistics.median(statuses)
     print(
         f"{tasks} tasks fully cached ({served} served): altar run {ours:.2f} s median vs "
         f"altar status {base:.2f} s ({ours / base:.2f}x; first run storing them {fill.wall_s:.1f} "
         f"s) target <= 2x: {'met' if ours <= 2 * base else 'NOT met'}"
     )
-
-
-def _records(journal: dict[str, Any]) -> list[dict[str, Any]]:
-    tasks = journal.get("tasks", {})
-    return list(tasks.values() if isinstance(tasks, dict) else tasks)
 
 
 def main() -> None:
