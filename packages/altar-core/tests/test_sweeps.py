@@ -7,11 +7,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from altar.execution import PlanError, cli
+from altar.execution import PlanError, cli, sweeps
+from altar.execution import plan as plan_module
 from altar.execution.plan import Plan, load_plan, parse_plan
 from altar.execution.records import spec_digest
-from altar.execution import plan as plan_module
-from altar.execution import sweeps
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sweep" / "plan.toml"
 
@@ -190,7 +189,7 @@ def test_too_large_expansions_are_refused_before_expanding(monkeypatch: pytest.M
     with pytest.raises(PlanError) as error:
         parse(BASE + f'id = "t-{{n}}-{{m}}"\nmatrix = {{ n = {big}, m = {big} }}\n')
     assert str(error.value) == (
-        f"plan.toml: tasks[0].matrix: expands to 10201 tasks (101 n x 101 m); a plan may have "
+        "plan.toml: tasks[0].matrix: expands to 10201 tasks (101 n x 101 m); a plan may have "
         "at most 10000"
     )
     half = list(range(10_000 // 2 + 1))

@@ -40,7 +40,7 @@ from altar.execution.journal import (
     TaskRecord,
     lock_is_held,
 )
-from altar.execution.plan import load_plan
+from altar.execution.plan_cache import cached_plan
 from altar.execution.results import (
     RunResult,
     TaskResult,
@@ -89,7 +89,7 @@ def plan_facts(journal: Journal) -> tuple[RetryBudget, frozenset[str] | None]:
     The second is None when the plan cannot be read (every success then awaits collection).
     """
     with contextlib.suppress(AltarError, OSError, ValueError):
-        plan = load_plan(journal.plan_source)
+        plan = cached_plan(journal.plan_source)
         return plan_budget(plan), frozenset(task.id for task in plan.tasks if task.spec.outputs)
     return RetryBudget(), None
 
