@@ -121,9 +121,10 @@ def _settled(result: RunResult) -> bool:
 
 
 async def _snapshot(
-    run_dir: Path, err: TextIO, *, poll: bool, warn: bool
+    run_dir: Path, err: TextIO, *, poll: bool, warn: bool, journal: Journal | None = None
 ) -> tuple[RunResult, Journal, bool]:
-    journal = Journal.load(run_dir)
+    """The run's rows; ``journal``: one just loaded (at 100,000 tasks a load costs seconds)."""
+    journal = journal if journal is not None else Journal.load(run_dir)
     driven = lock_is_held(run_dir)
     polled: dict[str, TaskStatus] = {}
     if poll and not (driven and not warn):
@@ -187,10 +188,12 @@ def watch_arguments(
 async def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     run_dir_text, args.watch = watch_arguments(args.run_dir, args.watch, args.interval)
     run_dir = Path(run_dir_text)
-    Journal.load(run_dir)  # a clear error for a directory that is not a run
+    loaded = Journal.load(run_dir)  # also a clear error for a directory that is not a run
     colour = use_colour(out)
     if args.watch is None:
-        result, journal, driven = await _snapshot(run_dir, err, poll=True, warn=True)
+        result, journal, driven = await _snapshot(
+            run_dir, err, poll=True, warn=True, journal=loaded
+        )
         out.write(_render(result, journal, driven, args, colour))
         if not args.json and not args.quiet:
             err.write(
