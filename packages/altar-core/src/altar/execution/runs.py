@@ -55,6 +55,7 @@ __all__ = [
     "STATUS_ORDER",
     "RunSummary",
     "list_runs",
+    "needs_plan",
     "open_handles",
     "plan_facts",
     "plan_max_retries",
@@ -92,6 +93,26 @@ def plan_facts(journal: Journal) -> tuple[RetryBudget, frozenset[str] | None]:
         plan = cached_plan(journal.plan_source)
         return plan_budget(plan), frozenset(task.id for task in plan.tasks if task.spec.outputs)
     return RetryBudget(), None
+
+
+def needs_plan(journal: Journal, polled: Mapping[str, TaskStatus]) -> bool:
+    """Whether :func:`status_result` of these rows reads what :func:`plan_facts` gives.
+
+    The budget decides only a polled failure's row, the tasks with outputs only a success whose
+    outputs are not collected; a finished run has neither, so ``altar status`` of it need not
+    parse a plan of 100,000 tasks (issue 24).
+    """
+    if any(status.state is TaskState.FAILED for status in polled.values()):
+        return True
+    for record in journal.tasks.values():
+        if record.outputs_collected or (record.cached and record.state == SUCCEEDED):
+            continue
+        status = polled.get(record.id)
+        if record.state == SUCCEEDED or (
+            status is not None and status.state is TaskState.SUCCEEDED
+        ):
+            return True
+    return False
 
 
 def open_handles(journal: Journal) -> list[TaskRecord]:
