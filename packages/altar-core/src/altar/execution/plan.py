@@ -565,7 +565,7 @@ def _parse_task(
                 f"must be JSON data (tables, lists, strings, numbers, booleans): {_message(error)}",
             ) from None
         values["plugin_identity"] = raw["plugin_identity"]
-    spec = _construct(where, fail, ContainerTaskSpec, **values)
+    spec = _build_spec(values, where, fail)
     _check_placeholders(spec, where, fail)
     reserved = reserved_labels(spec.labels)
     if reserved:
@@ -594,25 +594,31 @@ _SPEC_FIELDS = ("kind", "image", "command", "labels", "env", "timeout_s", "avoid
 
 
 def _checked_fields(raw: Mapping[str, Any], where: str, fail: Fail) -> dict[str, Any]:
-    """The task's spec fields, each checked by the spec's own rules, an error naming the field.
-
-    One probe spec holds them all (each field's check is independent of the others); only when
-    it is refused is each field probed alone, to name the first bad one (issue 24: at 100,000
-    tasks a probe per field was most of a plan's parse).
-    """
+    """The task's spec fields as given (``avoid_hosts`` as a tuple), not yet checked."""
     values: dict[str, Any] = {}
     for key in _SPEC_FIELDS:
         if key in raw:
             value = raw[key]
             listed = key == "avoid_hosts" and isinstance(value, list)
             values[key] = tuple(value) if listed else value
-    try:
-        ContainerTaskSpec(**{"kind": "k", "image": "i", "command": [], **values})
-    except (TypeError, ValueError):
-        for key, value in values.items():
-            probe: dict[str, Any] = {"kind": "k", "image": "i", "command": [], key: value}
-            _construct(f"{where}.{key}", fail, ContainerTaskSpec, **probe)
     return values
+
+
+def _build_spec(values: Mapping[str, Any], where: str, fail: Fail) -> ContainerTaskSpec:
+    """The task's spec; when the spec refuses it, each field is probed alone to name the bad one.
+
+    Each field's check is independent of the others, so a probe runs only after a refusal
+    (issue 24: at 100,000 tasks a probe per field was most of a plan's parse).
+    """
+    try:
+        return ContainerTaskSpec(**values)
+    except (TypeError, ValueError):
+        for key in _SPEC_FIELDS:
+            if key in values:
+                probe = {"kind": "k", "image": "i", "command": [], key: values[key]}
+                _construct(f"{where}.{key}", fail, ContainerTaskSpec, **probe)
+    spec: ContainerTaskSpec = _construct(where, fail, ContainerTaskSpec, **values)
+    return spec
 
 
 def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
