@@ -302,3 +302,36 @@ def test_the_resume_line_repeats_the_runs_max_retries_and_max_parallel(
     assert Journal.load(run_dir).flags == {}
     _, out, _ = run_cli(["status", run_dir], capsys)
     assert f"resume it with: altar run {plan_file} --run-dir {run_dir}" in out
+
+
+def test_status_of_a_finished_run_does_not_parse_its_plan(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    # issue 24: at 100,000 tasks a parse costs seconds; nothing of a finished run's rows needs it
+    from altar.execution import plan_cache
+
+    run_dir = tmp_path / "r"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 0
+    parsed: list[str] = []
+    real = plan_cache.load_plan
+
+    def counted(path):
+        parsed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(plan_cache, "load_plan", counted)
+    plan_cache.clear()
+    for flags in ([], ["--json"], ["--quiet"]):
+        code, out, _ = run_cli(["status", run_dir, *flags], capsys)
+        assert code == 0
+        assert "collecting" not in out
+    assert parsed == []
+    # a success whose outputs are not collected needs the plan (does it declare outputs?),
+    # parsed once for the rows and the resume line
+    journal = Journal.load(run_dir)
+    record = next(iter(journal.tasks.values()))
+    record.outputs_collected = False
+    journal.save()
+    code, out, _ = run_cli(["status", run_dir], capsys)
+    assert parsed == [str(plan_file)]
+    assert "resume it with" in out

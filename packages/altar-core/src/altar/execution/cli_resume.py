@@ -17,7 +17,8 @@ from typing import Any
 
 from altar.execution.errors import AltarError
 from altar.execution.journal import Journal
-from altar.execution.plan import load_plan, resolve_path_options
+from altar.execution.plan import resolve_path_options
+from altar.execution.plan_cache import cached_plan
 from altar.execution.registry import default_registry
 
 __all__ = [
@@ -104,7 +105,7 @@ def journal_resume_command(journal: Journal) -> str:
     backend: str | None = journal.backend_type
     options: dict[str, Any] = dict(journal.backend_options)
     with contextlib.suppress(AltarError, OSError):
-        plan = load_plan(journal.plan_source)
+        plan = cached_plan(journal.plan_source)
         if plan.backend_type == journal.backend_type:
             backend = None
             planned = dict(plan.backend_options)

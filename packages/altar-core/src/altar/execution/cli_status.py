@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from altar.execution.backend import ExecutionBackend
+from altar.execution.budget import RetryBudget
 from altar.execution.cli_resume import journal_resume_command
 from altar.execution.errors import AltarError, BackendUnavailableError
 from altar.execution.journal import CANCELLED, FAILED, Journal, lock_is_held
@@ -23,6 +25,7 @@ from altar.execution.registry import create_backend
 from altar.execution.runner import RunResult
 from altar.execution.runs import (
     counts,
+    needs_plan,
     open_handles,
     plan_facts,
     status_result,
@@ -90,8 +93,13 @@ async def _poll(
     return {record.id: status for record, status in zip(records, statuses, strict=True)}
 
 
-def format_status_summary(result: RunResult, *, driven: bool, resume: str) -> str:
-    """``4 tasks: 1 running, 3 succeeded; run directory DIR`` and, if it waits, how to resume."""
+def format_status_summary(
+    result: RunResult, *, driven: bool, resume: str | Callable[[], str]
+) -> str:
+    """``4 tasks: 1 running, 3 succeeded; run directory DIR`` and, if it waits, how to resume.
+
+    ``resume`` may be a function: it reads the plan, so it is called only when the line is shown.
+    """
     total = len(result.tasks)
     line = (
         f"{total} task{'s' if total != 1 else ''}: {format_counts(counts(result.tasks))}; "
@@ -105,7 +113,7 @@ def format_status_summary(result: RunResult, *, driven: bool, resume: str) -> st
         if t.status not in ("succeeded", "cached", FAILED, "skipped", CANCELLED)
     ]
     if waiting:
-        line += f"\nresume it with: {resume}"
+        line += f"\nresume it with: {resume if isinstance(resume, str) else resume()}"
     return line
 
 
@@ -121,9 +129,10 @@ def _settled(result: RunResult) -> bool:
 
 
 async def _snapshot(
-    run_dir: Path, err: TextIO, *, poll: bool, warn: bool
+    run_dir: Path, err: TextIO, *, poll: bool, warn: bool, journal: Journal | None = None
 ) -> tuple[RunResult, Journal, bool]:
-    journal = Journal.load(run_dir)
+    """The run's rows; ``journal``: one just loaded (at 100,000 tasks a load costs seconds)."""
+    journal = journal if journal is not None else Journal.load(run_dir)
     driven = lock_is_held(run_dir)
     polled: dict[str, TaskStatus] = {}
     if poll and not (driven and not warn):
@@ -136,7 +145,9 @@ async def _snapshot(
                 )
         else:
             polled = await _poll(backend, journal, err, warn=warn)
-    budget, with_outputs = plan_facts(journal)
+    budget, with_outputs = (
+        plan_facts(journal) if needs_plan(journal, polled) else (RetryBudget(), None)
+    )
     result = status_result(journal, polled, budget=budget, with_outputs=with_outputs)
     return result, journal, driven
 
@@ -144,15 +155,15 @@ async def _snapshot(
 def _render(
     result: RunResult, journal: Journal, driven: bool, args: argparse.Namespace, colour: bool
 ) -> str:
-    summary = format_status_summary(
-        result, driven=driven, resume=terminal_safe(journal_resume_command(journal))
-    )
     if args.json:
         data = result.to_dict()
         data["counts"] = counts(result.tasks)
         data["driven"] = driven
         data["staging_error"] = journal.staging_error
         return json.dumps(data, indent=2) + "\n"
+    summary = format_status_summary(
+        result, driven=driven, resume=lambda: terminal_safe(journal_resume_command(journal))
+    )
     if journal.staging_error:  # the tasks wait for inputs that could not be staged: say why
         summary = f"staging failed: {terminal_safe(journal.staging_error)}\n{summary}"
     if args.quiet:
@@ -187,10 +198,12 @@ def watch_arguments(
 async def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     run_dir_text, args.watch = watch_arguments(args.run_dir, args.watch, args.interval)
     run_dir = Path(run_dir_text)
-    Journal.load(run_dir)  # a clear error for a directory that is not a run
+    loaded = Journal.load(run_dir)  # also a clear error for a directory that is not a run
     colour = use_colour(out)
     if args.watch is None:
-        result, journal, driven = await _snapshot(run_dir, err, poll=True, warn=True)
+        result, journal, driven = await _snapshot(
+            run_dir, err, poll=True, warn=True, journal=loaded
+        )
         out.write(_render(result, journal, driven, args, colour))
         if not args.json and not args.quiet:
             err.write(

@@ -40,7 +40,7 @@ from altar.execution.journal import (
     TaskRecord,
     lock_is_held,
 )
-from altar.execution.plan import load_plan
+from altar.execution.plan_cache import cached_plan
 from altar.execution.results import (
     RunResult,
     TaskResult,
@@ -55,6 +55,7 @@ __all__ = [
     "STATUS_ORDER",
     "RunSummary",
     "list_runs",
+    "needs_plan",
     "open_handles",
     "plan_facts",
     "plan_max_retries",
@@ -89,9 +90,29 @@ def plan_facts(journal: Journal) -> tuple[RetryBudget, frozenset[str] | None]:
     The second is None when the plan cannot be read (every success then awaits collection).
     """
     with contextlib.suppress(AltarError, OSError, ValueError):
-        plan = load_plan(journal.plan_source)
+        plan = cached_plan(journal.plan_source)
         return plan_budget(plan), frozenset(task.id for task in plan.tasks if task.spec.outputs)
     return RetryBudget(), None
+
+
+def needs_plan(journal: Journal, polled: Mapping[str, TaskStatus]) -> bool:
+    """Whether :func:`status_result` of these rows reads what :func:`plan_facts` gives.
+
+    The budget decides only a polled failure's row, the tasks with outputs only a success whose
+    outputs are not collected; a finished run has neither, so ``altar status`` of it need not
+    parse a plan of 100,000 tasks (issue 24).
+    """
+    if any(status.state is TaskState.FAILED for status in polled.values()):
+        return True
+    for record in journal.tasks.values():
+        if record.outputs_collected or (record.cached and record.state == SUCCEEDED):
+            continue
+        status = polled.get(record.id)
+        if record.state == SUCCEEDED or (
+            status is not None and status.state is TaskState.SUCCEEDED
+        ):
+            return True
+    return False
 
 
 def open_handles(journal: Journal) -> list[TaskRecord]:
