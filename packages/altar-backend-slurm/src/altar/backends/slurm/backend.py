@@ -789,9 +789,36 @@ class SlurmExecutionBackend(ExecutionBackend):
                 if token is None or not token.startswith(tag) or acct.job_id in found:
                     continue
                 found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
+            self._unlisted_members(run, members, found)
             return [found[k] for k in sorted(found, key=_job_order)]
 
         return await self._watched(collect)
+
+    def _unlisted_members(
+        self, run: str, members: dict[str, list[tuple[str, str]]], found: dict[str, TaskHandle]
+    ) -> None:
+        """Elements of a listed array that Slurm lists no more (one cancelled while pending
+        leaves neither squeue nor sacct a row of its own): still jobs of the run."""
+        bases: dict[str, str | None] = {}
+        for handle in list(found.values()):
+            job_id = handle.external_id.split(":", 1)[0]
+            base = job_id.split("_", 1)[0]
+            if "_" in job_id and base not in bases:
+                bases[base] = self._member_dir(handle, members)
+        for base, work_dir in bases.items():
+            for index, (token, comment) in enumerate(members.get(work_dir or "", [])):
+                parsed = parse_comment(comment)
+                job_id = f"{base}_{index}"
+                if job_id in found or parsed is None or parsed[1].get(LABEL_RUN) != run:
+                    continue
+                found[job_id] = TaskHandle(self.name, f"{job_id}:{token}", parsed[1])
+
+    @staticmethod
+    def _member_dir(handle: TaskHandle, members: dict[str, list[tuple[str, str]]]) -> str | None:
+        token = handle.external_id.split(":", 1)[1]
+        return next(
+            (d for d, listed in members.items() if any(t == token for t, _ in listed)), None
+        )
 
     def _member(
         self, job_id: str, work_dir: str, known: dict[str, list[tuple[str, str]]]
