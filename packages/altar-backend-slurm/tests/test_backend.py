@@ -64,6 +64,8 @@ def _commands(node: FakeLoginNode) -> list[str]:
         if call[0] == "timeout"
         else "records"
         if call[3:4] == ["altar-records"]
+        else "markers"
+        if call[3:4] == ["altar-markers"]
         else call[0]
         for call in node.calls
     ]
@@ -243,6 +245,15 @@ async def test_one_key_under_two_data_roots_names_two_containers(
     } == names
 
 
+async def test_a_fresh_keyed_submit_asks_the_controller_nothing_before_sbatch(
+    backend: SlurmExecutionBackend, node: FakeLoginNode
+) -> None:
+    await backend.submit(_keyed("run-1", "warm"))  # reads MaxArraySize once
+    node.calls.clear()
+    await backend.submit(_keyed("run-1", "b"))
+    assert _commands(node) == ["markers", "sh"]  # a stat of its job dir, then sbatch
+
+
 async def test_a_refused_job_leaves_no_directory(
     backend: SlurmExecutionBackend, node: FakeLoginNode
 ) -> None:
@@ -263,7 +274,8 @@ async def test_a_keyed_submission_is_adopted_in_any_state_never_run_twice(
     node.calls.clear()
     adopted = await _fresh(backend).submit(spec)
     assert adopted.external_id == first.external_id
-    assert _commands(node) == ["squeue", "sacct"]
+    # the cluster's MaxArraySize (once; the fake has no arrays), its job dir exists: Slurm
+    assert _commands(node) == ["scontrol", "markers", "squeue", "sacct"]
     assert len(node.jobs) == 1
     # the next attempt has its own key and runs
     retry = await backend.submit(_keyed("run-1", "a", attempt=2))

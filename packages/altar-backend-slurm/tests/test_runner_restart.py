@@ -46,13 +46,21 @@ def _queued(scratch: str) -> int:
     return sum(1 for line in out.splitlines() if line.startswith(scratch))
 
 
+def _marked(jobs_dir: Path) -> bool:
+    """Whether an array submit has begun: some task's array marker is written."""
+    return any(jobs_dir.glob("*/array"))
+
+
+@pytest.mark.parametrize("kill_when", ["queued", "array-marked", "arrays-off"])
 def test_a_runner_killed_during_submit_resumes_without_a_second_job(
-    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
+    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str], kill_when: str
 ) -> None:
+    """Killed once Slurm has a job, or once an array's markers are written (before or just
+    after its sbatch), or with arrays off: the resumed run adopts, never submits twice."""
     image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
     plan = _plan(tmp_path / "plan.toml", image)
     data_root = tmp_path / "data"
-    scratch = f"{data_root}/.altar-slurm/jobs/"
+    scratch = f"{data_root}/.altar-slurm/"  # single jobs' dirs (jobs/) and arrays' (arrays/)
     altar = shutil.which("altar", path=os.path.dirname(sys.executable)) or "altar"
     argv = [
         altar, "run", str(plan), "--run-dir", str(tmp_path / "run"),
@@ -60,11 +68,15 @@ def test_a_runner_killed_during_submit_resumes_without_a_second_job(
         "--option", f"runtime_options={json.dumps(['-H', docker_host])}",
         "--option", f"partition={json.dumps(slurm_cluster['partition'])}",
         "--option", f"data_root={json.dumps(str(data_root))}",
+        *(["--option", "arrays=false"] if kill_when == "arrays-off" else []),
     ]  # fmt: skip
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while _queued(scratch) == 0 and first.poll() is None:
+        jobs_dir = data_root / ".altar-slurm" / "jobs"
+        while first.poll() is None and (
+            not _marked(jobs_dir) if kill_when == "array-marked" else _queued(scratch) == 0
+        ):
             assert time.monotonic() < deadline, "the runner submitted nothing"
             time.sleep(0.05)
     finally:

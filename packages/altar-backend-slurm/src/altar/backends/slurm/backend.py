@@ -12,7 +12,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar, TypeVar
 
-from altar.backends.slurm import commands
+from altar.backends.slurm import arrays, commands
+from altar.backends.slurm.batching import (
+    DEFAULT_ARRAY_MAX,
+    DEFAULT_ARRAY_WINDOW_S,
+    ArraySubmitter,
+)
 from altar.backends.slurm.classify import ExitRecord, Observation, from_queue, missing
 from altar.backends.slurm.completion import (
     DEFAULT_EXIT_READ_TIMEOUT_S,
@@ -78,7 +83,8 @@ _T = TypeVar("_T")
 SCRATCH_DIR = ".altar-slurm/jobs"
 #: Where ``cleanup`` keeps a finished job's stdout, stderr and exit record.
 LOGS_DIR = ".altar-slurm/logs"
-_EXTERNAL_ID = re.compile(r"(\d+):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
+#: ``JOBID:token``; an array element's job id is ``ARRAYID_INDEX``.
+_EXTERNAL_ID = re.compile(r"(\d+(?:_\d+)?):([0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{8})")
 #: The default pace of sbatch calls: one a second on average, a burst of 60 at most. Each
 #: sbatch is a controller RPC that takes its write lock; sites ask for arrays or a pace
 #: (some allow 10 a minute), and a faster pace gains nothing where jobs start at about this
@@ -95,6 +101,12 @@ def _run_tag(run: str | None) -> str:
     import hashlib
 
     return hashlib.sha256((run or "").encode()).hexdigest()[:16]
+
+
+def _job_order(job_id: str) -> tuple[int, int]:
+    """Sort key of a job id, ``12`` or an array element's ``12_3``."""
+    base, _, index = job_id.partition("_")
+    return int(base), int(index or -1)
 
 
 def _directives(
@@ -177,6 +189,9 @@ class SlurmExecutionBackend(ExecutionBackend):
     - ``unreachable_after_s``: how long the login node may stay unreachable (ssh fails)
       before a run stops instead of retrying (default 300; None: retry for ever); a name
       that does not resolve stops it at once. Slurm's own outages stay transient;
+    - ``arrays``: keyed tasks submitted together with equal directives go as one
+      ``sbatch --array`` (default True; see :mod:`.arrays`); ``array_max``: at most this
+      many tasks an array (default 1000, and never more than the cluster's MaxArraySize);
     - ``runtime``: a :class:`~altar.backends.slurm.runtime.LoginNode` (tests pass a fake);
       ``clock``: the monotonic clock that paces queue queries (tests pass a fake one).
 
@@ -219,6 +234,8 @@ class SlurmExecutionBackend(ExecutionBackend):
         exit_read_timeout_s: float = DEFAULT_EXIT_READ_TIMEOUT_S,
         max_submits_per_minute: int | None = DEFAULT_MAX_SUBMITS_PER_MINUTE,
         unreachable_after_s: float | None = DEFAULT_UNREACHABLE_AFTER_S,
+        arrays: bool = True,
+        array_max: int = DEFAULT_ARRAY_MAX,
         runtime: LoginNode | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -317,6 +334,8 @@ class SlurmExecutionBackend(ExecutionBackend):
         # Jobs of this backend that count against a submit limit: job id -> when a submit or
         # a poll last saw it live.
         self._live: dict[str, float] = {}
+        self.arrays = bool(arrays)
+        self.batcher = ArraySubmitter(self, array_max=array_max, window_s=DEFAULT_ARRAY_WINDOW_S)
 
     def __repr__(self) -> str:
         return f"SlurmExecutionBackend(node={self.node!r}, data_root={self.data_root!r})"
@@ -540,10 +559,31 @@ class SlurmExecutionBackend(ExecutionBackend):
 
     def _submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         digest, token, script = self._prepare(spec)
-        existing = self._find_existing(spec, digest)
+        existing = self._earlier(spec, digest, token)
         if existing is not None:
             self.tracker.submitted(existing[0])
             return self._handle(*existing, spec)
+        return self._submit_job(spec, token, script)
+
+    def _earlier(self, spec: ContainerTaskSpec, digest: str, token: str) -> tuple[str, str] | None:
+        """An earlier job of this submission to adopt (see :meth:`_find_existing`). A keyed
+        one can exist only if its job (or kept logs) directory does: one stat first, and
+        Slurm is asked only then (a resume); an array's element by its marker."""
+        if submission_key(spec) is None:
+            return self._find_existing(spec, digest)
+        paths = [self._layout(token).job_dir, self._logs_dir(token)]
+        found = arrays.existing(self.node, paths)
+        if not found:
+            return None
+        mark = found.get(paths[0])
+        if mark is not None:
+            ids = arrays.array_ids(self.node, [mark[0]], timeout_s=self.query_timeout_s)
+            if mark[0] in ids:
+                return f"{ids[mark[0]]}_{mark[1]}", token
+        return self._find_existing(spec, digest)
+
+    def _submit_job(self, spec: ContainerTaskSpec, token: str, script: str) -> TaskHandle:
+        """One sbatch for one task (prepared by :meth:`_prepare`)."""
         job_id = commands.submit(
             self.node,
             self._layout(token).job_dir,
@@ -560,18 +600,37 @@ class SlurmExecutionBackend(ExecutionBackend):
         A refusal for now (a submit limit, a controller taking no jobs) raises
         :class:`~altar.execution.ProviderLimitError`: nothing was submitted, no retry is due.
         """
+        if self.arrays and self.batcher.applies(spec):
+            size = await self._watched(self.batcher.size)
+            if size > 1:
+                handle = await self.batcher.submit(spec)
+                self._count_live(handle)
+                return handle
         await self.pace.wait()
         handle = await self._watched(lambda: self._submit(spec))
+        self._count_live(handle)
+        return handle
+
+    def _count_live(self, handle: TaskHandle) -> None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)
         if match is not None:  # counted here, in the loop's thread, as capacity() reads it
             self._live[match.group(1)] = time.monotonic()
-        return handle
+
+    def _submit_room(self) -> int | None:
+        """How many more jobs the site's submit limit takes now, or None: no limit."""
+        limit = self._submit_limit()
+        if limit is None:
+            return None
+        horizon = time.monotonic() - _LIVE_HORIZON_S
+        return max(0, limit[0] - sum(1 for seen in self._live.values() if seen >= horizon))
 
     # -- observation --------------------------------------------------------------------------
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         matches = [m for h in handles if (m := _EXTERNAL_ID.fullmatch(h.external_id))]
-        jobs = {m.group(1): m.group(2) for m in sorted(matches, key=lambda m: int(m.group(1)))}
+        jobs = {
+            m.group(1): m.group(2) for m in sorted(matches, key=lambda m: _job_order(m.group(1)))
+        }
         observations = (
             await self._watched(lambda: self.tracker.observe(jobs), poll=True) if jobs else {}
         )
@@ -648,9 +707,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             limit = self._submit_limit()
         if limit is None:
             return Capacity()
-        horizon = time.monotonic() - _LIVE_HORIZON_S
-        live = sum(1 for seen in self._live.values() if seen >= horizon)
-        free = max(0, limit[0] - live)
+        free = self._submit_room() or 0
         return Capacity({pool: free for pool in ("cpu", *self.placement.gpu_types)})
 
     # -- reachability -------------------------------------------------------------------------
@@ -729,23 +786,69 @@ class SlurmExecutionBackend(ExecutionBackend):
 
         def collect() -> list[TaskHandle]:
             found: dict[str, TaskHandle] = {}
+            members: dict[str, list[tuple[str, str]]] = {}
             for row in commands.queue(self.node, timeout_s=self.query_timeout_s):
-                token = self._ours(row.work_dir)
-                parsed = parse_comment(row.comment)
+                token, comment = self._ours(row.work_dir), row.comment
+                if token is None:
+                    token, comment = self._member(row.job_id, row.work_dir, members)
+                parsed = parse_comment(comment)
                 if token is None or parsed is None or parsed[1].get(LABEL_RUN) != run:
                     continue
                 found[row.job_id] = TaskHandle(self.name, f"{row.job_id}:{token}", parsed[1])
             for acct in commands.accounting(self.node, steps=False, timeout_s=self.query_timeout_s):
                 token = self._ours(acct.work_dir)
+                labels = {LABEL_RUN: run}
+                if token is None:
+                    token, comment = self._member(acct.job_id, acct.work_dir, members)
+                    labels = (parse_comment(comment) or ("", labels))[1]
+                elif acct.name.startswith("altar-") and not acct.name.startswith("altar-spec-"):
+                    labels[LABEL_SUBMISSION] = acct.name.removeprefix("altar-")
                 if token is None or not token.startswith(tag) or acct.job_id in found:
                     continue
-                labels = {LABEL_RUN: run}
-                if acct.name.startswith("altar-") and not acct.name.startswith("altar-spec-"):
-                    labels[LABEL_SUBMISSION] = acct.name.removeprefix("altar-")
                 found[acct.job_id] = TaskHandle(self.name, f"{acct.job_id}:{token}", labels)
-            return [found[k] for k in sorted(found, key=int)]
+            self._unlisted_members(run, members, found)
+            return [found[k] for k in sorted(found, key=_job_order)]
 
         return await self._watched(collect)
+
+    def _unlisted_members(
+        self, run: str, members: dict[str, list[tuple[str, str]]], found: dict[str, TaskHandle]
+    ) -> None:
+        """Elements of a listed array that Slurm lists no more (one cancelled while pending
+        leaves neither squeue nor sacct a row of its own): still jobs of the run."""
+        bases: dict[str, str | None] = {}
+        for handle in list(found.values()):
+            job_id = handle.external_id.split(":", 1)[0]
+            base = job_id.split("_", 1)[0]
+            if "_" in job_id and base not in bases:
+                bases[base] = self._member_dir(handle, members)
+        for base, work_dir in bases.items():
+            for index, (token, comment) in enumerate(members.get(work_dir or "", [])):
+                parsed = parse_comment(comment)
+                job_id = f"{base}_{index}"
+                if job_id in found or parsed is None or parsed[1].get(LABEL_RUN) != run:
+                    continue
+                found[job_id] = TaskHandle(self.name, f"{job_id}:{token}", parsed[1])
+
+    @staticmethod
+    def _member_dir(handle: TaskHandle, members: dict[str, list[tuple[str, str]]]) -> str | None:
+        token = handle.external_id.split(":", 1)[1]
+        return next(
+            (d for d, listed in members.items() if any(t == token for t, _ in listed)), None
+        )
+
+    def _member(
+        self, job_id: str, work_dir: str, known: dict[str, list[tuple[str, str]]]
+    ) -> tuple[str | None, str]:
+        """An array element's (token, comment), from its array's ``tokens`` (read once)."""
+        parent = posixpath.dirname(work_dir.rstrip("/"))
+        _, _, index = job_id.partition("_")
+        if parent != f"{self.data_root}/{arrays.ARRAYS_DIR}" or not index.isdigit():
+            return None, ""
+        if work_dir not in known:
+            known[work_dir] = arrays.tokens_of(self.node, work_dir)
+        listed = known[work_dir]
+        return listed[int(index)] if int(index) < len(listed) else (None, "")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -755,6 +858,7 @@ class SlurmExecutionBackend(ExecutionBackend):
             commands.mark_cancelled(self.node, self._layout(token).job_dir)
         self._cancelled.add(job_id)
         deadline = time.monotonic() + self.cancel_wait_s
+        pause = 0.2  # doubling to 2 s: a slow teardown costs the controller a few queries
         while time.monotonic() < deadline:
             rows = [
                 r
@@ -764,7 +868,8 @@ class SlurmExecutionBackend(ExecutionBackend):
             observed = from_queue(rows[0]) if rows else None
             if observed is None or observed.state.is_terminal:
                 return
-            time.sleep(0.2)
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2.0, pause * 2)
 
     async def cancel(self, handle: TaskHandle) -> None:
         match = _EXTERNAL_ID.fullmatch(handle.external_id)

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: ``squeue -O`` fields; ``:|`` makes ``|`` the separator with no padding or truncation.
-SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,Name:|,Comment:|,NodeList:|,WorkDir:|"
+SQUEUE_FIELDS = "JobArrayID:|,State:|,Reason:|,exit_code:|,Name:|,Comment:|,NodeList:|,WorkDir:|"
 #: ``sacct -P -o`` fields (``|``-separated); the working directory last, as it may hold ``|``.
 SACCT_FIELDS = "JobID,State,ExitCode,JobName,NodeList,WorkDir"
 

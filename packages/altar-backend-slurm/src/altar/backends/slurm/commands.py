@@ -90,6 +90,11 @@ def _raise_outage(what: str, result: CommandResult) -> None:
         raise BackendUnavailableError(f"{what}: Slurm cannot be reached: {result.stderr.strip()}")
 
 
+def raise_outage(what: str, result: CommandResult) -> None:
+    """Raise the outage ``result`` shows (an unreachable controller), if it shows one."""
+    _raise_outage(what, result)
+
+
 def submit_limit(stderr: str, *, submit_limited: bool = False) -> ProviderLimitError | None:
     """The "not now" in an sbatch refusal, or None when it is no limit that may pass.
 
@@ -199,7 +204,8 @@ def queue(
         wanted = set(job_ids)
         rows = queue(node, timeout_s=timeout_s)
         return [row for row in rows if row.job_id in wanted]
-    argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FIELDS}"]
+    # --array: each element of an array its own row (``ID_INDEX``), pending ones too
+    argv = ["squeue", "--noheader", "--array", "--states=all", f"--Format={SQUEUE_FIELDS}"]
     if job_ids:
         argv.append(f"--jobs={','.join(job_ids)}")
     if names:

@@ -460,6 +460,7 @@ class FakeLoginNode(LocalLoginNode):
         for job in jobs:
             values = {
                 "JobID": str(job.job_id),
+                "JobArrayID": str(job.job_id),
                 "State": job.state.split(" ", 1)[0],
                 "Reason": "None",
                 "exit_code": str(job.raw_status),
