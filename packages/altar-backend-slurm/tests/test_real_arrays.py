@@ -89,5 +89,8 @@ async def test_an_array_of_100_reads_a_failure_an_oom_and_a_cancel_exactly(
     assert sorted(h.external_id for h in listed) == sorted(h.external_id for h in handles)
     detail = await backend.failure_detail(handles[ids.index("t007")])
     assert detail is None or "exit" not in detail  # its own (empty) logs, not another's
-    await backend.cleanup(handles)
+    await backend.cleanup(handles[:50])  # the array's directory stays while a task keeps its own
+    assert len(list((tmp_path / "data" / ".altar-slurm" / "arrays").iterdir())) == 1
+    await backend.cleanup(handles[50:])
     assert not list((tmp_path / "data" / ".altar-slurm" / "jobs").iterdir())
+    assert not list((tmp_path / "data" / ".altar-slurm" / "arrays").iterdir())

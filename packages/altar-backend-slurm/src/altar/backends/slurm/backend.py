@@ -879,6 +879,7 @@ class SlurmExecutionBackend(ExecutionBackend):
     async def cleanup(self, handles: list[TaskHandle]) -> None:
         """Remove the job directories of finished tasks (never a running job's, nor others')."""
         statuses = await self.poll(handles)
+        arrays_cleaned = False
         for status in statuses:
             match = _EXTERNAL_ID.fullmatch(status.handle.external_id)
             if match is None or not status.state.is_terminal:
@@ -890,6 +891,10 @@ class SlurmExecutionBackend(ExecutionBackend):
             await asyncio.to_thread(
                 lambda d=job_dir, k=logs_dir: commands.keep_logs_and_remove(self.node, d, k)  # type: ignore[misc]
             )
+            arrays_cleaned = arrays_cleaned or "_" in match.group(1)
+        if arrays_cleaned:  # an array's directory goes with the last of its tasks
+            root = f"{self.data_root}/{arrays.ARRAYS_DIR}"
+            await asyncio.to_thread(commands.remove_finished_arrays, self.node, root, self.scratch)
 
     # -- data ---------------------------------------------------------------------------------
 

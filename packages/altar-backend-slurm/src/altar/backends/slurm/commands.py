@@ -429,6 +429,22 @@ def keep_logs_and_remove(node: LoginNode, job_dir: str, logs_dir: str) -> None:
     node.run(["sh", "-c", _KEEP_LOGS, "sh", job_dir, logs_dir])
 
 
+_REMOVE_FINISHED_ARRAYS = (
+    'for a in "$1"/*/; do [ -f "$a/tokens" ] || continue; live=0; '
+    'while read -r token rest; do if [ -e "$2/$token" ]; then live=1; break; fi; '
+    'done < "$a/tokens"; if [ "$live" = 0 ]; then rm -rf -- "$a"; fi; done'
+)
+
+
+def remove_finished_arrays(node: LoginNode, arrays_dir: str, jobs_dir: str) -> None:
+    """Remove each array directory none of whose tasks keeps a job directory.
+
+    A task's job directory is written before its array's ``tokens``, and removed only by
+    cleanup once the task is over, so an array being submitted or still running is kept.
+    """
+    node.run(["sh", "-c", _REMOVE_FINISHED_ARRAYS, "sh", arrays_dir, jobs_dir])
+
+
 def read_text(node: LoginNode, path: str) -> str | None:
     """A whole file's text, or None when it cannot be read."""
     result = node.run(["cat", "--", path])
