@@ -51,6 +51,40 @@ def test_runs_lists_run_directories_newest_first(fake_registry, plan_file, tmp_p
     assert (code, out) == (0, f"no runs under {tmp_path / 'none'}\n")
 
 
+def test_runs_reads_an_exact_summary_and_falls_back_to_the_journal_when_it_is_not(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    from altar.execution import runs as runs_module
+    from altar.execution.summary import SUMMARY_NAME
+
+    fake_registry.script = {"fold-1": ["exit_3"]}
+    root = tmp_path / "runs"
+    assert run_cli(["run", plan_file, "--run-dir", root / "a"], capsys)[0] == 1
+    from_journal = json.loads(run_cli(["runs", root, "--json"], capsys)[1])
+    assert (root / "a" / SUMMARY_NAME).is_file()
+    real_load = Journal.load
+    loads = []
+    monkeypatch.setattr(
+        runs_module.Journal, "load", lambda d: loads.append(d) or real_load(d), raising=True
+    )
+    assert json.loads(run_cli(["runs", root, "--json"], capsys)[1]) == from_journal
+    assert loads == []  # the summary was exact: no journal read
+    assert from_journal[0]["counts"] == {"succeeded": 2, "failed": 1, "skipped": 1}
+    # a change appended to the log after the snapshot makes the summary inexact
+    journal = real_load(root / "a")
+    journal.tasks["fold-1"].state = "succeeded"
+    journal.mark(journal.tasks["fold-1"])
+    journal.flush()
+    data = json.loads(run_cli(["runs", root, "--json"], capsys)[1])
+    assert loads == [root / "a"]
+    assert data[0]["counts"] == {"succeeded": 2, "collecting": 1, "skipped": 1}
+    # a summary from another snapshot, or damaged, is not believed either
+    journal.save()
+    (root / "a" / SUMMARY_NAME).write_text('{"format": "altar-run-summary/1", "counts": {}}')
+    assert json.loads(run_cli(["runs", root, "--json"], capsys)[1]) == data
+    assert len(loads) == 2
+
+
 # -- altar check / run --dry-run ---------------------------------------------------------------
 
 

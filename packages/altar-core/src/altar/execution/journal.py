@@ -62,6 +62,7 @@ from altar.execution.records import (
     TaskRecord,
     spec_digest,
 )
+from altar.execution.summary import write_summary
 
 if TYPE_CHECKING:
     from altar.execution.plan import Plan
@@ -249,6 +250,8 @@ class Journal:
             atomic_write(self.path, data)
         except OSError as error:
             raise self._write_error(error) from error
+        with contextlib.suppress(OSError):
+            write_summary(self)  # before the log is emptied: a kill between leaves it inexact
         # the log's lines are all in the snapshot now (their seq is not above its seq)
         with contextlib.suppress(OSError):
             os.truncate(self.log_path, 0)

@@ -29,6 +29,8 @@ from altar.execution.errors import AltarError, JournalError
 from altar.execution.journal import (
     CANCELLED,
     FAILED,
+    JOURNAL_NAME,
+    LOG_NAME,
     PENDING,
     QUEUED,
     RUNNING,
@@ -48,6 +50,7 @@ from altar.execution.results import (
     ended_counts,
     results_of,
 )
+from altar.execution.summary import read_summary
 from altar.execution.types import TaskState, TaskStatus
 
 __all__ = [
@@ -238,7 +241,23 @@ class RunSummary:
 
 
 def summarize_run(run_dir: Path) -> RunSummary:
-    """The journal's view of one run directory (no backend is asked)."""
+    """The journal's view of one run directory (no backend is asked).
+
+    Read from the run's summary where that is exact (:mod:`altar.execution.summary`), so a
+    run of any size costs a small read; else from the journal.
+    """
+    summary = read_summary(run_dir, journal_name=JOURNAL_NAME, log_name=LOG_NAME)
+    if summary is not None:
+        driven = lock_is_held(run_dir)
+        finished = bool(summary.get("finished"))
+        return RunSummary(
+            run_dir,
+            str(summary.get("plan") or ""),
+            str(summary.get("backend") or ""),
+            "running" if driven else "finished" if finished else "stopped",
+            {str(k): int(v) for k, v in summary["counts"].items()},
+            float(summary.get("created_at") or 0) or None,
+        )
     try:
         journal = Journal.load(run_dir)
         driven = lock_is_held(run_dir)
