@@ -92,7 +92,12 @@ async def test_spec_named_handles_are_cleaned_up_once(tmp_path):
     assert result.ok
     assert backend.cleaned == [["a"]]
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r").iterdir()}
-    assert modes == {"journal.json": 0o600, "journal.log": 0o600, "lock": 0o600}
+    assert modes == {
+        "journal.json": 0o600,
+        "journal.log": 0o600,
+        "lock": 0o600,
+        "summary.json": 0o600,
+    }
 
 
 @pytest.mark.asyncio

@@ -108,6 +108,7 @@ async def test_a_full_disk_leaves_the_previous_journal_intact(
         "journal.json",
         "journal.log",
         "lock",
+        "summary.json",
     ]
     result = await run_plan(
         plan, fake_backend_class(provider=provider), run_dir=tmp_path / "r", **FAST
@@ -163,7 +164,8 @@ def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_pa
         journal.save()
     monkeypatch.undo()
     assert (tmp_path / JOURNAL_NAME).read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_NAME, LOG_NAME]  # no temp
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [JOURNAL_NAME, LOG_NAME, "summary.json"]  # no temp file
     assert Journal.load(tmp_path).tasks["a"].state == "queued"
 
 
@@ -248,12 +250,12 @@ def test_the_log_exists_before_the_first_snapshot_is_made_durable(tmp_path, monk
     real_replace = journal_module.os.replace
 
     def replace(src, dst):
-        seen.append((tmp_path / LOG_NAME).exists())
+        seen.append((os.path.basename(dst), (tmp_path / LOG_NAME).exists()))
         real_replace(src, dst)
 
     monkeypatch.setattr(journal_module.os, "replace", replace)
     Journal(tmp_path, "fake", {}, "plan", {"a": TaskRecord("a", "fold", DIGEST)}).save()
-    assert seen == [True]
+    assert seen[0] == (JOURNAL_NAME, True)
     assert (tmp_path / LOG_NAME).read_bytes() == b""
     assert (tmp_path / LOG_NAME).stat().st_mode & 0o777 == 0o600
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from altar.execution.__about__ import __version__
+from altar.execution.bulk import collector_paused
 from altar.execution.errors import (
     AltarError,
     BackendCallError,
@@ -766,46 +767,57 @@ async def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
 # -- entry point ------------------------------------------------------------------------
 
 
+#: Commands that read a run or a plan and end: the cyclic collector waits until they do.
+_READING_COMMANDS = frozenset({"status", "runs", "report", "check"})
+
+
+def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.command == "backends":
+        return _cmd_backends(args, out)
+    if args.command == "verify":
+        return _cmd_verify(args, out)
+    if args.command == "verify-script":
+        from altar.execution.digest import verify_files_script
+
+        out.write(verify_files_script(trust_records=not args.no_trust_records))
+        return EXIT_OK
+    from altar.execution import cli_logs, cli_report, cli_runs, cli_status
+
+    if args.command == "runs":
+        return cli_runs.cmd_runs(args, out)
+    if args.command == "report":
+        return cli_report.cmd_report(args, out)
+    if args.command == "cache":
+        from altar.execution import cli_cache
+
+        return cli_cache.cmd_cache(args, out)
+    import asyncio
+
+    from altar.execution.cli_check import cmd_check
+
+    handlers: dict[
+        str, Callable[[argparse.Namespace, TextIO, TextIO], Coroutine[Any, Any, int]]
+    ] = {
+        "run": _cmd_run,
+        "status": cli_status.cmd_status,
+        "logs": cli_logs.cmd_logs,
+        "check": functools.partial(cmd_check, backend_for=_backend_for),
+        "cancel": _cmd_cancel,
+        "compare": _cmd_compare,
+    }
+    return asyncio.run(handlers[args.command](args, out, err))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``altar`` command line; returns the exit status."""
     out, err = sys.stdout, sys.stderr
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.command == "backends":
-            return _cmd_backends(args, out)
-        if args.command == "verify":
-            return _cmd_verify(args, out)
-        if args.command == "verify-script":
-            from altar.execution.digest import verify_files_script
-
-            out.write(verify_files_script(trust_records=not args.no_trust_records))
-            return EXIT_OK
-        from altar.execution import cli_logs, cli_report, cli_runs, cli_status
-
-        if args.command == "runs":
-            return cli_runs.cmd_runs(args, out)
-        if args.command == "report":
-            return cli_report.cmd_report(args, out)
-        if args.command == "cache":
-            from altar.execution import cli_cache
-
-            return cli_cache.cmd_cache(args, out)
-        import asyncio
-
-        from altar.execution.cli_check import cmd_check
-
-        handlers: dict[
-            str, Callable[[argparse.Namespace, TextIO, TextIO], Coroutine[Any, Any, int]]
-        ] = {
-            "run": _cmd_run,
-            "status": cli_status.cmd_status,
-            "logs": cli_logs.cmd_logs,
-            "check": functools.partial(cmd_check, backend_for=_backend_for),
-            "cancel": _cmd_cancel,
-            "compare": _cmd_compare,
-        }
-        return asyncio.run(handlers[args.command](args, out, err))
+        if args.command in _READING_COMMANDS:
+            with collector_paused():  # short-lived, and building one object per task
+                return _dispatch(args, out, err)
+        return _dispatch(args, out, err)
     except UsageError as error:
         err.write(f"altar: error: {_line(error)}\n")
         return EXIT_USAGE

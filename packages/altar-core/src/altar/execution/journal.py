@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from altar.execution.atomic import atomic_write
+from altar.execution.bulk import collector_paused
 from altar.execution.errors import JournalError
 from altar.execution.records import (
     CANCELLED,
@@ -270,6 +271,11 @@ class Journal:
     @classmethod
     def load(cls, run_dir: Path) -> Journal:
         """Read ``run_dir``'s journal; JournalError if missing, corrupt or of another version."""
+        with collector_paused():
+            return cls._load(run_dir)
+
+    @classmethod
+    def _load(cls, run_dir: Path) -> Journal:
         path = Path(run_dir) / JOURNAL_NAME
         try:
             raw = path.read_bytes()

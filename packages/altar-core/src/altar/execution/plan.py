@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from altar.execution.bulk import collector_paused
 from altar.execution.cache.settings import CacheSettings
 from altar.execution.errors import PlanError
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
@@ -212,7 +213,11 @@ def plan_from_specs(
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Read and validate a plan file (TOML for ``.toml``, JSON otherwise)."""
-    path = Path(path)
+    with collector_paused():
+        return _load_plan(Path(path))
+
+
+def _load_plan(path: Path) -> Plan:
     name = str(path)
     try:
         raw = path.read_bytes()
