@@ -185,6 +185,8 @@ class RoutedBackend(ExecutionBackend):
     async def cleanup(self, handles: list[TaskHandle]) -> None:
         for route, indexes in self._group(handles).items():
             await self.lanes[route].cleanup([handles[i] for i in indexes])
+            for i in indexes:  # a cleaned task is not polled again: forget its last status
+                self._last.pop((handles[i].backend, handles[i].external_id), None)
 
     async def failure_detail(self, handle: TaskHandle) -> str | None:
         return await self.lanes[self._route_of_handle(handle)].failure_detail(handle)
