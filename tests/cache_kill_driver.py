@@ -8,10 +8,10 @@ import os
 import signal
 import sys
 
-from altar.execution import caching
 from altar.execution.cache import store
-from altar.execution.cli import main
-from altar.execution.ledger import Ledger
+from altar.execution.cli.command import main
+from altar.execution.run import caching
+from altar.execution.run.ledger import Ledger
 
 STEP, NTH = sys.argv[1], int(sys.argv[2])
 seen = 0

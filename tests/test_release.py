@@ -142,7 +142,9 @@ def test_altar_core_wheel_ships_the_shell_verifier(built, tmp_path: Path) -> Non
     """verify_files.sh is package data: in the wheel, and read by the installed wheel."""
     wheel = built("altar-core")
     with zipfile.ZipFile(wheel) as archive:
-        assert "altar/execution/verify_files.sh" in archive.namelist(), f"{wheel.name}: no verifier"
+        assert "altar/execution/digests/verify_files.sh" in archive.namelist(), (
+            f"{wheel.name}: no verifier"
+        )
     python = _venv(tmp_path, wheel)
     out = _run(
         python,
@@ -150,7 +152,7 @@ def test_altar_core_wheel_ships_the_shell_verifier(built, tmp_path: Path) -> Non
         "import sys; from altar.execution import verify_files_script as v; sys.stdout.write(v())",
         cwd=tmp_path,
     )
-    source = ROOT / "packages/altar-core/src/altar/execution/verify_files.sh"
+    source = ROOT / "packages/altar-core/src/altar/execution/digests/verify_files.sh"
     assert out == source.read_text(encoding="utf-8").replace("@TRUST@", "1", 1)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from altar.execution.errors import JournalError
-from altar.execution.journal import Journal
+from altar.execution.state.journal import Journal
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "routing"
 ALTAR = str(Path(sys.executable).parent / "altar")

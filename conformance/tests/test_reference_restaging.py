@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from altar.execution import cli
+from altar.execution.cli import command as cli
 
 PLAN = """\
 [backend]

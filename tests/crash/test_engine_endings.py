@@ -26,8 +26,8 @@ from altar.execution import (
     TaskState,
     TaskStatus,
 )
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 from crashkit.engine import PrivateEngine
 
 pytestmark = [

@@ -99,7 +99,7 @@ def test_a_job_that_exists_is_an_api_refusal_and_still_its_own_type() -> None:
 
 _BACKENDS_PROBE = """
 import contextlib, importlib.abc, io, json, sys
-from altar.execution.cli import main
+from altar.execution.cli.command import main
 
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

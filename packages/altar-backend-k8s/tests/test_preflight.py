@@ -11,7 +11,7 @@ import pytest
 from altar.backends.kubernetes import KubernetesExecutionBackend
 from altar.backends.kubernetes.sdk_runtime import ClientRuntime
 from altar.backends.kubernetes.testing import FakeApiServer
-from altar.execution import cli
+from altar.execution.cli import command as cli
 
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 

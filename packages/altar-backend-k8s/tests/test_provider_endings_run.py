@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from altar.backends.kubernetes import KubernetesExecutionBackend
 from altar.backends.kubernetes.testing import FakeApiServer
-from altar.execution import ResourceRequest, RunEvent, holding
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import run_plan
+from altar.execution import ResourceRequest, RunEvent
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run import holding
+from altar.execution.run.runner import run_plan
 
 from .specs import spec
 

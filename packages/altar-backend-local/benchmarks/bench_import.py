@@ -37,7 +37,7 @@ def entry_points(**kwargs):
         return metadata.EntryPoints(ep for ep in found if ep.name != "local")
     return found
 metadata.entry_points = entry_points
-from altar.execution.cli import main
+from altar.execution.cli.command import main
 sys.argv = ["altar", "backends"]
 try:
     main()

@@ -25,8 +25,8 @@ from pathlib import Path
 from _engine import docker_host
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.execution import ContainerTaskSpec
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 TARGET_RATIO = 1.3
 SLOTS = 2

@@ -19,8 +19,8 @@ from altar.execution import (
     Transfer,
     UnsupportedCapabilityError,
 )
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 
 def spec(**overrides: object) -> ContainerTaskSpec:

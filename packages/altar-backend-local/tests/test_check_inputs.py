@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.backends.local.fake import FakeDockerRuntime
-from altar.execution import Transfer, cli
+from altar.execution import Transfer
+from altar.execution.cli import command as cli
 
 NAMES = ["plain", "with space", "-leading-dash", "quote'\"s", "new\nline", "ünï $(x)"]
 

@@ -22,8 +22,8 @@ from altar.execution import (
     Transfer,
     spec_from_dict,
 )
-from altar.execution.placeholders import expand_spec
-from altar.execution.plan import Plan
+from altar.execution.plans.placeholders import expand_spec
+from altar.execution.plans.plan import Plan
 
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "demo"
 
@@ -156,7 +156,7 @@ async def test_the_demo_plan_matches_the_reference_backend(
     from dataclasses import replace
 
     from altar.conformance import compare_with_reference
-    from altar.execution.plan import load_plan as load_plan_file
+    from altar.execution.plans.plan import load_plan as load_plan_file
 
     plan = load_plan_file(DEMO / "plan.toml")
 

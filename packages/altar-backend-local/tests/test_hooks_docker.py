@@ -21,7 +21,7 @@ from altar.execution import (
     TaskLogs,
     UnsupportedCapabilityError,
 )
-from altar.execution.journal import Journal
+from altar.execution.state.journal import Journal
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend
 from altar.execution import ContainerTaskSpec, Transfer
-from altar.execution.plan import plan_from_specs
-from altar.execution.retrying import reopen_failed_in
-from altar.execution.runner import StagingError, run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.retrying import reopen_failed_in
+from altar.execution.run.runner import StagingError, run_plan
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]
 

@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-import altar.execution.digest as digest_module
-import altar.execution.stager as staging_module
+import altar.execution.digests.digest as digest_module
+import altar.execution.digests.stager as staging_module
 import pytest
 from altar.backends.local import LocalDockerExecutionBackend, StageAction
 from altar.backends.local.fake import FakeDockerRuntime
@@ -24,7 +24,7 @@ from altar.execution import (
     UnsupportedCapabilityError,
     has_verification_record,
 )
-from altar.execution.digest import verification_record_line
+from altar.execution.digests.digest import verification_record_line
 from altar.execution.transfer_progress import TransferProgress, reporting_to
 
 MiB = 1 << 20

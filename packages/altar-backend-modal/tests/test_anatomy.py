@@ -66,7 +66,7 @@ def test_a_missing_modal_sdk_is_one_line_with_the_install_hint(
 
 _BACKENDS_PROBE = """
 import contextlib, importlib.abc, io, json, sys
-from altar.execution.cli import main
+from altar.execution.cli.command import main
 
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

@@ -209,9 +209,9 @@ def test_every_shape_of_resource_exhausted_the_sdk_lets_escape_is_a_limit() -> N
 async def test_a_run_through_the_sdk_reruns_a_preempted_sandbox_without_a_retry(
     control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from altar.execution import holding
-    from altar.execution.plan import Plan, PlanTask
-    from altar.execution.runner import run_plan
+    from altar.execution.plans.plan import Plan, PlanTask
+    from altar.execution.run import holding
+    from altar.execution.run.runner import run_plan
 
     monkeypatch.setattr(holding, "PAUSE_S", 0.02)
     monkeypatch.setattr(holding, "LIMIT_PAUSE_S", 0.02)

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from altar.backends.modal import ModalExecutionBackend
 from altar.backends.modal.fake import FakeModalRuntime
-from altar.execution import ContainerTaskSpec, RunEvent, holding
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import run_plan
+from altar.execution import ContainerTaskSpec, RunEvent
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run import holding
+from altar.execution.run.runner import run_plan
 
 pytestmark = pytest.mark.asyncio
 POLLS = {"poll_interval_s": 0.01, "max_poll_interval_s": 0.05}

@@ -31,8 +31,8 @@ from pathlib import Path
 from _cluster import load_services_env
 from altar.backends.slurm import CommandResult, LocalLoginNode, SlurmExecutionBackend
 from altar.execution import ContainerTaskSpec
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 _RPC = re.compile(r"^\s+(REQUEST_[A-Z_]+)\s+\(\s*\d+\)\s+count:(\d+)", re.MULTILINE)
 SHOWN = ("REQUEST_JOB_INFO", "REQUEST_SUBMIT_BATCH_JOB", "REQUEST_JOB_INFO_SINGLE")

@@ -39,8 +39,8 @@ from typing import Any, ClassVar
 from _cluster import load_services_env
 from altar.backends.slurm import CommandResult, LocalLoginNode, SlurmExecutionBackend
 from altar.execution import ContainerTaskSpec, RunEvent
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 TARGET_NOTICE_S = 2.0
 TARGET_QUEUE_PER_MIN = 1.0

@@ -26,8 +26,8 @@ from pathlib import Path
 from _cluster import CountingLoginNode, load_services_env
 from altar.backends.slurm import SlurmExecutionBackend
 from altar.execution import ContainerTaskSpec
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 TARGET_RATIO = 1.3
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from altar.execution.journal import Journal
+from altar.execution.state.journal import Journal
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker]
 

@@ -21,8 +21,8 @@ from altar.backends.slurm import CommandResult, LocalLoginNode, SlurmExecutionBa
 from altar.backends.slurm.render import EXIT_RECORD
 from altar.backends.slurm.sdk_runtime import SshLoginNode
 from altar.execution import ContainerTaskSpec, TaskHandle, TaskState, TaskStatus
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker]
 

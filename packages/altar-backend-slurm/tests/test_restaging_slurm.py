@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from altar.backends.slurm import SlurmExecutionBackend
 from altar.execution import ContainerTaskSpec, Transfer
-from altar.execution.plan import Plan, plan_from_specs
-from altar.execution.retrying import reopen_failed_in
-from altar.execution.runner import StagingError, run_plan
+from altar.execution.plans.plan import Plan, plan_from_specs
+from altar.execution.run.retrying import reopen_failed_in
+from altar.execution.run.runner import StagingError, run_plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker]
 

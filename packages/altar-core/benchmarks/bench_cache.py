@@ -29,7 +29,7 @@ from pathlib import Path
 
 from altar.execution import ContainerTaskSpec, Transfer, sha256_file
 from altar.execution.cache import CacheStore, TaskKey, task_key
-from altar.execution.journal import Journal
+from altar.execution.state.journal import Journal
 
 IMAGE = "sha256:" + "a" * 64
 IMAGE_PINNED = "busybox@" + IMAGE

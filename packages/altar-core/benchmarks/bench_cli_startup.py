@@ -60,7 +60,7 @@ class Hide(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(name, name=name)
         return None
 sys.meta_path.insert(0, Hide())
-from altar.execution.cli import main
+from altar.execution.cli.command import main
 sys.exit(main(["backends"]))
 """
 
@@ -69,7 +69,7 @@ def _altar_command() -> list[str]:
     script = Path(sys.executable).parent / "altar"
     if script.exists():
         return [str(script)]  # the console script, as a user runs it
-    return [sys.executable, "-m", "altar.execution.cli"]
+    return [sys.executable, "-m", "altar.execution.cli.command"]
 
 
 # Children may write and read bytecode caches, as an installed wheel has them (pip compiles them

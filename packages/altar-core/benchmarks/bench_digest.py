@@ -1,4 +1,4 @@
-"""Benchmarks for altar.execution.digest against the tools people would otherwise use.
+"""Benchmarks for altar.execution.digests.digest against the tools people would otherwise use.
 
 Run: ``uv run python packages/altar-core/benchmarks/bench_digest.py [--repeat N] [--scale F]``.
 Prints one table: our median, the baseline's median, the ratio, the target, and MET or MISSED.
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from altar.execution.digest import (
+from altar.execution.digests.digest import (
     copy_and_verify,
     has_verification_record,
     sha256_file,

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from altar.execution import TaskFailure, TaskHandle
-from altar.execution.journal import Attempt, Journal, TaskRecord
 from altar.execution.report import build_report, render_html
+from altar.execution.state.journal import Attempt, Journal, TaskRecord
 
 TARGET_BYTES = 2 * 1024 * 1024
 TARGET_OPEN_S = 2.0

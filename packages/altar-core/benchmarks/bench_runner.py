@@ -27,8 +27,8 @@ from altar.execution import (
     TaskState,
     TaskStatus,
 )
-from altar.execution.plan import plan_from_specs
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 TARGET_MS_PER_TASK = 1.0
 

@@ -3,7 +3,7 @@
 Every task runs on an instant backend (``InstantBackend`` below: a submit is the execution, and
 the task has succeeded at its first poll), so only Altar's own cost is timed. Each figure comes
 from a fresh ``altar`` process (this file re-run with ``--altar ARGS``, which registers the
-backend and calls ``altar.execution.cli.main``): wall time, the process's peak RSS
+backend and calls ``altar.execution.cli.command``): wall time, the process's peak RSS
 (``os.wait4``), the bytes it wrote to files (``wchar`` of ``/proc/self/io`` less what went to
 stdout and stderr), the run directory's size on disk, its stderr lines, and, for
 ``max_parallel = 10``, its fsync calls (``strace -f -c`` when installed, else ``os.fsync`` and
@@ -141,7 +141,7 @@ def altar_child(argv: list[str]) -> int:
     """``altar ARGV`` with the instant backend registered (what every measured process runs)."""
     import atexit
 
-    from altar.execution.cli import main
+    from altar.execution.cli.command import main
     from altar.execution.registry import register
 
     register("instant", InstantBackend)
@@ -339,8 +339,8 @@ async def in_process_overhead(n: int, work: Path) -> tuple[float, float]:
 
     Best of three, as wall time and as this process's CPU time (steadier on a shared machine).
     """
-    from altar.execution.plan import plan_from_specs
-    from altar.execution.runner import run_plan
+    from altar.execution.plans.plan import plan_from_specs
+    from altar.execution.run.runner import run_plan
 
     specs = [
         ContainerTaskSpec(kind="bench", image="busybox:latest", command=["true", str(i)])

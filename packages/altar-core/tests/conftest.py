@@ -36,9 +36,9 @@ from altar.execution import (
     TaskStatus,
     Transfer,
     UnsupportedCapabilityError,
-    cli,
 )
 from altar.execution import registry as registry_module
+from altar.execution.cli import command as cli
 from altar.execution.labels import LABEL_RUN, LABEL_SUBMISSION
 from altar.execution.registry import BackendRegistry
 from altar.execution.transfer_progress import report

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from altar.execution import ContainerTaskSpec, ExecutionBackend
-from altar.execution.journal import JOURNAL_NAME, LOG_NAME
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import RunEvent, run_plan
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run.runner import RunEvent, run_plan
+from altar.execution.state.journal import JOURNAL_NAME, LOG_NAME
 
 #: Poll at once and never back off: the fake provider advances one step per poll.
 FAST = {"poll_interval_s": 0.0, "max_poll_interval_s": 0.0}

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from altar.execution import sha256_file
 from altar.execution.cache import CacheStore
-from altar.execution.journal import Journal
-from altar.execution.plan import parse_plan
-from altar.execution.progress import format_table
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import parse_plan
+from altar.execution.run.progress import format_table
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Journal
 
 from .runkit import FAST
 
@@ -149,7 +149,7 @@ async def test_cache_false_and_no_cache_table_never_look_up(tmp_path, volume, fa
 
 
 def test_altar_run_cache_flags_choose_the_store_or_none(tmp_path, fake_registry, capsys):
-    from altar.execution import cli
+    from altar.execution.cli import command as cli
 
     fake_registry.root = tmp_path / "volume"
     data = plan_data(tmp_path)
@@ -182,7 +182,7 @@ def test_altar_run_cache_flags_choose_the_store_or_none(tmp_path, fake_registry,
 async def test_altar_cache_explain_names_the_changed_input(
     tmp_path, volume, fake_backend_class, capsys
 ):
-    from altar.execution import cli
+    from altar.execution.cli import command as cli
 
     await run(tmp_path, volume, fake_backend_class, "run1", plan_data(tmp_path))
     await run(tmp_path, volume, fake_backend_class, "run2", plan_data(tmp_path, "w1"))

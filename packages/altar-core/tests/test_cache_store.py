@@ -71,7 +71,7 @@ def _a_recorded_entry(tmp_path: Path) -> tuple[CacheStore, object, Path]:
 def test_links_made_by_serving_hits_do_not_make_later_lookups_read_the_object(
     tmp_path, monkeypatch
 ):
-    from altar.execution import digest as digest_module
+    from altar.execution.digests import digest as digest_module
 
     store, entry, obj = _a_recorded_entry(tmp_path)
     before = os.stat(obj).st_ctime_ns
@@ -223,7 +223,7 @@ def test_prune_drops_by_age_then_by_size_and_keeps_what_a_writer_may_still_need(
 
 
 def test_altar_cache_ls_verify_and_prune(tmp_path, capsys):
-    from altar.execution import cli
+    from altar.execution.cli import command as cli
 
     store = CacheStore(tmp_path / "store")
     path, digest = output(tmp_path, b"scores\n")
@@ -247,7 +247,11 @@ def test_altar_cache_ls_verify_and_prune(tmp_path, capsys):
 
 
 def test_recorded_digest_trusts_only_a_current_record_and_never_blocks_on_a_fifo(tmp_path):
-    from altar.execution.digest import record_path, recorded_digest, write_verification_record
+    from altar.execution.digests.digest import (
+        record_path,
+        recorded_digest,
+        write_verification_record,
+    )
 
     path = tmp_path / "w.bin"
     path.write_bytes(b"weights")

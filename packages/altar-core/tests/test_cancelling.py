@@ -1,18 +1,18 @@
-"""Cancelling a run and cleaning up its tasks (altar.execution.cancelling)."""
+"""Cancelling a run and cleaning up its tasks (altar.execution.run.cancelling)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from altar.execution import runner
-from altar.execution.journal import Journal
-from altar.execution.runner import (
+from altar.execution.run import runner
+from altar.execution.run.runner import (
     CANCEL_REQUEST,
     cancel_run,
     run_plan,
     run_status,
 )
+from altar.execution.state.journal import Journal
 
 from .runkit import FAST, run_until, simple_plan
 
@@ -314,10 +314,10 @@ async def test_one_cancel_raising_still_lets_the_others_finish_and_journals_them
 async def test_cancelling_a_task_waiting_to_resubmit_an_in_doubt_submit_says_so(
     tmp_path, provider, fake_backend_class
 ):
-    from altar.execution.cancelling import cancel_all
-    from altar.execution.journal import open_journal
-    from altar.execution.ledger import Ledger
-    from altar.execution.records import IN_DOUBT, Attempt
+    from altar.execution.run.cancelling import cancel_all
+    from altar.execution.run.ledger import Ledger
+    from altar.execution.state.journal import open_journal
+    from altar.execution.state.records import IN_DOUBT, Attempt
 
     plan = simple_plan("a")
     (tmp_path / "r").mkdir()

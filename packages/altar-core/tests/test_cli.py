@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from altar.execution import cli, runner
 from altar.execution import registry as registry_module
-from altar.execution.digest import sha256_file, verify_files_script
-from altar.execution.journal import JOURNAL_NAME, Journal, run_lock
-from altar.execution.progress import ProgressPrinter, format_duration, format_table
-from altar.execution.runner import RunEvent, TaskResult
+from altar.execution.cli import command as cli
+from altar.execution.digests.digest import sha256_file, verify_files_script
+from altar.execution.run import runner
+from altar.execution.run.progress import ProgressPrinter, format_duration, format_table
+from altar.execution.run.runner import RunEvent, TaskResult
+from altar.execution.state.journal import JOURNAL_NAME, Journal, run_lock
 
 
 def run_cli(argv, capsys):
@@ -163,8 +164,8 @@ def test_a_plan_error_names_file_and_field(fake_registry, plan_file, tmp_path, c
 def test_status_and_cancel(fake_registry, plan_file, tmp_path, capsys):
     import asyncio
 
-    from altar.execution.plan import load_plan
-    from altar.execution.runner import run_plan
+    from altar.execution.plans.plan import load_plan
+    from altar.execution.run.runner import run_plan
 
     fake_registry.duration = 100
     backend = registry_module.get_backend_class("fake")(slots=2)
@@ -300,10 +301,10 @@ RUN_MACHINERY = (
     "asyncio",
     "json",
     "tomllib",
-    "altar.execution.runner",
-    "altar.execution.journal",
-    "altar.execution.plan",
-    "altar.execution.progress",
+    "altar.execution.run.runner",
+    "altar.execution.state.journal",
+    "altar.execution.plans.plan",
+    "altar.execution.run.progress",
     "altar.execution.report",
 )
 
@@ -312,7 +313,8 @@ RUN_MACHINERY = (
 def test_backends_and_help_import_no_run_machinery(argv):
     code = (
         "import contextlib, io, sys\n"
-        "from altar.execution import cli, registry\n"
+        "from altar.execution import registry\n"
+        "from altar.execution.cli import command as cli\n"
         "cli.default_registry = registry.BackendRegistry('altar.no_entry_points')\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
@@ -441,7 +443,8 @@ def test_the_status_line_clock_ticks_between_events():
 SLOW_BACKEND = """
 import asyncio, os, sys
 from altar.execution import ExecutionBackend, TaskHandle, TaskState, TaskStatus
-from altar.execution import cli, registry
+from altar.execution import registry
+from altar.execution.cli import command as cli
 
 class Slow(ExecutionBackend):
     name = "slow"
@@ -696,7 +699,7 @@ def test_status_shows_the_journal_when_the_backend_cannot_be_reached_to_be_built
 
 def test_text_from_tasks_cannot_drive_the_terminal():
     """A log tail or provider message with escape sequences is shown escaped, never obeyed."""
-    from altar.execution.progress import format_event, format_failures, terminal_safe
+    from altar.execution.run.progress import format_event, format_failures, terminal_safe
 
     hostile = "ok\x1b]0;pwned\x07\r\x1b[2Kfake success\x9b31m\ttab kept"
     assert terminal_safe(hostile) == (

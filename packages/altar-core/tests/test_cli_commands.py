@@ -6,8 +6,9 @@ import json
 import re
 
 import pytest
-from altar.execution import UnsupportedCapabilityError, cli
-from altar.execution.journal import Journal
+from altar.execution import UnsupportedCapabilityError
+from altar.execution.cli import command as cli
+from altar.execution.state.journal import Journal
 
 
 def run_cli(argv, capsys):
@@ -54,8 +55,8 @@ def test_runs_lists_run_directories_newest_first(fake_registry, plan_file, tmp_p
 def test_runs_reads_an_exact_summary_and_falls_back_to_the_journal_when_it_is_not(
     fake_registry, plan_file, tmp_path, capsys, monkeypatch
 ):
-    from altar.execution import runs as runs_module
-    from altar.execution.summary import SUMMARY_NAME
+    from altar.execution.state import runs as runs_module
+    from altar.execution.state.summary import SUMMARY_NAME
 
     fake_registry.script = {"fold-1": ["exit_3"]}
     root = tmp_path / "runs"

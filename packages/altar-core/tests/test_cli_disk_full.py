@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from altar.execution import cli
+from altar.execution.cli import command as cli
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ import asyncio
 import json
 
 import pytest
-from altar.execution import cli, cli_logs
 from altar.execution import registry as registry_module
-from altar.execution.plan import load_plan
-from altar.execution.runner import run_plan
+from altar.execution.cli import command as cli
+from altar.execution.cli import logs as cli_logs
+from altar.execution.plans.plan import load_plan
+from altar.execution.run.runner import run_plan
 
 
 def run_cli(argv, capsys):

@@ -7,11 +7,11 @@ import errno
 import json
 
 import pytest
-from altar.execution import cli
 from altar.execution import registry as registry_module
-from altar.execution.journal import Journal
-from altar.execution.plan import load_plan
-from altar.execution.runner import run_plan
+from altar.execution.cli import command as cli
+from altar.execution.plans.plan import load_plan
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Journal
 
 
 def run_cli(argv, capsys):
@@ -126,8 +126,8 @@ def test_watch_returns_when_every_task_settled(fake_registry, plan_file, tmp_pat
 def test_status_colours_only_a_terminal_without_no_color(monkeypatch):
     import io
 
-    from altar.execution.progress import format_table, use_colour
-    from altar.execution.runner import TaskResult
+    from altar.execution.run.progress import format_table, use_colour
+    from altar.execution.run.runner import TaskResult
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -145,8 +145,8 @@ def test_status_colours_only_a_terminal_without_no_color(monkeypatch):
 
 
 def test_a_success_with_nothing_to_collect_is_succeeded(tmp_path):
-    from altar.execution.journal import Attempt, Journal, TaskRecord
-    from altar.execution.runs import status_result
+    from altar.execution.state.journal import Attempt, Journal, TaskRecord
+    from altar.execution.state.runs import status_result
 
     records = {
         name: TaskRecord(
@@ -234,9 +234,9 @@ def test_a_resumed_runs_total_time_and_eta_count_its_whole_history(
     import io
     import re
 
-    from altar.execution.journal import Journal
-    from altar.execution.progress import ProgressPrinter
-    from altar.execution.runner import RunEvent
+    from altar.execution.run.progress import ProgressPrinter
+    from altar.execution.run.runner import RunEvent
+    from altar.execution.state.journal import Journal
 
     run_dir = tmp_path / "r"
     interrupt_after_submits(plan_file, run_dir, 2)
@@ -308,7 +308,7 @@ def test_status_of_a_finished_run_does_not_parse_its_plan(
     fake_registry, plan_file, tmp_path, capsys, monkeypatch
 ):
     # issue 24: at 100,000 tasks a parse costs seconds; nothing of a finished run's rows needs it
-    from altar.execution import plan_cache
+    from altar.execution.plans import plan_cache
 
     run_dir = tmp_path / "r"
     assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 0

@@ -6,14 +6,14 @@ import hashlib
 
 import pytest
 from altar.execution import ContainerTaskSpec, Transfer
-from altar.execution.compare import (
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run.compare import (
     MOUNT_ROOT_PLACEHOLDER,
     ComparisonReport,
     Difference,
     compare_backends,
     normalize_command,
 )
-from altar.execution.plan import Plan, PlanTask
 
 FAST = {"poll_interval_s": 0.0, "max_poll_interval_s": 0.0}
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from altar.execution import cli
-from altar.execution.compare import compare_runs
-from altar.execution.journal import Journal
+from altar.execution.cli import command as cli
+from altar.execution.run.compare import compare_runs
+from altar.execution.state.journal import Journal
 
 PLAN = """\
 OUTPUTS_DIR

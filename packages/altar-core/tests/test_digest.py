@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from altar.execution import Transfer, TransferIntegrityError, digest
-from altar.execution.digest import (
+from altar.execution import Transfer, TransferIntegrityError
+from altar.execution.digests import digest
+from altar.execution.digests.digest import (
     has_verification_record,
     record_path,
     sha256_file,
@@ -565,7 +566,7 @@ def test_verify_files_runs_concurrently(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_a_file_that_cannot_be_opened_is_named_as_such_not_as_a_directory(tmp_path, monkeypatch):
-    from altar.execution import digest as digest_module
+    from altar.execution.digests import digest as digest_module
 
     path = tmp_path / "w.bin"
     path.write_bytes(b"weights")

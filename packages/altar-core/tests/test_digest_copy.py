@@ -12,7 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from altar.execution import TransferIntegrityError, copy_and_verify, digest
+from altar.execution import TransferIntegrityError, copy_and_verify
+from altar.execution.digests import digest
 
 MiB = 1 << 20
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from altar.execution import Transfer, TransferIntegrityError
-from altar.execution.digest import (
+from altar.execution.digests.digest import (
     copy_and_verify,
     require_digest_file,
     verify_file_digest,
@@ -40,7 +40,7 @@ def test_copy_under_a_file_that_is_not_a_directory_does_not_exist(tmp_path: Path
 def test_copy_of_an_unopenable_source_names_the_reason(tmp_path: Path, monkeypatch) -> None:
     import errno
 
-    from altar.execution import digest as digest_module
+    from altar.execution.digests import digest as digest_module
 
     source = tmp_path / "w.bin"
     source.write_bytes(b"weights")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from altar.execution.digest import (
+from altar.execution.digests.digest import (
     has_verification_record,
     record_path,
     verification_record_line,

@@ -78,7 +78,7 @@ def test_seam_internal_exceptions_are_drawn_apart() -> None:
     ["StagingError", "OutputCollectionError", "BackendCallError", "CancelIncompleteError"],
 )
 def test_run_errors_share_one_base_and_stay_importable_from_the_runner(name: str) -> None:
-    from altar.execution import runner
+    from altar.execution.run import runner
 
     cls = getattr(errors, name)
     assert issubclass(cls, errors.RunStoppedError)

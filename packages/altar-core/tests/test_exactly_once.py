@@ -12,9 +12,13 @@ import itertools
 import os
 
 import pytest
-from altar.execution import ContainerTaskSpec, TaskState, TaskStatus, Transfer, runner
+from altar.execution import (
+    ContainerTaskSpec,
+    TaskState,
+    TaskStatus,
+    Transfer,
+)
 from altar.execution.atomic import temp_path
-from altar.execution.journal import Journal
 from altar.execution.labels import (
     LABEL_ATTEMPT,
     LABEL_SUBMISSION,
@@ -22,9 +26,11 @@ from altar.execution.labels import (
     submission_key,
     submission_labels,
 )
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.progress import REEXECUTED_NOTE, format_table
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run import runner
+from altar.execution.run.progress import REEXECUTED_NOTE, format_table
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Journal
 
 FAST = {"poll_interval_s": 0.0, "max_poll_interval_s": 0.0}
 
@@ -362,7 +368,7 @@ def test_the_stager_removes_leftovers_of_the_runs_earlier_processes(tmp_path):
     import hashlib
 
     from altar.execution.atomic import sweeping_for
-    from altar.execution.stager import LocalStager
+    from altar.execution.digests.stager import LocalStager
 
     root = tmp_path / "root"
     (root / "m").mkdir(parents=True)

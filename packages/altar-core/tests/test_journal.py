@@ -8,11 +8,11 @@ import os
 
 import pytest
 from altar.execution import JournalError
-from altar.execution.journal import JOURNAL_NAME, LOG_NAME, Journal
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import (
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run.runner import (
     run_plan,
 )
+from altar.execution.state.journal import JOURNAL_NAME, LOG_NAME, Journal
 
 from .runkit import FAST, journal_bytes, run_until, simple_plan, spec
 
@@ -62,7 +62,7 @@ async def test_incompatible_or_damaged_journals(tmp_path, provider, fake_backend
 
 @pytest.mark.asyncio
 async def test_one_process_drives_a_run_dir(tmp_path, provider, fake_backend_class):
-    from altar.execution.journal import run_lock
+    from altar.execution.state.journal import run_lock
 
     with (
         run_lock(tmp_path / "r"),
@@ -79,7 +79,7 @@ async def test_one_process_drives_a_run_dir(tmp_path, provider, fake_backend_cla
 async def test_a_full_disk_leaves_the_previous_journal_intact(
     tmp_path, provider, fake_backend_class, monkeypatch
 ):
-    from altar.execution import journal as journal_module
+    from altar.execution.state import journal as journal_module
 
     plan = simple_plan("a", "b")
     seen = []
@@ -148,8 +148,8 @@ async def test_the_log_replays_over_the_snapshot_and_a_torn_line_is_ignored(
 
 
 def test_a_failed_snapshot_write_leaves_the_old_snapshot_and_no_temp_file(tmp_path, monkeypatch):
-    from altar.execution import journal as journal_module
-    from altar.execution.journal import TaskRecord
+    from altar.execution.state import journal as journal_module
+    from altar.execution.state.journal import TaskRecord
 
     journal = Journal(tmp_path, "fake", {}, "plan.toml", {"a": TaskRecord("a", "k", "sha256:x")})
     journal.save()
@@ -205,7 +205,7 @@ async def test_changes_appended_after_a_torn_line_survive_the_next_crash(
 
 
 def test_a_log_line_that_lost_only_its_newline_is_kept_and_mended(tmp_path):
-    from altar.execution.journal import TaskRecord
+    from altar.execution.state.journal import TaskRecord
 
     journal = Journal(
         tmp_path, "fake", {}, "plan", {k: TaskRecord(k, "fold", DIGEST) for k in ("a", "b")}
@@ -243,8 +243,8 @@ def test_the_log_exists_before_the_first_snapshot_is_made_durable(tmp_path, monk
     # A new file's name is durable only once its directory is fsync'd. The snapshot's rename
     # fsyncs the directory; the log must already be there by then, or a power cut after the
     # first fsync'd appends (the first handles) could lose the log's name and every line in it.
-    from altar.execution import journal as journal_module
-    from altar.execution.journal import TaskRecord
+    from altar.execution.state import journal as journal_module
+    from altar.execution.state.journal import TaskRecord
 
     seen = []
     real_replace = journal_module.os.replace
@@ -290,7 +290,7 @@ async def test_a_run_resumes_only_with_the_backend_options_it_started_with(
 
 
 def test_lock_is_held_tells_a_driven_run_from_an_idle_one(tmp_path):
-    from altar.execution.journal import LOCK_NAME, lock_is_held, run_lock
+    from altar.execution.state.journal import LOCK_NAME, lock_is_held, run_lock
 
     assert not lock_is_held(tmp_path / "r")  # no run directory yet
     with run_lock(tmp_path / "r"):

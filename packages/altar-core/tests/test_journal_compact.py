@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from altar.execution.journal import COMPACT_RATIO, Journal
-from altar.execution.records import Attempt, TaskRecord
+from altar.execution.state.journal import COMPACT_RATIO, Journal
+from altar.execution.state.records import Attempt, TaskRecord
 from altar.execution.types import TaskFailure, TaskHandle
 
 #: A record as altar-core wrote it before issue 24: every field, defaults included.

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from altar.execution import PlanError, cli
-from altar.execution.journal import Journal
-from altar.execution.plan import load_plan, outputs_for_run, parse_plan
+from altar.execution import PlanError
+from altar.execution.cli import command as cli
+from altar.execution.plans.plan import load_plan, outputs_for_run, parse_plan
+from altar.execution.state.journal import Journal
 
 PLAN = """\
 OUTPUTS_DIR

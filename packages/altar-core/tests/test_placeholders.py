@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 from altar.execution import ContainerTaskSpec, PathResolver, PlanError
-from altar.execution.journal import Journal, spec_digest
-from altar.execution.placeholders import expand, expand_spec, placeholder_error
-from altar.execution.plan import parse_plan
-from altar.execution.runner import run_plan
+from altar.execution.plans.placeholders import expand, expand_spec, placeholder_error
+from altar.execution.plans.plan import parse_plan
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Journal, spec_digest
 
 
 def plan_with(command: list[str], env: dict[str, str] | None = None):

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 from altar.execution import ContainerTaskSpec, PlanError, ResourceRequest, Transfer
-from altar.execution.plan import (
+from altar.execution.plans.plan import (
     Plan,
     PlanTask,
     load_plan,
@@ -232,7 +232,7 @@ def test_outputs_can_be_redirected(tmp_path):
 
 
 def test_plans_built_in_code_are_checked_too():
-    from altar.execution.plan import Plan, PlanTask
+    from altar.execution.plans.plan import Plan, PlanTask
 
     spec = ContainerTaskSpec(kind="k", image="i", command=[])
     with pytest.raises(PlanError, match=r"tasks\[1\]\.id: 'a' is already the id of tasks\[0\]"):
@@ -270,7 +270,7 @@ def test_hostile_strings_pass_through_unchanged(tmp_path):
 def test_an_input_a_task_updates_in_place_is_still_staged():
     # a task that reads a file and writes it back (a database it appends to) produces that
     # path itself: nothing else will put it on the volume, so staging must
-    from altar.execution.plan import Plan, PlanTask
+    from altar.execution.plans.plan import Plan, PlanTask
 
     db = Transfer("/data/index.db", "jobs/J/index.db")
     update = ContainerTaskSpec(kind="k", image="i", command=[], inputs=[db], outputs=[db])

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from altar.execution import plan_cache
 from altar.execution.errors import PlanError
+from altar.execution.plans import plan_cache
 
 PLAN = """\
 [backend]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 
-from altar.execution.progress import (
+from altar.execution.run.progress import (
     PROGRESS_LOG,
     SUMMARY_INTERVAL_S,
     SUMMARY_THRESHOLD,
     ProgressPrinter,
 )
-from altar.execution.runner import RunEvent
+from altar.execution.run.runner import RunEvent
 
 
 def events(n: int) -> list[RunEvent]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from altar.execution import PROVIDER_ENDINGS, ProviderLimitError, TaskFailure, holding
-from altar.execution.budget import RetryBudget
-from altar.execution.holding import Hold
-from altar.execution.journal import Journal
-from altar.execution.plan import parse_plan
-from altar.execution.progress import format_table
-from altar.execution.records import Attempt, TaskRecord
-from altar.execution.runner import run_plan
+from altar.execution import PROVIDER_ENDINGS, ProviderLimitError, TaskFailure
+from altar.execution.plans.plan import parse_plan
+from altar.execution.run import holding
+from altar.execution.run.budget import RetryBudget
+from altar.execution.run.holding import Hold
+from altar.execution.run.progress import format_table
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Journal
+from altar.execution.state.records import Attempt, TaskRecord
 
 from .runkit import FAST, simple_plan
 

@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import replace
 
 from altar.execution import TaskState, TaskStatus
-from altar.execution.plan import parse_plan
-from altar.execution.runner import run_plan, run_status
+from altar.execution.plans.plan import parse_plan
+from altar.execution.run.runner import run_plan, run_status
 
 STARTED = 1_700_000_000.0
 

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from altar.execution import TaskFailure, TaskHandle
-from altar.execution.journal import Attempt, Journal, TaskRecord
 from altar.execution.report import build_report, render_html
 from altar.execution.report.events import LoggedEvent, read_events
 from altar.execution.report.model import log_tail, slot_usage
+from altar.execution.state.journal import Attempt, Journal, TaskRecord
 
 T0 = 1_800_000_000.0
 
@@ -145,7 +145,7 @@ def test_a_1000_task_report_stays_under_2_mb(tmp_path):
 
 
 def test_altar_report_writes_the_page_of_a_real_run(fake_registry, plan_file, tmp_path, capsys):
-    from altar.execution import cli
+    from altar.execution.cli import command as cli
 
     fake_registry.script = {"fold-1": ["oom", "ok"], "fold-2": ["exit_3"]}
     run_dir = tmp_path / "run"
@@ -167,7 +167,7 @@ def test_altar_report_writes_the_page_of_a_real_run(fake_registry, plan_file, tm
 
 def test_the_event_log_never_stops_a_run_and_skips_torn_lines(tmp_path):
     from altar.execution.report.events import EVENTS_NAME, EventRecorder
-    from altar.execution.results import RunEvent
+    from altar.execution.run.results import RunEvent
 
     seen = []
     gone = EventRecorder(tmp_path / "missing-dir", seen.append, clock=lambda: T0)
@@ -196,7 +196,7 @@ def test_report_output_to_a_directory_or_unwritable_path_is_one_line(
     fake_registry, plan_file, tmp_path, capsys
 ):
     """Issue 23: `altar report --output DIR` (or a path that cannot be written) was a traceback."""
-    from altar.execution import cli
+    from altar.execution.cli import command as cli
 
     run_dir = tmp_path / "run"
     assert cli.main(["run", str(plan_file), "--run-dir", str(run_dir)]) == 0

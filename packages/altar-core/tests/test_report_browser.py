@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from altar.execution import cli
+from altar.execution.cli import command as cli
 
 FLAGS = [
     "--headless",

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 from altar.execution import TaskFailure, TaskHandle
-from altar.execution.journal import Attempt, Journal, TaskRecord
 from altar.execution.report import EventRecorder, build_report, read_events, render_html
 from altar.execution.report.events import LoggedEvent
 from altar.execution.report.model import Interruption
-from altar.execution.runner import run_plan
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Attempt, Journal, TaskRecord
 
 from .runkit import simple_plan
 
@@ -164,7 +164,7 @@ def test_a_real_stop_and_resume_is_in_the_report(tmp_path, fake_backend_class):
 
 
 def test_altar_report_json_counts_the_interruptions(tmp_path, capsys):
-    from altar.execution import cli
+    from altar.execution.cli import command as cli
 
     journal = journal_of(tmp_path / "run", record("a", attempt(1, T0 + 1, T0 + 12)))
     journal.run_dir.mkdir()

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from altar.execution import Transfer, cli
+from altar.execution import Transfer
+from altar.execution.cli import command as cli
 from altar.execution.errors import JournalError
-from altar.execution.journal import Journal
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.retrying import reopen_failed_in
-from altar.execution.runner import StagingError, run_plan
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run.retrying import reopen_failed_in
+from altar.execution.run.runner import StagingError, run_plan
+from altar.execution.state.journal import Journal
 
 from .runkit import FAST, spec
 

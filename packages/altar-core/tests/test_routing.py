@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from altar.execution import cli
 from altar.execution.backend import ExecutionBackend
+from altar.execution.cli import command as cli
 from altar.execution.errors import BackendUnavailableError, PlanError
-from altar.execution.plan import parse_plan
-from altar.execution.routed import LABEL_ROUTE, RoutedBackend
-from altar.execution.routing import cross_transfers
+from altar.execution.plans.plan import parse_plan
+from altar.execution.plans.routing import cross_transfers
+from altar.execution.run.routed import LABEL_ROUTE, RoutedBackend
 from altar.execution.types import (
     ContainerTaskSpec,
     TaskHandle,
@@ -241,7 +241,7 @@ async def test_one_backend_down_mid_run_the_others_tasks_finish(
     import asyncio
 
     from altar.conformance.reference import InProcessExecutionBackend
-    from altar.execution.runner import run_plan
+    from altar.execution.run.runner import run_plan
 
     class Flaky(InProcessExecutionBackend):
         down = True
@@ -270,7 +270,7 @@ async def test_one_backend_down_mid_run_the_others_tasks_finish(
         "cpu": InProcessExecutionBackend(data_root=tmp_path / "cpu-root"),
         "gpu": flaky,
     }
-    from altar.execution.routed import routed_options
+    from altar.execution.run.routed import routed_options
 
     routed = RoutedBackend(**routed_options(plan), built=lanes)
     run = asyncio.create_task(

@@ -7,17 +7,18 @@ import errno
 import itertools
 
 import pytest
-from altar.execution import ResourceRequest, Transfer, runner
-from altar.execution.budget import RetryBudget
-from altar.execution.clock import Clock
-from altar.execution.journal import Journal, open_journal
+from altar.execution import ResourceRequest, Transfer
 from altar.execution.labels import submission_key
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import (
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run import runner
+from altar.execution.run.budget import RetryBudget
+from altar.execution.run.clock import Clock
+from altar.execution.run.runner import (
     StagingError,
     run_plan,
     run_status,
 )
+from altar.execution.state.journal import Journal, open_journal
 
 from .runkit import FAST, journal_bytes, run_until, simple_plan, spec
 

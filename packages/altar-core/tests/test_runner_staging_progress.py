@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 from altar.execution import ContainerTaskSpec, Transfer
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import RunEvent, StagingError, run_plan
-from altar.execution.staging_progress import STAGING_PROGRESS_INTERVAL_S
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run.runner import RunEvent, StagingError, run_plan
+from altar.execution.run.staging_progress import STAGING_PROGRESS_INTERVAL_S
 from altar.execution.transfer_progress import current_callback
 
 MiB = 1 << 20

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from altar.execution.journal import TaskRecord
-from altar.execution.scheduling import blocked, choose, in_flight, ready, room_for
+from altar.execution.run.scheduling import blocked, choose, in_flight, ready, room_for
+from altar.execution.state.journal import TaskRecord
 
 
 def records(**states: str) -> dict[str, TaskRecord]:

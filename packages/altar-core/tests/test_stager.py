@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from altar.execution import Transfer, TransferIntegrityError
-from altar.execution import stager as stager_module
-from altar.execution.digest import has_verification_record
-from altar.execution.stager import LocalStager, StageAction, collect_output
+from altar.execution.digests import stager as stager_module
+from altar.execution.digests.digest import has_verification_record
+from altar.execution.digests.stager import LocalStager, StageAction, collect_output
 
 
 def digest(data: bytes) -> str:

@@ -7,8 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from altar.execution import cli
-from altar.execution.digest import copy_and_verify, input_label
+from altar.execution.cli import command as cli
+from altar.execution.digests.digest import copy_and_verify, input_label
 
 
 def sha(data: bytes) -> str:

@@ -21,10 +21,10 @@ from typing import Any, ClassVar
 
 import pytest
 from altar.execution import ContainerTaskSpec, ExecutionBackend, TaskHandle, TaskState, TaskStatus
-from altar.execution.journal import Journal
 from altar.execution.labels import LABEL_SUBMISSION, LABEL_TASK
-from altar.execution.plan import Plan, PlanTask
-from altar.execution.runner import run_plan
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run.runner import run_plan
+from altar.execution.state.journal import Journal
 
 from .runkit import FAST
 
@@ -33,8 +33,8 @@ import asyncio, os, sys
 from pathlib import Path
 from altar.execution import ContainerTaskSpec, ExecutionBackend, TaskHandle, TaskState, TaskStatus
 from altar.execution.labels import LABEL_SUBMISSION, LABEL_TASK
-from altar.execution.plan import Plan, PlanTask
-from altar.execution import runner
+from altar.execution.plans.plan import Plan, PlanTask
+from altar.execution.run import runner
 
 class Forgetful(ExecutionBackend):
     """Runs what it is given; lists nothing and adopts nothing (an altar 0.3.0 provider)."""
@@ -161,7 +161,7 @@ class Watching(ExecutionBackend):
 async def test_submits_stay_within_the_window_and_each_key_is_durable_before_its_submit(
     tmp_path, monkeypatch
 ):
-    from altar.execution import runner
+    from altar.execution.run import runner
 
     monkeypatch.setattr(runner, "SUBMIT_WINDOW", 5)
     spec = ContainerTaskSpec(kind="k", image="busybox", command=["true"])

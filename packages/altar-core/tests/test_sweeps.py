@@ -7,10 +7,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from altar.execution import PlanError, cli, sweeps
-from altar.execution import plan as plan_module
-from altar.execution.plan import Plan, load_plan, parse_plan
-from altar.execution.records import spec_digest
+from altar.execution import PlanError
+from altar.execution.cli import command as cli
+from altar.execution.plans import plan as plan_module
+from altar.execution.plans import sweeps
+from altar.execution.plans.plan import Plan, load_plan, parse_plan
+from altar.execution.state.records import spec_digest
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sweep" / "plan.toml"
 

@@ -379,9 +379,10 @@ def test_importing_the_contract_imports_only_the_standard_library():
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import altar.execution, altar.execution.registry, altar.execution.plan\n"
-        "import altar.execution.journal, altar.execution.runner, altar.execution.compare\n"
-        "import altar.execution.cli, altar.execution.progress\n"
+        "import altar.execution, altar.execution.registry, altar.execution.plans.plan\n"
+        "import altar.execution.state.journal, altar.execution.run.runner\n"
+        "import altar.execution.run.compare\n"
+        "import altar.execution.cli.command, altar.execution.run.progress\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
         "print('\\n'.join(sorted(new - set(sys.stdlib_module_names) - {'altar'})))\n"
     )

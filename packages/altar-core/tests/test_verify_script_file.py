@@ -16,9 +16,9 @@ from typing import Any
 
 import altar.execution
 import pytest
-from altar.execution.digest import verify_files_script
+from altar.execution.digests.digest import verify_files_script
 
-SCRIPT = Path(altar.execution.__file__).with_name("verify_files.sh")
+SCRIPT = Path(altar.execution.__file__).parent / "digests" / "verify_files.sh"
 REFERENCES = Path(__file__).parent / "references"
 
 

@@ -1,6 +1,6 @@
 """Run a plan through a backend and the in-process reference, and report every difference.
 
-A thin layer over :func:`altar.execution.compare.compare_backends`: it accepts specs as well as
+A thin layer over :func:`altar.execution.run.compare.compare_backends`: it accepts specs as well as
 plans, and builds the reference for you (an :class:`InProcessExecutionBackend` that runs each
 command as a local process) so a backend's test needs only::
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from altar.conformance.reference import InProcessExecutionBackend, run_command_locally
 from altar.execution import ContainerTaskSpec, ExecutionBackend
-from altar.execution.compare import ComparisonReport, Difference, compare_backends
-from altar.execution.plan import Plan, plan_from_specs
+from altar.execution.plans.plan import Plan, plan_from_specs
+from altar.execution.run.compare import ComparisonReport, Difference, compare_backends
 
 __all__ = ["ComparisonReport", "Difference", "PlanSource", "compare_with_reference"]
 

@@ -12,6 +12,7 @@ import importlib
 import typing
 
 from altar.execution.__about__ import __version__
+from altar.execution._moved import install_moved_finder as _install_moved_finder
 from altar.execution.atomic import atomic_write, remove_stale_temporaries, temp_path
 from altar.execution.backend import EXECUTION_BACKEND_GROUP, DigestVerification, ExecutionBackend
 from altar.execution.errors import (
@@ -64,29 +65,32 @@ from altar.execution.types import (
 )
 from altar.execution.uris import local_file, local_path
 
+_install_moved_finder()
+
 # Imported on first use: digests pull in hashlib, results the journal and JSON, the stager
 # threads; a backend's import and `altar backends` need none of them.
 _LAZY = {
-    "VERIFICATION_RECORD_FORMAT": "digest",
-    "VERIFICATION_RECORD_SUFFIX": "digest",
-    "copy_and_verify": "digest_copy",
-    "has_verification_record": "digest",
-    "sha256_file": "digest",
-    "verify_file_digest": "digest",
-    "verify_files": "digest",
-    "verify_files_script": "digest",
-    "verify_transfer_digest": "digest",
-    "RunEvent": "results",
-    "RunResult": "results",
-    "TaskResult": "results",
-    "LocalStager": "stager",
-    "StageAction": "stager",
-    "collect_output": "stager",
-    "verify_output_digest": "stager",
+    "VERIFICATION_RECORD_FORMAT": "digests.digest",
+    "VERIFICATION_RECORD_SUFFIX": "digests.digest",
+    "copy_and_verify": "digests.copy",
+    "has_verification_record": "digests.digest",
+    "sha256_file": "digests.digest",
+    "verify_file_digest": "digests.digest",
+    "verify_files": "digests.digest",
+    "verify_files_script": "digests.digest",
+    "verify_transfer_digest": "digests.digest",
+    "RunEvent": "run.results",
+    "RunResult": "run.results",
+    "TaskResult": "run.results",
+    "LocalStager": "digests.stager",
+    "StageAction": "digests.stager",
+    "collect_output": "digests.stager",
+    "verify_output_digest": "digests.stager",
 }
 
 if typing.TYPE_CHECKING:  # what type checkers see: the same names, imported eagerly
-    from altar.execution.digest import (
+    from altar.execution.digests.copy import copy_and_verify
+    from altar.execution.digests.digest import (
         VERIFICATION_RECORD_FORMAT,
         VERIFICATION_RECORD_SUFFIX,
         has_verification_record,
@@ -96,14 +100,13 @@ if typing.TYPE_CHECKING:  # what type checkers see: the same names, imported eag
         verify_files_script,
         verify_transfer_digest,
     )
-    from altar.execution.digest_copy import copy_and_verify
-    from altar.execution.results import RunEvent, RunResult, TaskResult
-    from altar.execution.stager import (
+    from altar.execution.digests.stager import (
         LocalStager,
         StageAction,
         collect_output,
         verify_output_digest,
     )
+    from altar.execution.run.results import RunEvent, RunResult, TaskResult
 
 else:  # hidden from type checkers, which would otherwise accept any name as an attribute
 

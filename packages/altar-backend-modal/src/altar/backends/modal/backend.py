@@ -52,7 +52,7 @@ from altar.execution import (
     verify_transfer_digest,
 )
 from altar.execution.atomic import fsync_directory
-from altar.execution.digest import input_label, require_digest_file
+from altar.execution.digests.digest import input_label, require_digest_file
 
 __all__ = ["DEFAULT_APP_NAME", "DEFAULT_VOLUME_NAME", "ModalExecutionBackend"]
 

@@ -34,12 +34,12 @@ from typing import Any
 
 from altar.execution.atomic import temp_path
 from altar.execution.cache.key import TaskKey
-from altar.execution.digest import (
+from altar.execution.digests.copy import copy_and_verify
+from altar.execution.digests.digest import (
     VERIFICATION_RECORD_SUFFIX,
     has_verification_record,
     verify_file,
 )
-from altar.execution.digest_copy import copy_and_verify
 from altar.execution.errors import DigestMismatchError
 
 __all__ = ["ENTRY_FORMAT", "CacheEntry", "CacheStore", "Pruned", "default_store_dir"]

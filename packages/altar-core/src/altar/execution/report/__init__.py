@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 from altar.execution.atomic import atomic_write
-from altar.execution.journal import Journal
 from altar.execution.report.events import EVENTS_NAME, EventRecorder, read_events
 from altar.execution.report.html import render_html
 from altar.execution.report.model import Report, build_report
+from altar.execution.state.journal import Journal
 
 __all__ = [
     "EVENTS_NAME",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from altar.execution.results import RunEvent
+from altar.execution.run.results import RunEvent
 
 __all__ = ["EVENTS_NAME", "PROCESS", "EventRecorder", "LoggedEvent", "read_events"]
 

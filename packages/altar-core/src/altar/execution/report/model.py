@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from altar.execution.journal import IN_DOUBT, Attempt, Journal, TaskRecord
 from altar.execution.report.events import PROCESS, LoggedEvent
+from altar.execution.state.journal import IN_DOUBT, Attempt, Journal, TaskRecord
 from altar.execution.types import TaskFailure
 
 __all__ = [

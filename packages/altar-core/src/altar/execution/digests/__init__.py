@@ -1,0 +1,1 @@
+"""Digests and verification records: hashing, copying while hashing, checked transfers, staging."""

@@ -1,0 +1,1 @@
+"""Plans: plan files, sweeps, placeholders, routing to named backends, checks before a run."""

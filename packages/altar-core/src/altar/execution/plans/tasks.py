@@ -1,0 +1,241 @@
+"""One ``[[tasks]]`` entry of a plan: its fields checked and built into a :class:`PlanTask`."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
+from altar.execution.plans.fields import (
+    _CONTROL,
+    _TASK_ID,
+    RUN_PLACEHOLDER,
+    Fail,
+    _check_keys,
+    _construct,
+    _kind,
+    _message,
+    _resolve_uri,
+)
+from altar.execution.plans.placeholders import PLACEHOLDER, placeholder_error
+from altar.execution.plans.sweeps import Sweep, expand_sweep
+from altar.execution.types import ContainerTaskSpec, ResourceRequest, Transfer
+
+_TASK_KEYS = (
+    "after",
+    "backend",
+    "avoid_hosts",
+    "cache",
+    "command",
+    "env",
+    "id",
+    "image",
+    "inputs",
+    "kind",
+    "labels",
+    "matrix",
+    "outputs",
+    "plugin_identity",
+    "resources",
+    "timeout_s",
+)
+_TRANSFER_KEYS = ("digest", "locality_key", "logical_path", "uri")
+_RESOURCE_KEYS = ("count", "cpu", "gpu", "memory_gb")
+
+
+def default_task_id(kind: str, index: int) -> str:
+    """``<kind>-<index>`` with the kind reduced to letters, digits, ``.``, ``_`` and ``-``."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", kind).strip("-._") or "task"
+    return f"{slug}-{index}"
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One task of a plan: a unique ``id``, its spec, and ids it must run after.
+
+    ``after`` entries may hold ``*`` (any run of characters): ``score-*`` is every task whose
+    id starts with ``score-``. ``origin`` is the plan field it came from when that is not
+    ``tasks[<its index>]`` (a sweep's task: ``tasks[0][fold=2, batch=7]``).
+    """
+
+    id: str
+    spec: ContainerTaskSpec
+    after: tuple[str, ...] = ()
+    origin: str | None = field(default=None, compare=False, repr=False)
+    cache: bool = True  # ``cache = false``: never looked up or stored
+
+
+def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fail) -> Transfer:
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table with uri and logical_path, got {_kind(raw)}")
+    _check_keys(raw, _TRANSFER_KEYS, where, fail)
+    for key in ("uri", "logical_path"):
+        if key not in raw:
+            raise fail(f"{where}.{key}", "required")
+    for key in _TRANSFER_KEYS:
+        if key in raw:
+            probe: dict[str, Any] = {"uri": "u", "logical_path": "p", key: raw[key]}
+            _construct(f"{where}.{key}", fail, Transfer, **probe)
+    logical = raw["logical_path"]
+    if ".." in PurePosixPath(logical).parts or _CONTROL.search(logical):
+        raise fail(f"{where}.logical_path", f"must stay below the mount root, got {logical!r}")
+    return Transfer(
+        uri=_resolve_uri(raw["uri"], base_dir),
+        logical_path=logical,
+        locality_key=raw.get("locality_key"),
+        digest=raw.get("digest"),
+    )
+
+
+def _parse_resources(raw: Any, where: str, fail: Fail) -> ResourceRequest:
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table, got {_kind(raw)}")
+    _check_keys(raw, _RESOURCE_KEYS, where, fail)
+    for key, value in raw.items():
+        _construct(
+            f"{where}.{key}", fail, lambda key=key, value=value: ResourceRequest(**{key: value})
+        )
+    return ResourceRequest(**raw)
+
+
+def _parse_sweep(
+    raw: Mapping[str, Any],
+    index: int,
+    base_dir: Path | None,
+    fail: Fail,
+    tasks: list[PlanTask],
+    outputs_base: str | Path | None,
+) -> Sweep:
+    """Append the tasks of the sweep ``raw`` (``tasks[index]``) to ``tasks``; return the sweep."""
+    where = f"tasks[{index}]"
+    _check_task_keys(raw, where, fail)  # once, naming the template's field
+    sweep, expanded = expand_sweep(raw, where, fail)
+    for label, item in expanded:
+        tasks.append(
+            _parse_task(item, index, base_dir, fail, where=label, outputs_base=outputs_base)
+        )
+    return sweep
+
+
+def _check_task_keys(raw: Mapping[str, Any], where: str, fail: Fail) -> None:
+    _check_keys(raw, _TASK_KEYS, where, fail)
+    for key in ("kind", "image", "command"):
+        if key not in raw:
+            raise fail(f"{where}.{key}", "required")
+
+
+def _parse_task(
+    raw: Any,
+    index: int,
+    base_dir: Path | None,
+    fail: Fail,
+    *,
+    where: str | None = None,
+    outputs_base: str | Path | None = None,
+) -> PlanTask:
+    origin = where
+    where = where or f"tasks[{index}]"
+    if not isinstance(raw, Mapping):
+        raise fail(where, f"must be a table, got {_kind(raw)}")
+    _check_task_keys(raw, where, fail)
+    values = _checked_fields(raw, where, fail)
+    for key in ("inputs", "outputs"):
+        items = raw.get(key, [])
+        if not isinstance(items, list):
+            raise fail(f"{where}.{key}", f"must be a list of tables, got {_kind(items)}")
+        values[key] = [
+            _parse_transfer(
+                item,
+                f"{where}.{key}[{i}]",
+                outputs_base if key == "outputs" and outputs_base is not None else base_dir,
+                fail,
+            )
+            for i, item in enumerate(items)
+        ]
+    for i, transfer in enumerate(values["outputs"]):
+        for match in PLACEHOLDER.finditer(transfer.uri):
+            if match.group() != RUN_PLACEHOLDER:
+                raise fail(
+                    f"{where}.outputs[{i}].uri",
+                    f"{match.group()}: the only placeholder in an output uri is "
+                    f"{RUN_PLACEHOLDER} (the run's name)",
+                )
+    if "resources" in raw:
+        values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
+    if "plugin_identity" in raw:
+        try:  # it is journaled and hashed as JSON; a TOML date, for one, is not JSON
+            json.dumps(raw["plugin_identity"], allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise fail(
+                f"{where}.plugin_identity",
+                f"must be JSON data (tables, lists, strings, numbers, booleans): {_message(error)}",
+            ) from None
+        values["plugin_identity"] = raw["plugin_identity"]
+    spec = _build_spec(values, where, fail)
+    _check_placeholders(spec, where, fail)
+    reserved = reserved_labels(spec.labels)
+    if reserved:
+        raise fail(
+            f"{where}.labels",
+            f"{', '.join(map(repr, reserved))}: labels starting with {RESERVED_LABEL_PREFIX!r} "
+            "are reserved for the runner (run, task, attempt and submission key); rename them",
+        )
+    task_id = raw.get("id", default_task_id(spec.kind, index))
+    if not isinstance(task_id, str) or not _TASK_ID.fullmatch(task_id):
+        raise fail(
+            f"{where}.id",
+            f"must start with a letter or digit and use only letters, digits, '.', '_' and '-'; "
+            f"got {task_id!r}",
+        )
+    after = raw.get("after", [])
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise fail(f"{where}.after", f"must be a list of task ids, got {after!r}")
+    cache = raw.get("cache", True)
+    if not isinstance(cache, bool):
+        raise fail(f"{where}.cache", f"must be true or false, got {cache!r}")
+    return PlanTask(task_id, spec, tuple(after), origin, cache)
+
+
+_SPEC_FIELDS = ("kind", "image", "command", "labels", "env", "timeout_s", "avoid_hosts")
+
+
+def _checked_fields(raw: Mapping[str, Any], where: str, fail: Fail) -> dict[str, Any]:
+    """The task's spec fields as given (``avoid_hosts`` as a tuple), not yet checked."""
+    values: dict[str, Any] = {}
+    for key in _SPEC_FIELDS:
+        if key in raw:
+            value = raw[key]
+            listed = key == "avoid_hosts" and isinstance(value, list)
+            values[key] = tuple(value) if listed else value
+    return values
+
+
+def _build_spec(values: Mapping[str, Any], where: str, fail: Fail) -> ContainerTaskSpec:
+    """The task's spec; when the spec refuses it, each field is probed alone to name the bad one.
+
+    Each field's check is independent of the others, so a probe runs only after a refusal
+    (issue 24: at 100,000 tasks a probe per field was most of a plan's parse).
+    """
+    try:
+        return ContainerTaskSpec(**values)
+    except (TypeError, ValueError):
+        for key in _SPEC_FIELDS:
+            if key in values:
+                probe = {"kind": "k", "image": "i", "command": [], key: values[key]}
+                _construct(f"{where}.{key}", fail, ContainerTaskSpec, **probe)
+    spec: ContainerTaskSpec = _construct(where, fail, ContainerTaskSpec, **values)
+    return spec
+
+
+def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
+    """Refuse a ``{altar:...}`` placeholder the runner could not expand (see placeholders)."""
+    fields = [(f"{where}.command[{i}]", arg) for i, arg in enumerate(spec.command)]
+    fields += [(f"{where}.env.{key}", value) for key, value in spec.env.items()]
+    for field_name, text in fields:
+        problem = placeholder_error(text)
+        if problem:
+            raise fail(field_name, problem)

@@ -1,0 +1,349 @@
+"""The ``routed`` backend: one run driving several named backends, dispatching by task.
+
+A run of a plan with ``[backends.NAME]`` tables drives one :class:`RoutedBackend`. Its options
+(recorded in the journal like any backend's, so status, logs, cancel and resume rebuild it)
+name each backend and route each task id to one. Submits, polls, cancels, cleanups and logs
+go to the backend of the handle's ``altar.task`` label; listing asks every backend.
+
+Data between fabrics: when a producer's outputs are collected to their plan-local uris,
+those that a task on another backend reads are hashed once (the digest lands in a
+verification record beside the file) and staged on the reader's backend with that digest,
+which the reader's stager checks again. :attr:`RoutedBackend.moved_bytes` counts them.
+
+One backend's outage: a poll of its handles that raises ``BackendUnavailableError`` reports
+their last status seen (nothing new), so the other backends' tasks go on; a capacity report
+leaves it out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from altar.execution.backend import ExecutionBackend
+from altar.execution.errors import BackendUnavailableError
+from altar.execution.labels import LABEL_TASK
+from altar.execution.types import (
+    Capacity,
+    ContainerTaskSpec,
+    PathResolver,
+    TaskHandle,
+    TaskLogs,
+    TaskState,
+    TaskStatus,
+    Transfer,
+)
+
+__all__ = ["LABEL_ROUTE", "RoutedBackend", "resolver_for", "routed_options"]
+
+#: The named backend an attempt went to, added to the handles the routed backend returns.
+LABEL_ROUTE = "altar.route"
+
+
+def routed_options(plan: Any) -> dict[str, Any]:
+    """The ``routed`` backend's options for a plan with a routing (pure)."""
+    from altar.execution.plans.routing import cross_transfers
+
+    routing = plan.routing
+    moves = [
+        {"uri": m.uri, "logical_path": m.logical_path, "source": m.source, "target": m.target}
+        for m in cross_transfers(routing, plan.tasks)
+    ]
+    return {
+        "backends": {
+            d.name: {"type": d.type, "options": dict(d.options)} for d in routing.backends.values()
+        },
+        "routes": dict(routing.routes),
+        "default": routing.default,
+        "moves": moves,
+        "producers": {
+            out.uri: routing.routes[task.id] for task in plan.tasks for out in task.spec.outputs
+        },
+    }
+
+
+def lane_for(backend: ExecutionBackend, task_id: str) -> ExecutionBackend:
+    """The backend ``task_id`` runs on: a routed backend's lane, else ``backend`` itself."""
+    return backend.lane(task_id) if isinstance(backend, RoutedBackend) else backend
+
+
+def resolver_for(backend: ExecutionBackend, task_id: str) -> PathResolver:
+    """How ``task_id``'s paths appear on the backend it runs on."""
+    return lane_for(backend, task_id).path_resolver()
+
+
+class RoutedBackend(ExecutionBackend):
+    """Several backends behind one, each task on the one its route names."""
+
+    name: ClassVar[str] = "routed"
+    input_digest_verification = "staging"
+
+    def __init__(
+        self,
+        *,
+        backends: Mapping[str, Mapping[str, Any]],
+        routes: Mapping[str, str],
+        default: str,
+        moves: list[Mapping[str, str]] | None = None,
+        producers: Mapping[str, str] | None = None,
+        built: Mapping[str, ExecutionBackend] | None = None,
+    ) -> None:
+        from altar.execution.registry import create_backend
+
+        if default not in backends:
+            raise ValueError(f"default backend {default!r} is not declared")
+        self.lanes: dict[str, ExecutionBackend] = dict(built or {})
+        for route, decl in backends.items():
+            if route not in self.lanes:
+                self.lanes[route] = create_backend(
+                    str(decl["type"]),
+                    dict(decl.get("options") or {}),
+                    source=f"backends.{route}.options",
+                )
+        self.routes = dict(routes)
+        self.default = default
+        self.moves = [dict(m) for m in moves or ()]
+        self.producers = dict(producers or {})
+        self.moved_bytes = 0
+        self.moved_files = 0
+        self._last: dict[tuple[str, str], TaskStatus] = {}
+
+    # -- dispatch -----------------------------------------------------------------------
+
+    def route_of(self, task_id: str | None) -> str:
+        return self.routes.get(task_id or "", self.default)
+
+    def lane(self, task_id: str | None) -> ExecutionBackend:
+        return self.lanes[self.route_of(task_id)]
+
+    def _route_of_handle(self, handle: TaskHandle) -> str:
+        route = handle.labels.get(LABEL_ROUTE)
+        if route in self.lanes:
+            return str(route)
+        return self.route_of(handle.labels.get(LABEL_TASK))
+
+    def _group(self, handles: list[TaskHandle]) -> dict[str, list[int]]:
+        groups: dict[str, list[int]] = {}
+        for index, handle in enumerate(handles):
+            groups.setdefault(self._route_of_handle(handle), []).append(index)
+        return groups
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        route = self.route_of(spec.labels.get(LABEL_TASK))
+        handle = await self.lanes[route].submit(spec)
+        return replace(handle, labels={**handle.labels, LABEL_ROUTE: route})
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        out: list[TaskStatus | None] = [None] * len(handles)
+        down: BackendUnavailableError | None = None
+        groups = self._group(handles)
+        for route, indexes in groups.items():
+            try:
+                statuses = await self.lanes[route].poll([handles[i] for i in indexes])
+            except BackendUnavailableError as error:
+                if len(groups) == 1:
+                    raise
+                down = error
+                for i in indexes:  # nothing new from a backend that cannot be reached
+                    key = (handles[i].backend, handles[i].external_id)
+                    out[i] = self._last.get(key, TaskStatus(handles[i], TaskState.PENDING))
+                continue
+            for i, status in zip(indexes, statuses, strict=True):
+                self._last[(handles[i].backend, handles[i].external_id)] = status
+                out[i] = replace(status, handle=handles[i])
+        if down is not None and all((h.backend, h.external_id) not in self._last for h in handles):
+            raise down
+        return [status for status in out if status is not None]
+
+    async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+        found: list[TaskHandle] = []
+        for route, backend in self.lanes.items():
+            listed = await backend.list_submissions(run)
+            if listed is None:
+                return None  # one backend cannot list: nobody may sweep on a partial list
+            found += [replace(h, labels={**h.labels, LABEL_ROUTE: route}) for h in listed]
+        return found
+
+    async def capacity(self) -> Capacity:
+        pools: dict[str, int] = {}
+        for backend in self.lanes.values():
+            try:
+                report = await backend.capacity()
+            except BackendUnavailableError:
+                continue
+            if not report.pools:
+                return Capacity()  # one autoscaling or unknown lane: the total is unknown
+            for pool, free in report.pools.items():
+                pools[pool] = pools.get(pool, 0) + free
+        return Capacity(pools)
+
+    async def cancel(self, handle: TaskHandle) -> None:
+        await self.lanes[self._route_of_handle(handle)].cancel(handle)
+
+    async def cleanup(self, handles: list[TaskHandle]) -> None:
+        for route, indexes in self._group(handles).items():
+            await self.lanes[route].cleanup([handles[i] for i in indexes])
+            for i in indexes:  # a cleaned task is not polled again: forget its last status
+                self._last.pop((handles[i].backend, handles[i].external_id), None)
+
+    async def failure_detail(self, handle: TaskHandle) -> str | None:
+        return await self.lanes[self._route_of_handle(handle)].failure_detail(handle)
+
+    async def task_logs(self, handle: TaskHandle) -> TaskLogs | None:
+        return await self.lanes[self._route_of_handle(handle)].task_logs(handle)
+
+    async def check_spec(self, spec: ContainerTaskSpec) -> None:
+        await self.lane(spec.labels.get(LABEL_TASK)).check_spec(spec)
+
+    async def check_backend(self) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        for route, backend in self.lanes.items():
+            problems += [
+                (f"backends.{route}.{option}" if option else f"backends.{route}", text)
+                for option, text in await backend.check_backend()
+            ]
+        return problems
+
+    async def image_present(self, image: str) -> bool | None:
+        answers = [await backend.image_present(image) for backend in self.lanes.values()]
+        if False in answers:
+            return False
+        return True if answers and all(answers) else None
+
+    # -- data ---------------------------------------------------------------------------
+
+    def _readers(self, logical_path: str) -> list[str]:
+        """The routes whose tasks read ``logical_path`` from outside their own backend."""
+        return sorted({m["target"] for m in self.moves if m["logical_path"] == logical_path})
+
+    async def stage_inputs(self, transfers: list[Transfer]) -> None:
+        # a plan input goes to every backend: which tasks read it is the runner's to know,
+        # and staging an unread file costs a copy, never a wrong result
+        for backend in self.lanes.values():
+            await backend.stage_inputs(transfers)
+
+    async def collect_outputs(self, transfers: list[Transfer]) -> None:
+        """Collect from the producing backend, then stage what other backends read."""
+        from altar.execution.digests.digest import sha256_file, write_verification_record
+        from altar.execution.uris import local_path_or_none
+
+        groups: dict[str, list[Transfer]] = {}
+        for transfer in transfers:
+            groups.setdefault(self.producers.get(transfer.uri, self.default), []).append(transfer)
+        for route, group in groups.items():
+            await self.lanes[route].collect_outputs(group)
+        for transfer in transfers:
+            targets = sorted({m["target"] for m in self.moves if m["uri"] == transfer.uri})
+            path = local_path_or_none(transfer.uri)
+            if not targets or path is None:
+                continue
+            before = os.stat(path)
+            digest = transfer.digest or sha256_file(path)
+            write_verification_record(path, digest, before)  # hashed once, for both hops
+            for target in targets:
+                paths = {
+                    m["logical_path"]
+                    for m in self.moves
+                    if m["uri"] == transfer.uri and m["target"] == target
+                }
+                staged = [Transfer(transfer.uri, p, digest=digest) for p in sorted(paths)]
+                await self.lanes[target].stage_inputs(staged)
+                self.moved_bytes += before.st_size * len(staged)
+                self.moved_files += len(staged)
+
+
+def routed_backend(
+    plan: Any,
+    backend_type: str | None,
+    overrides: Any,
+    single: Any,
+) -> tuple[ExecutionBackend, dict[str, Any]]:
+    """The backend for a plan with named backends (``single`` builds a one-backend run).
+
+    ``--backend NAME`` naming a declared backend runs every task there, with its options;
+    any other ``--backend TYPE`` runs every task on that type, as for a ``[backend]`` plan
+    (a name wins over a type of the same spelling). Without ``--backend`` the run is routed.
+    """
+    from altar.execution.errors import PlanError
+    from altar.execution.plans.plan import resolve_path_options
+    from altar.execution.registry import default_registry
+
+    routing = plan.routing
+    if backend_type in routing.backends:
+        decl = routing.backends[backend_type]
+        one = replace(plan, backend_type=decl.type, backend_options=decl.options, routing=None)
+        result: tuple[ExecutionBackend, dict[str, Any]] = single(one, None, overrides)
+        return result
+    if backend_type:
+        result = single(replace(plan, routing=None), backend_type, overrides)
+        return result
+    if overrides:
+        raise PlanError(
+            f"{plan.source}: --option applies to one backend; with [backends.NAME] pass "
+            "--backend NAME too, or set the option in the plan"
+        )
+    options = routed_options(plan)
+    for route, decl in options["backends"].items():
+        if decl["options"]:
+            cls = default_registry.get(decl["type"])
+            decl["options"] = resolve_path_options(decl["options"], cls, plan.base_dir)
+        del route
+    return RoutedBackend(**options), options
+
+
+def transfer_summary(backend: ExecutionBackend) -> dict[str, Any] | None:
+    """What a routed run moved between backends (``--json``'s ``transfers``), else None."""
+    if not isinstance(backend, RoutedBackend):
+        return None
+    return {"files": backend.moved_files, "bytes": backend.moved_bytes, "planned": backend.moves}
+
+
+def moved_line(moved: Mapping[str, Any]) -> str:
+    return f"moved {moved['bytes']} byte(s) in {moved['files']} file(s) between backends"
+
+
+def _known_size(uri: str) -> int | None:
+    from altar.execution.uris import local_path_or_none
+
+    path = local_path_or_none(uri)
+    try:
+        return os.stat(path).st_size if path is not None else None
+    except OSError:
+        return None  # not produced yet: the size is known only after the run
+
+
+def routing_dict(plan: Any) -> dict[str, Any]:
+    """Each task's backend and the transfers the routing implies (``--dry-run --json``)."""
+    from altar.execution.plans.routing import cross_transfers
+
+    return {
+        "routes": dict(plan.routing.routes),
+        "transfers": [
+            {
+                "uri": m.uri,
+                "logical_path": m.logical_path,
+                "from": f"{m.producer}@{m.source}",
+                "to": f"{m.reader}@{m.target}",
+                "bytes": _known_size(m.uri),
+            }
+            for m in cross_transfers(plan.routing, plan.tasks)
+        ],
+    }
+
+
+def routing_lines(plan: Any) -> list[str]:
+    """``--dry-run``'s lines: each backend's tasks, then each transfer between backends."""
+    data = routing_dict(plan)
+    lines = []
+    for route in plan.routing.backends:
+        tasks = [t for t, r in data["routes"].items() if r == route]
+        kind = plan.routing.backends[route].type
+        lines.append(f"backend {route} ({kind}): {len(tasks)} task(s)")
+    for move in data["transfers"]:
+        size = "size known after the run" if move["bytes"] is None else f"{move['bytes']} bytes"
+        lines.append(f"transfer {move['logical_path']}: {move['from']} -> {move['to']} ({size})")
+    if not data["transfers"]:
+        lines.append("transfers: none (every reader runs on its producer's backend)")
+    return lines

@@ -1,0 +1,484 @@
+"""Run a plan on a backend: stage once, submit within limits, poll with backoff, collect, clean up.
+
+The run is a loop of ticks. Each tick starts the submits that fit (they run in the background,
+concurrently, so a slow submit never holds up polling), makes one ``poll`` call for every open
+task and collects what succeeded. Between ticks it waits: the interval starts at
+``poll_interval_s``, doubles while nothing changes and resets on any change; a submit that lands
+ends the wait early (its task is polled at once), and a tick that finds a task finished refills
+the freed slot straight away, without waiting at all.
+
+The run keeps a journal (:mod:`altar.execution.state.journal`) in its run directory. Start the same
+plan again with the same run directory and the run resumes: it polls the tasks it already
+submitted and never has one task running twice at once (see the journal module for the one
+crash window a backend that mints fresh ids leaves open).
+
+Failures: a non-deterministic one (``timeout``, ``oom_killed``, ``container_missing``,
+``job_failed``, ...) is retried up to ``max_retries`` times, one the provider ended
+(``provider_ending``) up to ``max_provider_retries`` times; a deterministic one (``exit_<n>``,
+``input_digest_mismatch``) stops that task, and its ``failure_detail`` (the log tail) is kept.
+A task whose dependency did not succeed is ``skipped``.
+
+The parts, one module each: :mod:`~altar.execution.run.results` (``RunEvent``, ``TaskResult``,
+``RunResult``), :mod:`~altar.execution.errors` (the run errors under ``RunStoppedError``),
+:mod:`~altar.execution.state.journal` (``open_journal``), :mod:`~altar.execution.run.ledger` (state
+changes, journal writes, events), :mod:`~altar.execution.run.scheduling` (pure: ``ready``,
+``choose``, ``blocked``), :mod:`~altar.execution.run.budget` (the retry budgets),
+:mod:`~altar.execution.run.holding` (submits held back by limits and provider endings),
+:mod:`~altar.execution.run.submitting`, :mod:`~altar.execution.run.observing` (poll and collect),
+:mod:`~altar.execution.run.cancelling` (cancel and cleanup, and ``cancel_run``),
+:mod:`~altar.execution.state.runs` (``run_status``) and
+:mod:`~altar.execution.run.clock` (the injected
+clock). This module keeps the tick loop and ``run_plan``; every name it exported before still
+imports from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from altar.execution.atomic import sweeping_for
+from altar.execution.backend import ExecutionBackend, poll_interval_cap
+from altar.execution.cache.settings import CacheSettings
+from altar.execution.errors import (
+    BackendCallError,
+    BackendUnavailableError,
+    CancelIncompleteError,
+    JournalError,
+    OutputCollectionError,
+    RunStoppedError,
+    StagingError,
+)
+from altar.execution.plans.placeholders import expand_spec
+from altar.execution.plans.plan import Plan, PlanTask, outputs_for_run
+from altar.execution.run import scheduling
+from altar.execution.run.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
+from altar.execution.run.caching import RunCache
+from altar.execution.run.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
+from altar.execution.run.clock import Clock
+from altar.execution.run.holding import Hold
+from altar.execution.run.ledger import Ledger
+from altar.execution.run.litter import litter_directories, remove_litter, remove_run_dir_litter
+from altar.execution.run.observing import call_error, collect_succeeded, poll_open
+from altar.execution.run.reconciling import reconcile, start_adopted
+from altar.execution.run.results import (
+    TASK_STATES,
+    RunEvent,
+    RunResult,
+    TaskResult,
+    one_line,
+    results_of,
+)
+from altar.execution.run.routed import resolver_for
+from altar.execution.run.staging import stage_run
+from altar.execution.run.submitting import SUBMIT_WINDOW, Submits
+from altar.execution.state.journal import (
+    IN_DOUBT,
+    PENDING,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUBMITTING,
+    SUCCEEDED,
+    Journal,
+    TaskRecord,
+    open_journal,
+    run_lock,
+)
+from altar.execution.state.runs import run_status
+
+__all__ = [
+    "CANCEL_REQUEST",
+    "DEFAULT_MAX_RETRIES",
+    "SUBMIT_WINDOW",
+    "TASK_STATES",
+    "BackendCallError",
+    "CancelIncompleteError",
+    "Clock",
+    "OutputCollectionError",
+    "RunEvent",
+    "RunResult",
+    "RunStoppedError",
+    "StagingError",
+    "TaskResult",
+    "cancel_run",
+    "run_plan",
+    "run_plan_sync",
+    "run_status",
+]
+
+# A run that ends early (Ctrl-C, an error) first lets the submits in flight return for this long:
+# a provider that already accepted one keeps running it, so its handle is worth journaling (a
+# resumed run then polls it instead of submitting it again and running the task twice).
+SUBMIT_GRACE_S = 10.0
+
+
+def _settled(record: TaskRecord) -> bool:
+    """Final, and for a success, its outputs collected."""
+    return record.final and (record.state != SUCCEEDED or record.outputs_collected)
+
+
+def _resolve(future: asyncio.Future[bool] | None, value: bool) -> None:
+    if future is not None and not future.done():
+        future.set_result(value)
+
+
+class _Run:
+    """One driven run: the tick loop. The phases live in their own modules (see the top)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        backend: ExecutionBackend,
+        journal: Journal,
+        *,
+        max_parallel: int | None,
+        budget: RetryBudget,
+        poll_interval_s: float,
+        max_poll_interval_s: float,
+        on_event: Callable[[RunEvent], None] | None,
+        clock: Clock | None = None,
+        cache: CacheSettings | None = None,
+    ) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.journal = journal
+        self.ledger = Ledger(journal, on_event)
+        self.clock = clock if clock is not None else Clock()
+        self.max_parallel = max_parallel
+        self.budget = budget
+        self.poll_interval_s = poll_interval_s
+        # the backoff's cap: the backend may lower it (ExecutionBackend.max_poll_interval_s)
+        self.max_poll_interval_s = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
+        self.on_event = on_event
+        self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
+        self.specs = {task.id: task.spec for task in plan.tasks}  # built once, not per tick
+        self.records = journal.tasks
+        self.submits = Submits(
+            self.ledger,
+            backend,
+            # portable paths ({altar:mount_root}) become this backend's; the journal keeps
+            # the plan's text, so its spec digests are the same on every backend
+            {
+                task.id: expand_spec(task.spec, resolver_for(backend, task.id))
+                for task in plan.tasks
+            },
+            run_id=journal.run_id,
+            budget=budget,
+            grace_s=SUBMIT_GRACE_S,
+            on_news=self._news,
+            window=SUBMIT_WINDOW,
+        )
+        self._landed = False  # a submit landed with news since the tick began
+        self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
+        self.interval = poll_interval_s  # the backoff: from the last poll to the next
+        self.last_poll = -float("inf")  # clock time
+        self.emit = self.ledger.emit
+        self.set_state = self.ledger.set_state
+        self.changed = self.ledger.changed
+        self.flush = self.ledger.flush
+        self.hold = Hold(lambda kind, message: self.emit(kind, message))
+        self.cache = RunCache(cache, plan, backend, self.ledger, journal) if cache else None
+
+    def _news(self) -> None:
+        self._landed = True
+        _resolve(self._waiter, True)
+
+    # -- phases -------------------------------------------------------------------------
+
+    async def stage(self) -> None:
+        if self.journal.edited:
+            names = ", ".join(self.journal.edited[:5])
+            more = ", ..." if len(self.journal.edited) > 5 else ""
+            self.emit(
+                "edited",
+                f"{len(self.journal.edited)} task(s) changed in the plan before they were "
+                f"submitted, and run as it now says: {names}{more}",
+            )
+        await stage_run(
+            self.plan, self.backend, self.journal, self.emit, progress=self.on_event is not None
+        )
+
+    def resume(self) -> None:
+        open_tasks = 0
+        for record in self.records.values():
+            last = record.last
+            if record.state == SUBMITTING and last is not None and last.handle is None:
+                # the process stopped inside submit: find its task, or submit it again with
+                # the same key (see the journal module)
+                self.set_state(record, QUEUED)
+                record.in_doubt += 1
+                last.state = IN_DOUBT
+                self.changed(record)
+                self.emit(
+                    "in_doubt",
+                    f"{record.id}: an earlier submit was interrupted before its handle was "
+                    "recorded; looking for its task, else submitting it again",
+                    record,
+                )
+            elif record.state in (PENDING, RUNNING, SUBMITTING):
+                open_tasks += 1
+        if open_tasks:
+            self.emit("resumed", f"resuming: {open_tasks} task(s) already submitted")
+
+    def skip_blocked(self) -> None:
+        for record, detail in scheduling.blocked(self.records, self.plan.dependencies):
+            self.set_state(record, SKIPPED)
+            record.detail = detail
+            self.changed(record)
+            self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
+
+    def ready(self) -> list[TaskRecord]:
+        """Ready tasks not already waiting for room in the submit window."""
+        ready = scheduling.ready(self.records, self.plan.dependencies)
+        queued = self.submits.queued
+        return [r for r in ready if r.id not in queued] if queued else ready
+
+    def has_room(self) -> bool:
+        waiting = len(self.submits.queued)
+        return scheduling.room_for(
+            len(self.ready()),
+            in_flight_count=len(scheduling.in_flight(self.records.values())) + waiting,
+            max_parallel=self.max_parallel,
+        )
+
+    def pool(self, record: TaskRecord) -> str:
+        return self.tasks[record.id].spec.resources.gpu or "cpu"
+
+    def feed_hold(self) -> None:
+        """Tell the hold what the provider refused and ended since the last tick."""
+        now = self.now()
+        for error in self.submits.limits:
+            self.hold.limited(error, now)
+        for task_id, failure in self.ledger.endings:
+            self.hold.ended(task_id, failure, now)
+        self.submits.limits.clear()
+        self.ledger.endings.clear()
+        self.hold.observe(self.records)
+
+    async def choose(self, ready: list[TaskRecord]) -> list[TaskRecord]:
+        """The ready tasks to submit now (asks the backend's capacity only if any may go)."""
+        if self.hold.closed(self.now()):
+            return []
+        allowed = scheduling.choose(
+            ready,
+            records=self.records.values(),
+            max_parallel=self.max_parallel,
+            free=None,
+            pool=self.pool,
+            waiting=self.submits.waiting,
+        )
+        if not allowed:
+            return []
+        try:
+            capacity = await self.backend.capacity()
+        except BackendUnavailableError as error:
+            self.emit("backend_unavailable", f"capacity: {one_line(error)}")
+            return []
+        except Exception as error:
+            submitted = any(
+                r.state in (PENDING, RUNNING, SUBMITTING) for r in self.records.values()
+            )
+            raise call_error(self.backend, "capacity", error, submitted=submitted) from error
+        chosen = scheduling.choose(
+            allowed,
+            records=self.records.values(),
+            max_parallel=None,
+            free=capacity.pools,
+            pool=self.pool,
+            waiting=self.submits.waiting,
+        )
+        return self.hold.admit(chosen, self.now())
+
+    def now(self) -> float:
+        """The clock of the poll schedule."""
+        return self.clock.now()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True if a submit landed meanwhile (or before)."""
+        if self._landed:
+            return True
+        if not self.submits:
+            return await self.clock.wait(seconds)
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            return await self.clock.wait(seconds, waiter)
+        finally:
+            self._waiter = None
+
+    async def reconcile(self) -> None:
+        """Adopt in-doubt submissions the provider holds; remove its objects we do not own."""
+        outcome = await reconcile(self.ledger, self.backend, self.journal.run_id)
+        self.submits.absent |= outcome.absent
+        if outcome.adopted and self.backend.adopts_submissions:
+            await start_adopted(self.ledger, self.backend, self.submits.labelled, outcome.adopted)
+
+    def tidy(self, owners: list[int]) -> None:
+        """Remove the temporary files that earlier (killed) processes of this run left."""
+        removed = remove_litter(litter_directories(self.plan, self.journal.run_dir), owners)
+        removed += remove_run_dir_litter(self.journal.run_dir)  # incl. pids never journaled
+        if removed:
+            names = ", ".join(path.name for path in removed[:3])
+            more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+            self.emit(
+                "litter_removed",
+                f"removed {len(removed)} temporary file(s) an earlier process of this run "
+                f"left: {names}{more}",
+            )
+
+    async def poll(self) -> tuple[bool, bool]:
+        return await poll_open(self.ledger, self.backend, budget=self.budget)
+
+    async def collect(self) -> bool:
+        return await collect_succeeded(self.ledger, self.backend, self.specs)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        try:
+            resuming = bool(self.journal.pids) or any(r.attempts for r in self.records.values())
+            earlier = [pid for pid in self.journal.pids if pid != os.getpid()]
+            self.journal.pids = [*earlier, os.getpid()]
+            self.journal.save()  # our pid is durable before we write any temporary file
+            self.resume()
+            if resuming:
+                self.tidy(earlier)
+                await self.reconcile()
+            with sweeping_for(earlier):
+                await self.stage()
+            cancel_file = self.journal.run_dir / CANCEL_REQUEST
+            while True:
+                if cancel_file.exists():
+                    await self.submits.abandon()  # submits in flight get the grace, not forever
+                    await cancel_all(self.ledger, self.backend, "cancelled by `altar cancel`")
+                    cancel_file.unlink(missing_ok=True)
+                    break
+                self._landed = False
+                refused, self.submits.refused = self.submits.refused, False
+                self.submits.reap()
+                self.skip_blocked()
+                collected = await self.collect()
+                self.feed_hold()
+                ready = self.ready()
+                if self.cache is not None:
+                    if collected:
+                        await self.cache.store_collected()
+                    await self.cache.release_finished()
+                    ready = await self.cache.serve(ready)
+                batch = await self.choose(ready)
+                self.submits.launch(batch)
+                changed = finished = False
+                due = self.now() >= self.last_poll + self.interval
+                if due:  # a tick woken early by a submit landing does not poll before its time
+                    self.last_poll = self.now()
+                    changed, finished = await self.poll()
+                collected = await self.collect() or collected
+                self.skip_blocked()
+                self.ledger.checkpoint()
+                self.submits.reap()
+                if not self.submits and all(_settled(r) for r in self.records.values()):
+                    break
+                # a launch resets the backoff, unless it only retries submits that found the
+                # provider down: those are waited out like a poll that finds it down
+                if changed or collected or (batch and not refused):
+                    self.interval = self.poll_interval_s
+                    if (finished or collected) and self.has_room():
+                        continue  # a slot was freed or a task became ready: fill it now
+                elif due:
+                    self.interval = min(self.max_poll_interval_s, self.interval * 2)
+                if await self.wait(self.last_poll + self.interval - self.now()):
+                    self.interval = self.poll_interval_s  # a submit landed: its task is news
+            await self.submits.drain()
+            if self.cache is not None:
+                await self.cache.store_collected()
+                await self.cache.release_finished()
+            await cleanup_finished(self.ledger, self.backend)
+            await self.reconcile()
+            self.tidy(earlier)
+            self.journal.finished = all(record.final for record in self.records.values())
+            self.journal.save()
+            result = results_of(self.journal, time.monotonic() - self.ledger.started)
+            summary = ", ".join(f"{n} {state}" for state, n in result.counts().items())
+            self.emit("done", f"{len(result.tasks)} task(s): {summary}")
+            return result
+        finally:
+            try:
+                await self.submits.abandon()
+            finally:
+                # a cancelled or crashed run keeps what it learned
+                with contextlib.suppress(JournalError):
+                    self.flush()
+
+
+async def run_plan(
+    plan: Plan,
+    backend: ExecutionBackend,
+    *,
+    run_dir: str | Path,
+    max_parallel: int | None = None,
+    max_retries: int | None = None,
+    max_provider_retries: int | None = None,
+    poll_interval_s: float | None = None,
+    max_poll_interval_s: float = 5.0,
+    on_event: Callable[[RunEvent], None] | None = None,
+    backend_options: Mapping[str, Any] | None = None,
+    clock: Clock | None = None,
+    cache: CacheSettings | bool = True,
+) -> RunResult:
+    """Run ``plan`` on ``backend``, journaling into ``run_dir`` (resumed if it holds a journal).
+
+    ``max_parallel``, ``max_retries`` and ``max_provider_retries`` default to the plan's
+    values (then unlimited, 2 and 10; see :mod:`altar.execution.run.budget`); those given are
+    recorded in the journal (``flags``) so resume commands repeat them.
+    ``backend_options`` (default: the plan's, when its backend type is ``backend.name``) are
+    recorded so ``altar status`` and ``altar cancel`` can build the backend again.
+    Polling starts every ``poll_interval_s`` (default: the backend's ``poll_interval_s``) and
+    doubles up to ``max_poll_interval_s`` while nothing changes; each tick makes one ``poll``
+    call for every open task. Submits run concurrently in the background; a slot freed by a
+    finished task is refilled at once. ``clock`` (default: the event loop's) times the
+    polls and the waits between them; tests pass a fake one. ``cache``: True uses the plan's
+    ``[cache]`` table if it has one, False no cache, or settings of its own (see
+    :mod:`altar.execution.run.caching`).
+    """
+    run_dir = Path(run_dir)
+    given = {
+        "max_parallel": max_parallel,
+        "max_retries": max_retries,
+        "max_provider_retries": max_provider_retries,
+    }
+    flags = {name: value for name, value in given.items() if value is not None}
+    if poll_interval_s is None:
+        poll_interval_s = backend.poll_interval_s
+    if max_parallel is None:
+        max_parallel = plan.max_parallel
+    if max_parallel is not None and max_parallel < 1:
+        raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
+    budget = plan_budget(plan, max_retries, max_provider_retries)
+    with run_lock(run_dir):
+        if backend_options is None and plan.backend_type == backend.name:
+            backend_options = plan.backend_options
+        journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}), flags)
+        run = _Run(
+            outputs_for_run(plan, run_dir),  # outputs_dir = "results/{altar:run}": this run's
+            backend,
+            journal,
+            max_parallel=max_parallel,
+            budget=budget,
+            poll_interval_s=poll_interval_s,
+            max_poll_interval_s=max_poll_interval_s,
+            on_event=on_event,
+            clock=clock,
+            cache=plan.cache if cache is True else cache or None,
+        )
+        return await run.run()
+
+
+def run_plan_sync(plan: Plan, backend: ExecutionBackend, **kwargs: Any) -> RunResult:
+    """:func:`run_plan` for synchronous callers (starts its own event loop)."""
+    return asyncio.run(run_plan(plan, backend, **kwargs))
