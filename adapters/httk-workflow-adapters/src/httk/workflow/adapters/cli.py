@@ -4,9 +4,9 @@ The same command tree as upstream's ``httk workflow remote|transfer``, under its
 console script so it never collides with httk-core's ``httk`` (see docs/httk/cli.md).
 Every failure is reported on stderr (``PROG: MESSAGE``) with exit status 2.
 
-A little over 500 lines: the contract's command tree is kept in one place so it reads as the
-reference does; the operator commands are in :mod:`.operator_cli`, terminal handling in
-:mod:`._console`.
+The contract's command tree is kept in one place so it reads as the reference does; the
+operator commands are in :mod:`.operator_cli`, the ``transfer`` commands in
+:mod:`.transfer_cli`, terminal handling in :mod:`._console`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from .__about__ import __version__
@@ -24,7 +23,6 @@ from ._console import (
     error_lines,
     terminating_like_interrupt,
     warnings_as_lines,
-    write_exact,
 )
 from .bundles import NO_PROJECT, add_remote, resolve_remote
 from .constants import MAINTAINED_TEMPLATES
@@ -262,117 +260,6 @@ def _remote_remove(args: argparse.Namespace) -> int:
 # --- transfer ---------------------------------------------------------------------------
 
 
-def _workspace(args: argparse.Namespace, bundle: Path, queue: str) -> str:
-    from .settings import queue_settings
-
-    workspace = args.remote_workspace or queue_settings(bundle, queue).get("workspace")
-    if not isinstance(workspace, str) or not workspace:
-        raise CLIError(
-            "remote workspace is missing; use --remote-workspace or configure queue workspace=PATH"
-        )
-    return workspace
-
-
-def _report_command(args: argparse.Namespace, result: Mapping[str, Any]) -> int:
-    if args.json:
-        _print_json(result)
-        return 0
-    write_exact(_out(), str(result.get("stdout", "")))
-    write_exact(sys.stderr, str(result.get("stderr", "")))
-    code = result.get("returncode", 0)
-    return code if isinstance(code, int) and 0 <= code < 256 else 1
-
-
-def _transfer_status(args: argparse.Namespace) -> int:
-    target = resolve_remote(args.remote, project=args.project)
-    workspace = _workspace(args, target.bundle, target.queue)
-    request = {"queue": target.queue, "argv": [*REMOTE_STATUS_COMMAND, workspace, "--json"]}
-    result = run_adapter(target.bundle, "status", request, timeout=args.adapter_timeout)
-    return _report_command(args, result)
-
-
-def _transfer_start_manager(args: argparse.Namespace) -> int:
-    if args.count < 1:
-        raise CLIError("--count must be a positive integer")
-    if args.workers is not None and args.workers < 1:
-        raise CLIError("--workers must be a positive integer")
-    target = resolve_remote(args.remote, project=args.project)
-    workspace = _workspace(args, target.bundle, target.queue)
-    argv = [*REMOTE_MANAGER_COMMAND, workspace]
-    if args.workers is not None:
-        argv += ["--workers", str(args.workers)]
-    request = {"queue": target.queue, "argv": argv, "workspace": workspace, "count": args.count}
-    result = run_adapter(target.bundle, "start-manager", request, timeout=args.adapter_timeout)
-    if args.json:
-        _print_json(result)
-    elif "job_ids" in result:
-        # Only what the contract fixes is relied on; a custom adapter may report less.
-        ids = [str(job_id) for job_id in result["job_ids"]]
-        _out().write(
-            f"submitted {result.get('count', len(ids))} manager job(s): {', '.join(ids)}\n"
-        )
-        if "script" in result:
-            _out().write(f"script {result['script']}\n")
-    else:
-        pids = ", ".join(str(pid) for pid in result.get("pids", []))
-        _out().write(f"started {result.get('count')} manager process(es): {pids}\n")
-    return 0
-
-
-def _transfer_move(args: argparse.Namespace) -> int:
-    target = resolve_remote(args.remote, project=args.project)
-    request: dict[str, Any] = {
-        "queue": target.queue,
-        "source": args.source,
-        "destination": args.destination,
-    }
-    files = list(args.file or [])
-    if args.files_from:
-        text = Path(args.files_from).read_text(encoding="utf-8")
-        files += [line for line in text.splitlines() if line]
-    if args.file is not None or args.files_from:
-        request["files"] = files
-    if args.directory is not None:
-        request["directory"] = args.directory
-    progress = sys.stderr.isatty() if args.progress is None else args.progress
-    on_stderr = None
-    if progress and not args.json:
-        request["progress"] = True
-
-        def on_stderr(data: bytes) -> None:
-            sys.stderr.flush()
-            sys.stderr.buffer.write(data)
-            sys.stderr.buffer.flush()
-
-    result = run_adapter(
-        target.bundle, args.action, request, timeout=args.adapter_timeout, on_stderr=on_stderr
-    )
-    if args.json:
-        _print_json(result)
-    elif "path" not in result:
-        raise RuntimeError(f"adapter {args.action} reported no path")
-    else:
-        _out().write(f"{result['path']}\n")
-    return 0
-
-
-def _transfer_invoke(args: argparse.Namespace) -> int:
-    argv = list(args.command or [])
-    if not argv:
-        raise CLIError(
-            "transfer invoke needs a command: httk-workflow transfer invoke REMOTE -- ARGV..."
-        )
-    target = resolve_remote(args.remote, project=args.project)
-    request: dict[str, Any] = {"queue": target.queue, "argv": argv}
-    if args.cwd is not None:
-        request["cwd"] = args.cwd
-    result = run_adapter(target.bundle, "invoke", request, timeout=args.adapter_timeout)
-    return _report_command(args, result)
-
-
-# --- parser -----------------------------------------------------------------------------
-
-
 def _common(parser: argparse.ArgumentParser, *, timeout: bool = False) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as a JSON document")
     if timeout:
@@ -390,6 +277,12 @@ def _remote_arg(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     from .operator_cli import add_secret_options, register  # it imports this module
+    from .transfer_cli import (  # it imports this module
+        _transfer_invoke,
+        _transfer_move,
+        _transfer_start_manager,
+        _transfer_status,
+    )
 
     parser = _Parser(
         prog=prog, description="Manage httk-workflow remote adapters and drive their operations."
@@ -541,6 +434,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         split = words.index("--")
         words, command = words[:split], words[split + 1 :]
     args = parser.parse_args(words)
+    from .transfer_cli import _transfer_invoke
+
     if command is not None and getattr(args, "handler", None) is not _transfer_invoke:
         parser.error("'--' is only used by: transfer invoke REMOTE -- ARGV...")
     args.command = command
