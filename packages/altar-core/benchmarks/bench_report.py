@@ -4,13 +4,15 @@ Run: ``uv run python packages/altar-core/benchmarks/bench_report.py [--repeat N]
 Prints medians side by side with a baseline (Chromium opening an empty page, so the browser's
 own start-up is not counted against the report), the ratio, and whether the targets are met:
 the file under 2 MB, and the page ready (parsed, laid out to the end of its script, as the
-page itself measures with ``performance.now()``) in under 2 s. Always exits 0; without
+page itself measures with ``performance.now()``) in under 2 s; above 2,000 tasks (a grouped
+report, issue 24: ``--tasks 100000``) under 5 MB and 3 s. Always exits 0; without
 Chromium it prints only the size and the render time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -20,11 +22,14 @@ import time
 from pathlib import Path
 
 from altar.execution import TaskFailure, TaskHandle
-from altar.execution.report import build_report, render_html
+from altar.execution.report import REPORT_GROUP_THRESHOLD, build_report, render_html
 from altar.execution.state.journal import Attempt, Journal, TaskRecord
 
 TARGET_BYTES = 2 * 1024 * 1024
 TARGET_OPEN_S = 2.0
+#: A grouped report (above REPORT_GROUP_THRESHOLD tasks, issue 24): 100,000 tasks.
+GROUPED_TARGET_BYTES = 5 * 1024 * 1024
+GROUPED_TARGET_OPEN_S = 3.0
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -45,7 +50,7 @@ def journal_of(run_dir: Path, tasks: int) -> Journal:
         task_id = f"task-{i:04d}"
         record = TaskRecord(task_id, f"kind-{i % 5}", "sha256:" + "0" * 64)
         start = T0 + (i % 200) * 2.0
-        handle = TaskHandle("bench", f"id-{i}", {}, None)
+        handle = TaskHandle("bench", f"id-{i}", {"fold": str(i % 5)}, None)
         number = 1
         if i % 7 == 0:
             oom = TaskFailure("oom_killed", "killed", False, 137)
@@ -101,11 +106,16 @@ def main() -> int:
         blank = work / "blank.html"
         blank.write_text("<!DOCTYPE html><title>blank</title><body></body>")
         size = page.stat().st_size
-        print(f"run report, {args.tasks} tasks (median of {args.repeat})")
-        verdict = "MET" if size < TARGET_BYTES else "MISSED"
-        print(f"  file size            {size / 1024:>10.0f} KiB   target < 2048 KiB: {verdict}")
+        grouped = args.tasks > REPORT_GROUP_THRESHOLD
+        target_bytes = GROUPED_TARGET_BYTES if grouped else TARGET_BYTES
+        target_open_s = GROUPED_TARGET_OPEN_S if grouped else TARGET_OPEN_S
+        how = "grouped" if grouped else "a row per task"
+        print(f"run report, {args.tasks} tasks, {how} (median of {args.repeat})")
+        verdict = "MET" if size < target_bytes else "MISSED"
+        target = f"target < {target_bytes // 1024} KiB"
+        print(f"  file size            {size / 1024:>10.0f} KiB   {target}: {verdict}")
         print(f"  build + render (py)  {statistics.median(renders):>10.3f} s")
-        chromium = shutil.which("chromium")
+        chromium = os.environ.get("ALTAR_TEST_CHROMIUM") or shutil.which("chromium")
         if not chromium:
             print("  chromium not installed: open times not measured")
             return 0
@@ -124,8 +134,8 @@ def main() -> int:
         print(f"  report over baseline {extra:>10.3f} s   ratio {ours_s / base_s:.2f}x")
         if ready:
             inside = statistics.median(ready)
-            verdict = "MET" if inside < TARGET_OPEN_S and extra < TARGET_OPEN_S else "MISSED"
-            target = f"target < {TARGET_OPEN_S:g} s"
+            verdict = "MET" if inside < target_open_s and extra < target_open_s else "MISSED"
+            target = f"target < {target_open_s:g} s"
             print(f"  page ready (in page) {inside:>10.3f} s   {target}: {verdict}")
         return 0
     finally:

@@ -164,3 +164,21 @@ def test_the_report_fits_a_420_px_wide_window(chromium, fake_registry, tmp_path,
     overflowing = re.search(r'data-width="(\d+)"', dom)
     assert overflowing is not None, dom[:300]
     assert overflowing.group(1) == "0", re.search(r'data-overflow="([^"]*)"', dom)
+
+
+def test_a_grouped_report_renders_without_console_errors(
+    chromium, fake_registry, tmp_path, capsys, monkeypatch
+):
+    """Above the threshold (lowered here) the page has groups, not a row per task (issue 24)."""
+    monkeypatch.setenv("ALTAR_GROUP_THRESHOLD", "50")
+    page = two_hundred_task_run(tmp_path, fake_registry)
+    capsys.readouterr()
+    dom, console = open_page(chromium, page, tmp_path, "--dump-dom")
+    assert console == []
+    assert 'data-ready="1"' in dom
+    assert dom.count('<details class="group"') == 4  # one per kind: task ids split nothing
+    assert dom.count('<tr id="task-') == 4 * 20  # each group's first rows
+    failed = [f"t{i:03d}" for i in range(5, 200, 31)]
+    failures = dom[dom.index('<div id="failures">') : dom.index("<h2>Groups</h2>")]
+    assert all(f"<td>{task}</td>" in failures for task in failed)  # every failure, its tail
+    assert all(f'data-task="{task}"' in dom for task in failed)  # and on the timeline

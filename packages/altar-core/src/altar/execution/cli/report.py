@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TextIO
 
 from altar.execution.errors import AltarError
-from altar.execution.report import write_report
+from altar.execution.report import REPORT_GROUP_THRESHOLD, write_report
 from altar.execution.state.journal import Journal
+from altar.execution.state.views import group_threshold
 
 __all__ = ["add_arguments", "cmd_report"]
 
@@ -23,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="where to write the page (default: RUN_DIR/report.html)",
     )
     p.add_argument(
-        "--json", action="store_true", help="print {path, bytes, tasks, counts, interruptions}"
+        "--json",
+        action="store_true",
+        help="print {path, bytes, tasks, counts, interruptions, grouped}",
     )
 
 
@@ -44,6 +47,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             "name a writable file with --output"
         ) from error
     size = path.stat().st_size
+    grouped = len(report.tasks) > group_threshold(REPORT_GROUP_THRESHOLD)
     if args.json:
         data = {
             "path": str(path),
@@ -51,8 +55,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
             "tasks": len(report.tasks),
             "counts": dict(report.counts),
             "interruptions": len(report.interruptions),
+            "grouped": grouped,
         }
         out.write(json.dumps(data, indent=2) + "\n")
     else:
-        out.write(f"wrote {path} ({len(report.tasks)} tasks, {size / 1024:.0f} KiB)\n")
+        how = ", grouped" if grouped else ""
+        out.write(f"wrote {path} ({len(report.tasks)} tasks{how}, {size / 1024:.0f} KiB)\n")
     return 0

@@ -11,12 +11,15 @@ from pathlib import Path
 
 from altar.execution.atomic import atomic_write
 from altar.execution.report.events import EVENTS_NAME, EventRecorder, read_events
+from altar.execution.report.grouped import REPORT_GROUP_THRESHOLD
 from altar.execution.report.html import render_html
 from altar.execution.report.model import Report, build_report
 from altar.execution.state.journal import Journal
+from altar.execution.state.views import group_threshold
 
 __all__ = [
     "EVENTS_NAME",
+    "REPORT_GROUP_THRESHOLD",
     "EventRecorder",
     "Report",
     "build_report",
@@ -35,5 +38,6 @@ def write_report(run_dir: Path, output: Path | None = None) -> tuple[Path, Repor
         journal, read_events(run_dir), now=time.time() if not journal.finished else None
     )
     target = output or Path(run_dir) / REPORT_NAME
-    atomic_write(target, render_html(report).encode(), mode=0o644)
+    page = render_html(report, group_above=group_threshold(REPORT_GROUP_THRESHOLD))
+    atomic_write(target, page.encode(), mode=0o644)
     return target, report

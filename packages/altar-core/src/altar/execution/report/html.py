@@ -8,8 +8,18 @@ network.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from html import escape
 
+from altar.execution.report.grouped import (
+    REPORT_GROUP_THRESHOLD,
+    TaskGroup,
+    failures_section,
+    groups_section,
+    report_groups,
+    timeline_sample,
+)
 from altar.execution.report.model import Interruption, Report, TaskRow
 from altar.execution.report.svg import slots_svg, staging_svg, timeline_svg
 
@@ -81,6 +91,9 @@ _JS = """
 """
 
 
+ANCHOR = ' id="task-{}"'
+
+
 def _utc(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)) if at else "-"
 
@@ -107,7 +120,7 @@ def _bytes(count: float) -> str:
     return f"{count:.1f} TiB"
 
 
-def _row(task: TaskRow) -> str:
+def _row(task: TaskRow, *, anchor: bool = True) -> str:
     reasons = [bar.reason for bar in task.attempts if bar.reason]
     search = " ".join([task.id, task.kind, task.status, *reasons]).lower()
     tail = (
@@ -131,7 +144,8 @@ def _row(task: TaskRow) -> str:
         else ""
     )
     return (
-        f'<tr id="task-{escape(task.id)}" data-status="{escape(task.status)}" '
+        f"<tr{ANCHOR.format(escape(task.id)) if anchor else ''} "
+        f'data-status="{escape(task.status)}" '
         f'data-search="{escape(search)}"><td>{escape(task.id)}</td><td>{escape(task.kind)}</td>'
         f'<td class="st st-{escape(task.status)}">{escape(task.status)}</td>'
         f'<td class="num" title="{escape(history)}">{len(task.attempts)}{doubt}</td>'
@@ -190,8 +204,46 @@ def _interruptions_section(report: Report) -> str:
     return f'<ul id="interruptions">{items}</ul>'
 
 
-def render_html(report: Report) -> str:
-    """The whole page for ``report``."""
+_JS_GROUPED = """
+(function(){
+  document.querySelectorAll('#timeline g.t').forEach(function(g){
+    g.addEventListener('click',function(){
+      var row=document.getElementById('task-'+g.dataset.task);
+      if(row){var d=row.closest('details');if(d)d.open=true;row.scrollIntoView({block:'center'});}
+    });
+  });
+  document.documentElement.dataset.readyMs=String(Math.round(performance.now()));
+  document.documentElement.dataset.ready='1';
+})();
+"""
+
+
+def _flat_tasks(report: Report, options: str) -> str:
+    rows = "".join(_row(task) for task in report.tasks)
+    return (
+        "<h2>Tasks</h2>"
+        '<p class="filters"><input id="filter" type="search" placeholder="filter by id, kind, '
+        'reason" aria-label="filter tasks"> <select id="state" aria-label="status">'
+        f'<option value="">every status</option>{options}</select> '
+        '<span id="shown" class="muted"></span></p>'
+        '<div class="wide"><table id="tasks"><thead><tr><th>task</th><th>kind</th><th>status</th>'
+        "<th>attempts</th><th>time</th><th>reason and log tail</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+    )
+
+
+def _grouped_tasks(report: Report, groups: Sequence[TaskGroup]) -> str:
+    failures = failures_section(report.tasks, lambda task: _row(task, anchor=False))
+    return (
+        f'<h2>Failed tasks</h2><div id="failures">{failures}</div>'
+        f'<h2>Groups</h2><p class="muted">{len(groups)} groups of tasks by kind and the '
+        "labels that split the run; open one to see its first rows.</p>"
+        f'<div id="groups">{groups_section(report, groups, _row)}</div>'
+    )
+
+
+def render_html(report: Report, *, group_above: int = REPORT_GROUP_THRESHOLD) -> str:
+    """The whole page for ``report``: a row per task, or groups above ``group_above`` tasks."""
     counts = "".join(
         f'<span class="st st-{escape(state)}">{n} {escape(state)}</span>'
         for state, n in report.counts.items()
@@ -219,7 +271,17 @@ def render_html(report: Report) -> str:
         else ""
     )
     state = "finished" if report.finished else "not finished"
-    rows = "".join(_row(task) for task in report.tasks)
+    timeline, note = report, ""
+    if len(report.tasks) > group_above:
+        groups = report_groups(report.tasks)
+        timeline = replace(report, tasks=timeline_sample(groups, report.tasks))
+        note = (
+            f'<p class="muted">{len(timeline.tasks)} of {len(report.tasks)} tasks: the failed '
+            "ones and the first of each group.</p>"
+        )
+        tasks, script = _grouped_tasks(report, groups), _JS_GROUPED
+    else:
+        tasks, script = _flat_tasks(report, options), _JS
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -232,18 +294,10 @@ def render_html(report: Report) -> str:
         f"<code>{escape(report.plan)}</code> · backend <code>{escape(report.backend)}</code> · "
         f"{_utc(report.start)} · {_duration(report.end - report.start)} · {state}</p>"
         f'<p class="counts">{len(report.tasks)} tasks: {counts}</p>{staging_error}'
-        f'<h2>Timeline</h2><p class="legend">{legend}</p>'
-        f'<div class="scroll">{timeline_svg(report)}</div>'
+        f'<h2>Timeline</h2>{note}<p class="legend">{legend}</p>'
+        f'<div class="scroll">{timeline_svg(timeline)}</div>'
         f'<h2>Slots in use</h2><div class="wide">{slots_svg(report)}</div>'
         f"<h2>Staging throughput</h2>{_staging_section(report)}"
         f"<h2>Interruptions</h2>{_interruptions_section(report)}"
-        "<h2>Tasks</h2>"
-        '<p class="filters"><input id="filter" type="search" placeholder="filter by id, kind, '
-        'reason" aria-label="filter tasks"> <select id="state" aria-label="status">'
-        f'<option value="">every status</option>{options}</select> '
-        '<span id="shown" class="muted"></span></p>'
-        '<div class="wide"><table id="tasks"><thead><tr><th>task</th><th>kind</th><th>status</th>'
-        "<th>attempts</th><th>time</th><th>reason and log tail</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></div>"
-        f"<script>{_JS}</script></body></html>\n"
+        f"{tasks}<script>{script}</script></body></html>\n"
     )

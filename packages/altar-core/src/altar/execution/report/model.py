@@ -24,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from altar.execution.labels import RESERVED_LABEL_PREFIX
 from altar.execution.report.events import PROCESS, LoggedEvent
 from altar.execution.state.journal import IN_DOUBT, Attempt, Journal, TaskRecord
+from altar.execution.state.views import user_labels
 from altar.execution.types import TaskFailure
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "last_line",
     "log_tail",
     "slot_usage",
+    "thin_steps",
 ]
 
 #: Lines of a failure's log kept in the report, and characters per line.
@@ -86,6 +89,8 @@ class TaskRow:
     in_doubt: int = 0
     detail: str | None = None  # the last line of the last failure's detail
     exit_code: int | None = None
+    #: the plan's labels, as its last submitted attempt carried them (what groups it)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -303,6 +308,9 @@ def _row(
         in_doubt=record.in_doubt,
         detail=last_line(failure.detail) if failure and status in ("failed", "queued") else None,
         exit_code=failure.exit_code if failure and status in ("failed", "queued") else None,
+        labels={
+            k: v for k, v in user_labels(record).items() if not k.startswith(RESERVED_LABEL_PREFIX)
+        },
     )
 
 
@@ -344,6 +352,29 @@ def slot_usage(intervals: Iterable[tuple[float, float]]) -> tuple[tuple[float, i
         else:
             steps.append((at, count))
     return tuple(steps)
+
+
+def thin_steps(
+    steps: Sequence[tuple[float, int]], at_most: int = 2000
+) -> tuple[tuple[float, int], ...]:
+    """At most about ``at_most`` of ``steps``: in each of as many equal spans of time, the
+    highest count (so the peak survives), then the last step. A plot is ~1,000 px wide."""
+    if len(steps) <= at_most:
+        return tuple(steps)
+    start, end = steps[0][0], steps[-1][0]
+    width = (end - start) / at_most or 1.0
+    thinned: list[tuple[float, int]] = []
+    bucket = -1
+    for at, count in steps:
+        index = int((at - start) / width)
+        if index != bucket:
+            thinned.append((at, count))
+            bucket = index
+        elif count > thinned[-1][1]:
+            thinned[-1] = (thinned[-1][0], count)
+    if thinned[-1] != steps[-1]:
+        thinned.append(steps[-1])
+    return tuple(thinned)
 
 
 def build_report(

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from altar.execution.report.model import AttemptBar, Report, Staging
+from altar.execution.report.model import AttemptBar, Report, Staging, thin_steps
 
 __all__ = ["axis_ticks", "slots_svg", "staging_svg", "timeline_svg"]
 
@@ -175,7 +175,8 @@ def slots_svg(report: Report, height: float = 120.0) -> str:
     parts.append(f'<text class="label" x="{_n(LABEL_WIDTH - 6)}" y="{_n(AXIS + 10)}">{peak}</text>')
     parts.append(f'<text class="label" x="{_n(LABEL_WIDTH - 6)}" y="{_n(y0)}">0</text>')
     if report.slots and peak:
-        points = [(report.start, 0), *report.slots, (report.end, report.slots[-1][1])]
+        steps = thin_steps(report.slots)  # 100,000 tasks make 200,000 steps
+        points = [(report.start, 0), *steps, (report.end, report.slots[-1][1])]
         path = _step_path(points, scale, y0, height / peak)
         parts.append(f'<path class="slots" d="{path}"><title>peak {peak} in use</title></path>')
     parts.append("</svg>")

@@ -32,7 +32,10 @@ def _identity(st: os.stat_result) -> list[int]:
 
 def write_summary(journal: Journal) -> None:
     """Write the summary of ``journal`` as its snapshot on disk is now (OSError if it cannot)."""
-    from altar.execution.state.runs import counts, status_result  # runs imports the journal
+    from altar.execution.run.budget import RetryBudget
+    from altar.execution.state.runs import ordered_counts, row_state  # runs imports the journal
+
+    budget = RetryBudget()  # unused without a poll
 
     data = {
         "format": SUMMARY_FORMAT,
@@ -41,7 +44,7 @@ def write_summary(journal: Journal) -> None:
         "backend": journal.backend_type,
         "finished": journal.finished,
         "created_at": journal.created_at,
-        "counts": counts(status_result(journal).tasks),
+        "counts": ordered_counts(row_state(r, None, budget) for r in journal.tasks.values()),
     }
     atomic_write(journal.run_dir / SUMMARY_NAME, json.dumps(data).encode())
 
