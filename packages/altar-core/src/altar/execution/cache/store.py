@@ -5,7 +5,8 @@ Layout under the store's root::
     objects/sha256/<2 hex>/<62 hex>     one file per distinct output, read-only
     entries/<2 hex>/<62 hex>.json       one manifest per task key
     tmp/                                where both are written before their rename
-    claims/<64 hex>.claim               a run computing that key now (host, pid, run)
+    claims/<64 hex>.claim               a run computing that key now (:mod:`.claims`)
+    index/<2 hex>.json                  what a hit needs, by key (:mod:`.index`: a cache)
 
 An entry is published by one ``rename`` of its manifest, after every object it names is in
 place and fsynced, so a reader (another run, on another machine of a shared filesystem) sees a
@@ -15,7 +16,9 @@ is the same bytes, so two runs storing one output race harmlessly.
 
 A hit is verified before it is served: every object is checked against the manifest's digest
 (a current verification record makes that a ``stat``); a missing or altered object drops the
-entry and the lookup is a miss, never a stale output.
+entry and the lookup is a miss, never a stale output. Through the index a verified hit costs
+a ``stat`` of its manifest and one of each object; the first lookup of an entry goes the slow
+way (its manifest and records read) and writes its index row.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import contextlib
 import errno
 import json
 import os
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -33,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from altar.execution.atomic import temp_path
+from altar.execution.cache.claims import Claims
+from altar.execution.cache.index import CacheIndex, IndexRow, stat_triple
 from altar.execution.cache.key import TaskKey
 from altar.execution.digests.copy import copy_and_verify
 from altar.execution.digests.digest import (
@@ -41,15 +45,13 @@ from altar.execution.digests.digest import (
     verify_file,
 )
 from altar.execution.errors import DigestMismatchError
+from altar.execution.types import is_sha256_digest
 
 __all__ = ["ENTRY_FORMAT", "CacheEntry", "CacheStore", "Pruned", "default_store_dir"]
 
 ENTRY_FORMAT = "altar-cache-entry/1"
 #: ``prune`` leaves younger unreferenced files alone: a writer may be about to reference them.
 WRITER_GRACE_S = 3600.0
-#: A claim its holder has not refreshed for this long is stale (its holder on another machine
-#: is gone); a holder on this machine is judged by its pid at once.
-CLAIM_LEASE_S = 600.0
 
 
 def default_store_dir() -> Path:
@@ -85,10 +87,13 @@ class CacheEntry:
     def from_dict(cls, data: Mapping[str, Any]) -> CacheEntry:
         if data.get("format") != ENTRY_FORMAT:
             raise ValueError(f"not a {ENTRY_FORMAT} manifest")
+        outputs = {str(k): str(v) for k, v in dict(data["outputs"]).items()}
+        if not all(map(is_sha256_digest, outputs.values())):
+            raise ValueError("an output digest is not sha256:<64 hex>")  # it names a path
         return cls(
             key=str(data["key"]),
             fields=dict(data["fields"]),
-            outputs={str(k): str(v) for k, v in dict(data["outputs"]).items()},
+            outputs=outputs,
             origin=dict(data.get("origin", {})),
             created_at=float(data.get("created_at", 0.0)),
         )
@@ -108,30 +113,43 @@ class CacheStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._root = os.fspath(root)  # the hot paths join strings: no Path per file
+        self.index = CacheIndex(self._root)
+        self.claims = Claims(self.root / "claims")
 
     # -- paths -------------------------------------------------------------------------------
 
     def object_path(self, digest: str) -> Path:
-        hex_ = digest.removeprefix("sha256:")
-        return self.root / "objects" / "sha256" / hex_[:2] / hex_[2:]
+        return Path(self._object_file(digest))
 
     def entry_path(self, key: str) -> Path:
-        hex_ = key.removeprefix("sha256:")
-        return self.root / "entries" / hex_[:2] / f"{hex_[2:]}.json"
+        return Path(self._entry_file(key.removeprefix("sha256:")))
+
+    def _object_file(self, digest: str) -> str:
+        hex_ = digest.removeprefix("sha256:")
+        return f"{self._root}/objects/sha256/{hex_[:2]}/{hex_[2:]}"
+
+    def _entry_file(self, hex_: str) -> str:
+        return f"{self._root}/entries/{hex_[:2]}/{hex_[2:]}.json"
 
     # -- reading -----------------------------------------------------------------------------
 
     def get(self, key: TaskKey | str) -> CacheEntry | None:
         """The entry under ``key``, unverified (None if there is none or it is unreadable)."""
-        digest = key.digest if isinstance(key, TaskKey) else key
+        found = self._read(key.digest if isinstance(key, TaskKey) else key)
+        return found[0] if found is not None else None
+
+    def _read(self, key: str) -> tuple[CacheEntry, os.stat_result] | None:
+        """The entry under ``key`` and the stat of the manifest it was read from."""
         try:
-            data = json.loads(self.entry_path(digest).read_text(encoding="utf-8"))
-            entry = CacheEntry.from_dict(data)
+            with open(self._entry_file(key.removeprefix("sha256:")), "rb") as handle:
+                st = os.fstat(handle.fileno())
+                entry = CacheEntry.from_dict(json.loads(handle.read()))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None  # a foreign or damaged manifest is a miss; verify/prune report it
-        return entry if entry.key == digest else None
+        return (entry, st) if entry.key == key else None
 
     def problems(self, entry: CacheEntry, *, rehash: bool = False) -> list[str]:
         """Why ``entry`` cannot be served (empty: every object is there with its bytes).
@@ -158,15 +176,41 @@ class CacheStore:
         return found
 
     def lookup(self, key: TaskKey) -> tuple[CacheEntry | None, list[str]]:
-        """A verified hit, or None with the reasons a stored entry was dropped."""
-        entry = self.get(key)
-        if entry is None:
+        """A verified hit, or None with the reasons a stored entry was dropped.
+
+        Through the index (two stats) when its row holds, else the slow way: the manifest
+        read and verified, and its row kept for :meth:`flush_index`.
+        """
+        row = self.index.fresh(key.hex, self._entry_file(key.hex), self._object_file)
+        if row is not None:
+            return CacheEntry(key.digest, key.fields, row.outputs, row.origin, row.created_at), []
+        found = self._read(key.digest)
+        if found is None:
             return None, []
+        entry, manifest = found
         problems = self.problems(entry)
         if problems:
             self.drop(key.digest)
             return None, problems
+        self._index(entry, manifest)
         return entry, []
+
+    def _index(self, entry: CacheEntry, manifest: os.stat_result) -> None:
+        """Keep the index row of a verified entry, if every object's record vouches for it."""
+        objects = {}
+        for digest in set(entry.outputs.values()):
+            vouched = _vouched_stat(self._object_file(digest), digest)
+            if vouched is None:
+                return  # not yet recorded (its ctime second is not over): the slow way again
+            objects[digest] = vouched
+        row = IndexRow(
+            stat_triple(manifest), objects, dict(entry.outputs), entry.origin, entry.created_at
+        )
+        self.index.learn(entry.key.removeprefix("sha256:"), row)
+
+    def flush_index(self) -> None:
+        """Write the index rows learned and dropped since the last flush (once per tick)."""
+        self.index.flush(os.path.join(self._root, "tmp"))
 
     def entries(self) -> Iterator[CacheEntry]:
         """Every readable entry, in no particular order."""
@@ -231,6 +275,7 @@ class CacheStore:
             if _older(path, now):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+        self.flush_index()
         return Pruned(dropped, objects, freed)
 
     def _object_size(self, digest: str) -> int:
@@ -249,88 +294,35 @@ class CacheStore:
 
         A hard link costs nothing but shares the read-only object; across filesystems (or where
         links are refused) the object is copied and its digest checked in the same pass. Each
-        destination appears whole, by rename.
+        destination appears whole: a new name is the link itself, one already there is
+        replaced by rename.
         """
         for logical_path, destination in destinations.items():
             digest = entry.outputs[logical_path]
-            source = self.object_path(digest)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            tmp = temp_path(destination)
+            source, target = self._object_file(digest), os.fspath(destination)
             try:
-                os.link(source, tmp)
+                _link(source, target)
+            except FileExistsError:
+                _link_over(source, target)
             except OSError as error:
-                if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                if error.errno not in _NO_LINK:
                     raise
                 copy_and_verify(source, destination, digest, label=f"cached {logical_path}")
-                continue
-            try:
-                os.replace(tmp, destination)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            # A destination that already is a link to this object (an earlier hit, a resumed
-            # run) makes the rename a no-op that keeps tmp (POSIX: both names, one file).
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
 
-    # -- claims ------------------------------------------------------------------------------
+    # -- claims (see :mod:`.claims`) ---------------------------------------------------------
 
     def claim_path(self, key: str) -> Path:
-        return self.root / "claims" / f"{key.removeprefix('sha256:')}.claim"
+        return self.claims.path(key)
 
     def claim(self, key: str, run_id: str, *, now: float | None = None) -> dict[str, Any] | None:
-        """Claim ``key`` for ``run_id``: None if it is ours now, else the live holder's claim.
-
-        Two runs of one plan sharing a store then compute each task once: the second waits for
-        the first's entry. A claim of our own run (a resumed run) is ours; a stale one (its
-        process gone, or not refreshed for :data:`CLAIM_LEASE_S`) is broken and taken.
-        """
-        path = self.claim_path(key)
-        mine = {"host": _HOST, "pid": os.getpid(), "run_id": run_id}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                holder = self._holder(path)
-                if holder is None:
-                    continue  # released meanwhile: try again
-                if holder.get("run_id") == run_id:
-                    self.refresh(key)
-                    return None
-                if not _stale(holder, path, time.time() if now is None else now):
-                    return holder
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # a dead holder's: break it and claim again
-                continue
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(mine))
-            return None
-        holder = self._holder(path)
-        return holder or mine
+        """:meth:`.Claims.claim`: None if ``key`` is ours now, else the live holder's claim."""
+        return self.claims.claim(key, run_id, now=now)
 
     def refresh(self, key: str) -> None:
-        """Keep our claim alive (its mtime is the lease)."""
-        with contextlib.suppress(OSError):
-            os.utime(self.claim_path(key))
+        self.claims.refresh(key)
 
     def release(self, key: str, run_id: str) -> None:
-        """Drop our claim on ``key`` (another run's claim is left alone)."""
-        path = self.claim_path(key)
-        holder = self._holder(path)
-        if holder is not None and holder.get("run_id") == run_id:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-
-    def _holder(self, path: Path) -> dict[str, Any] | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {}  # being written, or damaged: judged by its age alone
-        return data if isinstance(data, dict) else {}
+        self.claims.release(key, run_id)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -360,6 +352,7 @@ class CacheStore:
 
     def drop(self, key: str) -> bool:
         """Remove the entry under ``key`` (its objects stay until ``prune``); was it there?"""
+        self.index.forget(key.removeprefix("sha256:"))
         try:
             os.unlink(self.entry_path(key))
         except FileNotFoundError:
@@ -410,9 +403,6 @@ class CacheStore:
             raise
 
 
-_HOST = socket.gethostname()
-
-
 def _unchanged_object(path: Path, digest: str) -> bool:
     """The object is still read-only and its record matches all of its stat but the ctime.
 
@@ -430,18 +420,51 @@ def _unchanged_object(path: Path, digest: str) -> bool:
     return has_verification_record(path, digest, ignore_ctime=True)
 
 
-def _stale(holder: Mapping[str, Any], path: Path, now: float) -> bool:
-    if holder.get("host") == _HOST and isinstance(holder.get("pid"), int):
-        try:
-            os.kill(holder["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass  # alive, another user's
+def _vouched_stat(path: str, digest: str) -> tuple[int, int, int] | None:
+    """The object's (size, mtime, inode) while its record vouches for it, else None.
+
+    Stat, record, stat: a file that changed between the two stats is not vouched for.
+    """
     try:
-        return now - path.stat().st_mtime > CLAIM_LEASE_S
+        before = os.stat(path)
+        if not _unchanged_object(Path(path), digest):
+            return None
+        after = os.stat(path)
+    except OSError:
+        return None
+    if (stat_triple(after), after.st_mode) != (stat_triple(before), before.st_mode):
+        return None
+    return stat_triple(before)
+
+
+#: link(2) refused: across filesystems, by the filesystem, too many links. Then copy.
+_NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)
+
+
+def _link(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
     except FileNotFoundError:
-        return True
+        if not os.path.exists(source):
+            raise
+        os.makedirs(os.path.dirname(target), exist_ok=True)  # the first output of its folder
+        os.link(source, target)
+
+
+def _link_over(source: str, target: str) -> None:
+    """Replace ``target`` by a link to ``source``: a temporary link beside it, renamed."""
+    tmp = temp_path(target)
+    os.link(source, tmp)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    # A target that already is a link to this object (an earlier hit, a resumed run)
+    # makes the rename a no-op that keeps tmp (POSIX: both names, one file).
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
 
 
 def _older(path: Path, now: float) -> bool:

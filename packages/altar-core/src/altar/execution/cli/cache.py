@@ -119,6 +119,7 @@ def _verify(store: CacheStore, as_json: bool, drop: bool, rehash: bool, out: Tex
         if problems and drop:
             store.drop(entry.key)
         checked.append((entry.key, problems))
+    store.flush_index()  # the dropped entries' index rows
     bad = [(key, problems) for key, problems in checked if problems]
     if as_json:
         rows = [{"key": k, "ok": not p, "problems": p} for k, p in checked]

@@ -266,6 +266,7 @@ class RunCache:
             if entry is None:
                 holder = self.store.claim(key.digest, self.journal.run_id)
             looks.append((record, key, entry, problems, holder))
+        self.store.flush_index()  # the tick's index rows learned and dropped: one write each
         return looks
 
     async def _stage_shared(self, hits: list[tuple[TaskRecord, CacheEntry]]) -> set[str]:
