@@ -20,6 +20,7 @@ from elsewhere are the same input) and the task id (two tasks that do the same w
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -29,9 +30,27 @@ from typing import Any
 from altar.execution.errors import UncacheableError
 from altar.execution.types import ContainerTaskSpec, is_sha256_digest
 
-__all__ = ["KEY_FORMAT", "TaskKey", "UncacheableError", "explain", "image_identity", "task_key"]
+__all__ = [
+    "KEY_FORMAT",
+    "TaskKey",
+    "UncacheableError",
+    "canonical_json",
+    "explain",
+    "image_identity",
+    "task_key",
+]
 
 KEY_FORMAT = "altar-task-key/1"
+
+
+#: The one canonical encoding (sorted keys, no spaces, UTF-8 as is), made once: json.dumps with
+#: options builds a new encoder per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_json(fields: Mapping[str, Any]) -> str:
+    """The canonical JSON text of a key's fields (what its digest is taken over)."""
+    return _CANONICAL.encode(fields)
 
 
 @dataclass(frozen=True)
@@ -40,10 +59,16 @@ class TaskKey:
 
     digest: str
     fields: Mapping[str, Any]
+    _canonical: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def hex(self) -> str:
         return self.digest.removeprefix("sha256:")
+
+    @property
+    def canonical(self) -> str:
+        """:func:`canonical_json` of ``fields``, as encoded when the key was made."""
+        return self._canonical if self._canonical is not None else canonical_json(self.fields)
 
 
 def image_identity(image: str, resolved: str | None = None, *, trust_tags: bool = False) -> str:
@@ -91,13 +116,8 @@ def task_key(
         "cache_version": cache_version,
     }
     fields["inputs"] = dict(sorted(fields["inputs"].items()))
-    return TaskKey(_digest(fields), fields)
-
-
-def _digest(fields: Mapping[str, Any]) -> str:
-    return _text_digest(
-        json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    )
+    text = canonical_json(fields)
+    return TaskKey(_text_digest(text), fields, text)
 
 
 def _text_digest(text: str) -> str:

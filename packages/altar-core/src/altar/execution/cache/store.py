@@ -289,7 +289,9 @@ class CacheStore:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def materialize(self, entry: CacheEntry, destinations: Mapping[str, Path]) -> None:
+    def materialize(
+        self, entry: CacheEntry, destinations: Mapping[str, str | os.PathLike[str]]
+    ) -> None:
         """Put each output of ``entry`` at its destination (by logical path): linked or copied.
 
         A hard link costs nothing but shares the read-only object; across filesystems (or where

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from altar.execution.labels import RESERVED_LABEL_PREFIX, reserved_labels
@@ -76,19 +76,21 @@ def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fai
     for key in ("uri", "logical_path"):
         if key not in raw:
             raise fail(f"{where}.{key}", "required")
-    for key in _TRANSFER_KEYS:
-        if key in raw:
-            probe: dict[str, Any] = {"uri": "u", "logical_path": "p", key: raw[key]}
-            _construct(f"{where}.{key}", fail, Transfer, **probe)
-    logical = raw["logical_path"]
-    if ".." in PurePosixPath(logical).parts or _CONTROL.search(logical):
+    uri, logical = raw["uri"], raw["logical_path"]
+    locality_key, digest = raw.get("locality_key"), raw.get("digest")
+    try:
+        Transfer(uri, logical, locality_key, digest)
+    except (TypeError, ValueError):
+        # each field's check is independent: probe them one by one (only now) to name it
+        for key in _TRANSFER_KEYS:
+            if key in raw:
+                probe: dict[str, Any] = {"uri": "u", "logical_path": "p", key: raw[key]}
+                _construct(f"{where}.{key}", fail, Transfer, **probe)
+        _construct(where, fail, Transfer, **{k: raw[k] for k in _TRANSFER_KEYS if k in raw})
+    # PurePosixPath(logical).parts holds ".." exactly when a "/"-separated part is ".."
+    if ".." in logical.split("/") or _CONTROL.search(logical):
         raise fail(f"{where}.logical_path", f"must stay below the mount root, got {logical!r}")
-    return Transfer(
-        uri=_resolve_uri(raw["uri"], base_dir),
-        logical_path=logical,
-        locality_key=raw.get("locality_key"),
-        digest=raw.get("digest"),
-    )
+    return Transfer(_resolve_uri(uri, base_dir), logical, locality_key, digest)
 
 
 def _parse_resources(raw: Any, where: str, fail: Fail) -> ResourceRequest:
@@ -184,7 +186,7 @@ def _parse_task(
             f"{', '.join(map(repr, reserved))}: labels starting with {RESERVED_LABEL_PREFIX!r} "
             "are reserved for the runner (run, task, attempt and submission key); rename them",
         )
-    task_id = raw.get("id", default_task_id(spec.kind, index))
+    task_id = raw["id"] if "id" in raw else default_task_id(spec.kind, index)
     if not isinstance(task_id, str) or not _TASK_ID.fullmatch(task_id):
         raise fail(
             f"{where}.id",
@@ -233,9 +235,10 @@ def _build_spec(values: Mapping[str, Any], where: str, fail: Fail) -> ContainerT
 
 def _check_placeholders(spec: ContainerTaskSpec, where: str, fail: Fail) -> None:
     """Refuse a ``{altar:...}`` placeholder the runner could not expand (see placeholders)."""
-    fields = [(f"{where}.command[{i}]", arg) for i, arg in enumerate(spec.command)]
-    fields += [(f"{where}.env.{key}", value) for key, value in spec.env.items()]
-    for field_name, text in fields:
-        problem = placeholder_error(text)
-        if problem:
-            raise fail(field_name, problem)
+    # only a text naming "{altar:" can hold one: the others cost a substring test
+    for i, arg in enumerate(spec.command):
+        if "{altar:" in arg and (problem := placeholder_error(arg)):
+            raise fail(f"{where}.command[{i}]", problem)
+    for key, value in spec.env.items():
+        if "{altar:" in value and (problem := placeholder_error(value)):
+            raise fail(f"{where}.env.{key}", problem)

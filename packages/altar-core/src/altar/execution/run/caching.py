@@ -87,7 +87,14 @@ class RunCache:
         self.specs = {task.id: task.spec for task in plan.tasks}
         self.cacheable = {task.id: task.cache for task in plan.tasks}
         self.writer = {t.logical_path: task.id for task in plan.tasks for t in task.spec.outputs}
-        self.readers = {t.logical_path for task in plan.tasks for t in task.spec.inputs}
+        readers = {t.logical_path for task in plan.tasks for t in task.spec.inputs}
+        #: outputs a later task reads, by task (staged onto the backend when served)
+        self.shared = {
+            task.id: paths
+            for task in plan.tasks
+            if (paths := [t.logical_path for t in task.spec.outputs if t.logical_path in readers])
+        }
+        self._place: dict[str, dict[str, str] | None] = {}
         self.keys: dict[str, TaskKey | None] = {}
         self.why: dict[str, str] = {}
         self.looked: set[str] = set()
@@ -111,17 +118,13 @@ class RunCache:
                 str(error) if isinstance(error, UncacheableError) else one_line(error)
             )
         self.keys[task_id] = key
-        line: dict[str, Any] = {"task": task_id}
+        task = json.dumps(task_id)
         if key is None:
-            line["uncacheable"] = self.why[task_id]
-        else:
-            line.update(key=key.digest, fields=dict(key.fields))
-        self._note(line)
+            why = json.dumps(self.why[task_id])
+            self._notes.append(f'{{"task":{task},"uncacheable":{why}}}\n')
+        else:  # the key's own canonical text: a key is encoded once
+            self._notes.append(f'{{"fields":{key.canonical},"key":"{key.digest}","task":{task}}}\n')
         return key
-
-    def _note(self, line: Mapping[str, Any]) -> None:
-        """Queue one line for the run's :data:`KEYS_FILE` (written by :meth:`_flush_notes`)."""
-        self._notes.append(json.dumps(line, sort_keys=True) + "\n")
 
     def _flush_notes(self) -> None:
         """Append the queued lines in one write (no fsync: a diagnostic, kept if it can be)."""
@@ -184,7 +187,7 @@ class RunCache:
         write: a 10,000-task plan fully cached costs about what reading its run back does.
         """
         rest: list[TaskRecord] = []
-        candidates: list[tuple[TaskRecord, TaskKey, dict[str, Path] | None]] = []
+        candidates: list[tuple[TaskRecord, TaskKey, dict[str, str] | None]] = []
         for record in ready:
             if record.id in self.looked or record.attempts:
                 rest.append(record)  # looked up before, or already run once: submit
@@ -233,18 +236,22 @@ class RunCache:
                     )
         return rest
 
-    def _places(self, task_id: str) -> dict[str, Path] | None:
+    def _places(self, task_id: str) -> dict[str, str] | None:
         """Where each output goes on this machine, by logical path; None if one is remote."""
-        places: dict[str, Path] = {}
+        if task_id in self._place:
+            return self._place[task_id]
+        places: dict[str, str] | None = {}
         for transfer in self.specs[task_id].outputs:
             path = local_path_or_none(transfer.uri)
-            if path is None:
-                return None  # an output we cannot put in place: run the task
-            places[transfer.logical_path] = Path(path)
+            if path is None or places is None:
+                places = None  # an output we cannot put in place: run the task
+                continue
+            places[transfer.logical_path] = path
+        self._place[task_id] = places
         return places
 
     def _look(
-        self, candidates: list[tuple[TaskRecord, TaskKey, dict[str, Path] | None]]
+        self, candidates: list[tuple[TaskRecord, TaskKey, dict[str, str] | None]]
     ) -> list[tuple[TaskRecord, TaskKey, CacheEntry | None, list[str], dict[str, Any] | None]]:
         """In a thread: each candidate's verified entry put in place, or its claim (a miss).
 
@@ -273,16 +280,12 @@ class RunCache:
         """Stage the hits' outputs later tasks read onto the backend; the task ids served."""
         shared: list[Transfer] = []
         for record, entry in hits:
-            places = self._places(record.id) or {}
-            shared += [
-                Transfer(
-                    str(places[t.logical_path]),
-                    t.logical_path,
-                    digest=entry.outputs[t.logical_path],
-                )
-                for t in self.specs[record.id].outputs
-                if t.logical_path in self.readers
-            ]
+            if record.id in self.shared:
+                places = self._places(record.id) or {}
+                shared += [
+                    Transfer(places[path], path, digest=entry.outputs[path])
+                    for path in self.shared[record.id]
+                ]
         try:
             if shared:  # later tasks read these on the backend's volume
                 await self.backend.stage_inputs(shared)
