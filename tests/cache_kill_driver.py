@@ -60,6 +60,20 @@ elif STEP == "journaled":  # a tick's hits journaled (one flush) and said
         return rest
 
     caching.RunCache.serve = serve
+elif STEP == "indexed":  # an index shard half written beside the store, not yet renamed
+    from altar.execution.cache import index
+
+    real_replace = index._replace
+
+    def replace(target, data, tmp_dir):
+        if seen + 1 == NTH:
+            os.makedirs(tmp_dir, exist_ok=True)
+            with open(os.path.join(tmp_dir, "index-torn"), "wb") as handle:
+                handle.write(data[: len(data) // 2])
+        reached()
+        real_replace(target, data, tmp_dir)
+
+    index._replace = replace
 else:
     raise SystemExit(f"unknown step {STEP}")
 

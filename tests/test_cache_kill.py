@@ -1,6 +1,7 @@
 """A runner SIGKILLed while it serves a cache hit (issue 25): at each step (an output's link
 made, outputs in place, outputs staged, the hit journaled) the resumed run serves every task
-once from the cache, its outputs whole and nothing else beside them, and the store stays valid.
+once from the cache, its outputs whole and nothing else beside them, and the store stays valid;
+killed while writing the store's index, the next runs are served through a whole index.
 
 The in-process backend runs the demo plan's tasks as real local processes; the kill is a real
 SIGKILL of a real ``altar run`` (tests/cache_kill_driver.py)."""
@@ -11,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,8 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     ("step", "nth"),
     # a tick serves the three folds together, then summarize: the kill is mid-batch (the
     # second fold) or, for "journaled", after the first tick's hits were journaled
-    [("linked", 2), ("materialized", 2), ("staged", 2), ("journaled", 1)],
+    # "indexed": the first shard of the store's index written by that tick, torn
+    [("linked", 2), ("materialized", 2), ("staged", 2), ("journaled", 1), ("indexed", 1)],
 )
 def test_a_runner_killed_while_serving_a_hit_resumes_serving_each_task_once(
     tmp_path: Path, step: str, nth: int
@@ -48,6 +51,8 @@ def test_a_runner_killed_while_serving_a_hit_resumes_serving_each_task_once(
     assert first.returncode == 0, first.stderr
     expected = {name: (results / name).read_bytes() for name in RESULTS}
     shutil.rmtree(results)
+    if step == "indexed":
+        time.sleep(1.1)  # the objects' ctime second is over: their records, then rows, are written
 
     killed = _run(
         [
@@ -79,3 +84,12 @@ def test_a_runner_killed_while_serving_a_hit_resumes_serving_each_task_once(
     verify = _run([ALTAR, "cache", "verify", "--cache", "store", "--json"], tmp_path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert len(list((tmp_path / "store" / "entries").rglob("*.json"))) == len(RESULTS)
+    if step == "indexed":  # every shard whole, and a third run served through them
+        shards = list((tmp_path / "store" / "index").iterdir())
+        assert shards
+        assert all(json.loads(p.read_text())["rows"] for p in shards)
+        shutil.rmtree(results)
+        third = _run([ALTAR, "run", str(plan), "--run-dir", "r3", *IN_PROCESS], tmp_path)
+        assert third.returncode == 0, third.stderr
+        assert [t["status"] for t in json.loads(third.stdout)["tasks"]] == ["cached"] * 4
+        assert {name: (results / name).read_bytes() for name in RESULTS} == expected
