@@ -69,28 +69,29 @@ class IndexRow:
     def from_json(cls, data: Any) -> IndexRow | None:
         """The row, or None if it is not one this code wrote (a hostile or damaged row)."""
         try:
-            objects = {str(d): _triple(t) for d, t in dict(data["o"]).items()}
-            outputs = {str(p): str(d) for p, d in dict(data["p"]).items()}
-            row = cls(
-                _triple(data["m"]),
-                objects,
-                outputs,
-                dict(data["r"]),
-                float(data["t"]),
-            )
+            objects = {d: _triple(t) for d, t in data["o"].items()}
+            outputs = data["p"]
+            origin, created_at = data["r"], data["t"]
+            manifest = _triple(data["m"])
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        # a digest names a path under objects/: only well-formed ones, each one vouched for
-        if not all(map(is_sha256_digest, objects)) or set(outputs.values()) != set(objects):
+        if not (
+            type(outputs) is dict
+            and type(origin) is dict
+            and type(created_at) in (int, float)
+            # a digest names a path under objects/: only well-formed ones, each one vouched for
+            and all(map(is_sha256_digest, objects))
+            and all(type(p) is str for p in outputs)
+            and set(outputs.values()) == set(objects)
+        ):
             return None
-        return row
+        return cls(manifest, objects, outputs, origin, float(created_at))
 
 
 def _triple(value: Any) -> Triple:
-    size, mtime, inode = value
-    if not all(type(n) is int for n in (size, mtime, inode)):
-        raise TypeError("not three integers")
-    return (size, mtime, inode)
+    if type(value) is list and len(value) == 3 and all(type(n) is int for n in value):
+        return (value[0], value[1], value[2])
+    raise TypeError("not three integers")
 
 
 def valid_hex(hex_: str) -> bool:

@@ -321,7 +321,9 @@ class _Run:
 
     def tidy(self, owners: list[int]) -> None:
         """Remove the temporary files that earlier (killed) processes of this run left."""
-        removed = remove_litter(litter_directories(self.plan, self.journal.run_dir), owners)
+        removed: list[Path] = []
+        if owners:  # else nothing of ours to find: do not walk every output's directory
+            removed = remove_litter(litter_directories(self.plan, self.journal.run_dir), owners)
         removed += remove_run_dir_litter(self.journal.run_dir)  # incl. pids never journaled
         if removed:
             names = ", ".join(path.name for path in removed[:3])
