@@ -259,3 +259,40 @@ def test_a_dead_holders_claim_is_broken_and_a_live_ones_is_respected(tmp_path):
     assert store.claim(key, "run-b") is None  # the holder is gone: b takes it
     store.release(key, "run-b")
     assert not store.claim_path(key).exists()
+
+
+@pytest.mark.asyncio
+async def test_a_tick_reads_each_local_input_once_for_all_its_readers(
+    tmp_path, volume, fake_backend_class, monkeypatch
+):
+    from altar.execution.run import caching
+
+    (tmp_path / "weights.bin").write_text("w0")
+    tasks = [
+        {
+            "id": f"score-{n}",
+            "image": PINNED,
+            "kind": "score",
+            "command": ["score", str(n)],
+            "labels": {"task": f"score-{n}"},  # the fake provider's name for it
+            "inputs": [{"uri": "weights.bin", "logical_path": "jobs/w.bin"}],
+            "outputs": [{"uri": f"results/s{n}.txt", "logical_path": f"jobs/s{n}.txt"}],
+        }
+        for n in range(3)
+    ]
+    tasks.append({**tasks[0], "id": "lost", "command": ["lost"], "labels": {"task": "lost"}})
+    tasks[-1]["outputs"] = []
+    tasks[-1]["inputs"] = [{"uri": "missing.bin", "logical_path": "jobs/m.bin"}]
+    data = {"backend": {"type": "fake"}, "cache": {"dir": "store"}, "tasks": tasks}
+    read: list[str] = []
+    real = caching.source_digest
+    monkeypatch.setattr(caching, "source_digest", lambda path: read.append(path) or real(path))
+    first, _ = await run(tmp_path, volume, fake_backend_class, "run1", data)
+    assert [t.status for t in first.tasks] == ["succeeded"] * 4
+    assert sorted(Path(p).name for p in read) == ["missing.bin", "weights.bin"]  # once each
+    keys = caching.read_keys(tmp_path / "run1")
+    assert "missing.bin" in keys["lost"]["uncacheable"]
+    read.clear()
+    second, _ = await run(tmp_path, volume, fake_backend_class, "run2", data)
+    assert [t.status for t in second.tasks] == ["cached"] * 3 + ["succeeded"]
+    assert sorted(Path(p).name for p in read) == ["missing.bin", "weights.bin"]

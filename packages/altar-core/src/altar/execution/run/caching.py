@@ -103,6 +103,8 @@ class RunCache:
         self.waiting: set[str] = set()  # tasks another run is computing (said once)
         self.claims: dict[str, str] = {}  # task id -> key this run has claimed
         self._images: dict[str, str] = {}
+        #: each local input's digest (or why it has none), read once per run for all readers
+        self._sources: dict[str, str | OSError | ValueError] = {}
         self._notes: list[str] = []  # KEYS_FILE lines not yet written
 
     # -- keys --------------------------------------------------------------------------------
@@ -165,7 +167,36 @@ class RunCache:
                 f"input {transfer.logical_path} has no digest and is not a local file: "
                 "declare its digest to cache the task"
             )
-        return await asyncio.to_thread(source_digest, path)
+        if path not in self._sources:
+            await asyncio.to_thread(self._read_sources, [path])
+        found = self._sources[path]
+        if not isinstance(found, str):
+            raise found
+        return found
+
+    def _source_paths(self, task_ids: list[str]) -> list[str]:
+        """The local inputs without a digest the tasks' keys need and no one has read yet."""
+        paths: dict[str, None] = {}
+        for task_id in task_ids:
+            if task_id in self.keys or not self.cacheable[task_id]:
+                continue
+            for transfer in self.specs[task_id].inputs:
+                if transfer.digest is None and self.writer.get(transfer.logical_path) in (
+                    None,
+                    task_id,
+                ):
+                    path = local_path_or_none(transfer.uri)
+                    if path is not None and path not in self._sources:
+                        paths[path] = None
+        return list(paths)
+
+    def _read_sources(self, paths: list[str]) -> None:
+        """In a thread: each local input's digest (a stat and its record), or why not."""
+        for path in paths:
+            try:
+                self._sources[path] = source_digest(path)
+            except (OSError, ValueError) as error:  # what key_of says and goes on from
+                self._sources[path] = error
 
     async def _image(self, image: str) -> str:
         if image not in self._images:
@@ -196,6 +227,10 @@ class RunCache:
     async def _serve(self, ready: list[TaskRecord]) -> list[TaskRecord]:
         rest: list[TaskRecord] = []
         candidates: list[tuple[TaskRecord, TaskKey, dict[str, str] | None]] = []
+        fresh = [r.id for r in ready if r.id not in self.looked and not r.attempts]
+        sources = self._source_paths(fresh)
+        if sources:  # the tick's inputs, in one thread call (one hop, not one per input)
+            await asyncio.to_thread(self._read_sources, sources)
         for record in ready:
             if record.id in self.looked or record.attempts:
                 rest.append(record)  # looked up before, or already run once: submit
