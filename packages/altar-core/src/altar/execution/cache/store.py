@@ -28,11 +28,10 @@ import errno
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from altar.execution.atomic import temp_path
 from altar.execution.cache.claims import Claims
@@ -40,18 +39,18 @@ from altar.execution.cache.index import CacheIndex, IndexRow, stat_triple
 from altar.execution.cache.key import TaskKey
 from altar.execution.digests.copy import copy_and_verify
 from altar.execution.digests.digest import (
-    VERIFICATION_RECORD_SUFFIX,
     has_verification_record,
     verify_file,
 )
 from altar.execution.errors import DigestMismatchError
 from altar.execution.types import is_sha256_digest
 
-__all__ = ["ENTRY_FORMAT", "CacheEntry", "CacheStore", "Pruned", "default_store_dir"]
+if TYPE_CHECKING:
+    from altar.execution.cache.pruning import Pruned
+
+__all__ = ["ENTRY_FORMAT", "CacheEntry", "CacheStore", "default_store_dir"]
 
 ENTRY_FORMAT = "altar-cache-entry/1"
-#: ``prune`` leaves younger unreferenced files alone: a writer may be about to reference them.
-WRITER_GRACE_S = 3600.0
 
 
 def default_store_dir() -> Path:
@@ -97,15 +96,6 @@ class CacheEntry:
             origin=dict(data.get("origin", {})),
             created_at=float(data.get("created_at", 0.0)),
         )
-
-
-@dataclass(frozen=True)
-class Pruned:
-    """What ``prune`` removed: entries, then the objects and temporary files no entry names."""
-
-    entries: int = 0
-    objects: int = 0
-    bytes_freed: int = 0
 
 
 class CacheStore:
@@ -226,7 +216,7 @@ class CacheStore:
                 total += self.object_path(digest).stat().st_size
         return total
 
-    # -- pruning -----------------------------------------------------------------------------
+    # -- pruning (see :mod:`.pruning`) -------------------------------------------------------
 
     def prune(
         self,
@@ -235,57 +225,10 @@ class CacheStore:
         max_bytes: int | None = None,
         now: float | None = None,
     ) -> Pruned:
-        """Drop entries older than ``older_than_s``, then the oldest until the objects fit in
-        ``max_bytes``; then remove objects no entry names and stale temporary files (those
-        older than :data:`WRITER_GRACE_S`, so a run storing an entry right now keeps its own).
-        """
-        now = time.time() if now is None else now
-        entries = sorted(self.entries(), key=lambda e: e.created_at)
-        dropped = 0
-        keep: list[CacheEntry] = []
-        for entry in entries:
-            if older_than_s is not None and now - entry.created_at > older_than_s:
-                dropped += self.drop(entry.key)
-            else:
-                keep.append(entry)
-        if max_bytes is not None:
-            users = Counter(d for e in keep for d in set(e.outputs.values()))
-            sizes = {d: self._object_size(d) for d in users}
-            total = sum(sizes.values())
-            while keep and total > max_bytes:
-                oldest = keep.pop(0)
-                dropped += self.drop(oldest.key)
-                for digest in set(oldest.outputs.values()):
-                    users[digest] -= 1
-                    if not users[digest]:  # its last entry went: its bytes are freed
-                        total -= sizes[digest]
-        named = {self.object_path(d) for e in keep for d in e.outputs.values()}
-        objects = freed = 0
-        for path in self._files("objects"):
-            base = Path(str(path).removesuffix(VERIFICATION_RECORD_SUFFIX))
-            if base in named or not _older(path, now):
-                continue
-            size = path.stat().st_size
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                if path == base:
-                    objects += 1
-                    freed += size
-        for path in self._files("tmp"):
-            if _older(path, now):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-        self.flush_index()
-        return Pruned(dropped, objects, freed)
+        """:func:`.pruning.prune`: by age, then by size, then what no entry names."""
+        from altar.execution.cache.pruning import prune  # it imports this module
 
-    def _object_size(self, digest: str) -> int:
-        try:
-            return self.object_path(digest).stat().st_size
-        except OSError:
-            return 0
-
-    def _files(self, part: str) -> list[Path]:
-        return [p for p in (self.root / part).rglob("*") if p.is_file()]
+        return prune(self, older_than_s=older_than_s, max_bytes=max_bytes, now=now)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -467,13 +410,6 @@ def _link_over(source: str, target: str) -> None:
     # makes the rename a no-op that keeps tmp (POSIX: both names, one file).
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-
-
-def _older(path: Path, now: float) -> bool:
-    try:
-        return now - path.stat().st_mtime > WRITER_GRACE_S
-    except FileNotFoundError:
-        return False
 
 
 def _fsync_file(path: Path) -> None:
