@@ -178,25 +178,28 @@ class CacheStore:
         if found is None:
             return None, []
         entry, manifest = found
+        if self._index(entry, manifest):
+            return entry, []  # every object's record holds (what problems() checks first)
         problems = self.problems(entry)
         if problems:
             self.drop(key.digest)
             return None, problems
-        self._index(entry, manifest)
+        self._index(entry, manifest)  # the objects problems() hashed may have records now
         return entry, []
 
-    def _index(self, entry: CacheEntry, manifest: os.stat_result) -> None:
-        """Keep the index row of a verified entry, if every object's record vouches for it."""
+    def _index(self, entry: CacheEntry, manifest: os.stat_result) -> bool:
+        """Keep the index row of ``entry`` if every object's record vouches for it; did it?"""
         objects = {}
         for digest in set(entry.outputs.values()):
             vouched = _vouched_stat(self._object_file(digest), digest)
             if vouched is None:
-                return  # not yet recorded (its ctime second is not over): the slow way again
+                return False  # not (yet) recorded, or changed: verified the slow way
             objects[digest] = vouched
         row = IndexRow(
             stat_triple(manifest), objects, dict(entry.outputs), entry.origin, entry.created_at
         )
         self.index.learn(entry.key.removeprefix("sha256:"), row)
+        return True
 
     def flush_index(self) -> None:
         """Write the index rows learned and dropped since the last flush (once per tick)."""
