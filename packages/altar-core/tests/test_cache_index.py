@@ -224,3 +224,17 @@ def test_concurrent_writers_leave_whole_shards_and_correct_hits(tmp_path):
     for key in keys:
         assert store.lookup(key)[1] == []
         assert store.lookup(key)[0] is not None
+
+
+def test_prune_drops_the_rows_of_entries_that_are_gone(tmp_path):
+    keys = [a_key(n) for n in range(3)]
+    store = indexed(tmp_path, keys)
+    store.entry_path(keys[0].digest).unlink()  # removed by hand: its row is stale
+    entry = store.get(keys[1])
+    assert entry is not None
+    dated = {**entry.to_dict(), "created_at": time.time() - 7200}
+    store.entry_path(keys[1].digest).write_text(json.dumps(dated))  # old: prune drops it
+    pruned = CacheStore(tmp_path / "store").prune(older_than_s=3600)
+    assert pruned.entries == 1
+    again = CacheStore(tmp_path / "store")
+    assert [key_in_index(again, key) for key in keys] == [False, False, True]

@@ -171,6 +171,13 @@ class CacheIndex:
             self._rows[hex_] = None
             self._dirty.setdefault(hex_[:2], {})[hex_] = None
 
+    def retain(self, keys: set[str]) -> None:
+        """Drop every row whose key (64 hex) is not in ``keys`` (``prune``: what it kept)."""
+        for shard in (f"{n:02x}" for n in range(256)):
+            for hex_ in list(self._shard(shard)):
+                if hex_ not in keys:
+                    self.forget(hex_)
+
     def flush(self, tmp_dir: str) -> int:
         """Write every shard changed since the last flush; the number written.
 

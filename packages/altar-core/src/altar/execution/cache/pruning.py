@@ -73,6 +73,8 @@ def prune(
         if _older(path, now):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+    # rows of entries gone another way (removed by hand, another store's drop) go too
+    store.index.retain({e.key.removeprefix("sha256:") for e in keep})
     store.flush_index()
     return Pruned(dropped, objects, freed)
 
