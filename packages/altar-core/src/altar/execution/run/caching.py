@@ -103,7 +103,8 @@ class RunCache:
         self.waiting: set[str] = set()  # tasks another run is computing (said once)
         self.claims: dict[str, str] = {}  # task id -> key this run has claimed
         self._images: dict[str, str] = {}
-        #: each local input's digest (or why it has none), read once per run for all readers
+        #: each local input's digest (or why it has none), read once per run for all its
+        #: readers, as the run stages each input once
         self._sources: dict[str, str | OSError | ValueError] = {}
         self._notes: list[str] = []  # KEYS_FILE lines not yet written
 
@@ -181,13 +182,12 @@ class RunCache:
             if task_id in self.keys or not self.cacheable[task_id]:
                 continue
             for transfer in self.specs[task_id].inputs:
-                if transfer.digest is None and self.writer.get(transfer.logical_path) in (
-                    None,
-                    task_id,
-                ):
-                    path = local_path_or_none(transfer.uri)
-                    if path is not None and path not in self._sources:
-                        paths[path] = None
+                producer = self.writer.get(transfer.logical_path)
+                if transfer.digest is not None or producer not in (None, task_id):
+                    continue  # its digest is declared, or it is another task's key
+                path = local_path_or_none(transfer.uri)
+                if path is not None and path not in self._sources:
+                    paths[path] = None
         return list(paths)
 
     def _read_sources(self, paths: list[str]) -> None:
@@ -281,17 +281,17 @@ class RunCache:
 
     def _places(self, task_id: str) -> dict[str, str] | None:
         """Where each output goes on this machine, by logical path; None if one is remote."""
-        if task_id in self._place:
-            return self._place[task_id]
-        places: dict[str, str] | None = {}
-        for transfer in self.specs[task_id].outputs:
-            path = local_path_or_none(transfer.uri)
-            if path is None or places is None:
-                places = None  # an output we cannot put in place: run the task
-                continue
-            places[transfer.logical_path] = path
-        self._place[task_id] = places
-        return places
+        if task_id not in self._place:
+            places: dict[str, str] = {}
+            for transfer in self.specs[task_id].outputs:
+                path = local_path_or_none(transfer.uri)
+                if path is None:
+                    self._place[task_id] = None  # an output we cannot put in place: run it
+                    break
+                places[transfer.logical_path] = path
+            else:
+                self._place[task_id] = places
+        return self._place[task_id]
 
     def _look(
         self, candidates: list[tuple[TaskRecord, TaskKey, dict[str, str] | None]]
