@@ -238,3 +238,36 @@ def test_prune_drops_the_rows_of_entries_that_are_gone(tmp_path):
     assert pruned.entries == 1
     again = CacheStore(tmp_path / "store")
     assert [key_in_index(again, key) for key in keys] == [False, False, True]
+
+
+def test_what_a_run_stored_is_recorded_and_indexed_once_a_second_old(tmp_path, monkeypatch):
+    store = CacheStore(tmp_path / "store")
+    keys = [a_key(n) for n in range(3)]
+    for n, key in enumerate(keys):
+        path = tmp_path / f"o{n}"
+        path.write_bytes(f"scores {n}\n".encode())
+        store.put(key, {"jobs/o.txt": (path, sha256_file(path))})
+    store.seal()  # the same second: nothing recorded yet, nothing lost
+    assert store.unsealed
+    assert not list((tmp_path / "store" / "objects").rglob("*.sha256-verified"))
+    altered = store.object_path(store.get(keys[2]).outputs["jobs/o.txt"])  # type: ignore[union-attr]
+    os.chmod(altered, 0o644)
+    altered.write_bytes(b"scores X\n")  # changed after it was stored: never vouched for
+    time.sleep(1.05)
+    store.seal()
+    store.flush_index()
+    assert not store.unsealed
+    assert [key_in_index(store, key) for key in keys] == [True, True, False]
+    from altar.execution.cache import store as store_module
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the slow way was taken")
+
+    monkeypatch.setattr(store_module.CacheStore, "_read", refused)
+    later = CacheStore(tmp_path / "store")  # the next run: served through the index
+    for key in keys[:2]:
+        assert later.lookup(key)[0] is not None
+    monkeypatch.undo()
+    entry, problems = CacheStore(tmp_path / "store").lookup(keys[2])
+    assert entry is None  # the altered object: hashed, a miss, dropped
+    assert problems

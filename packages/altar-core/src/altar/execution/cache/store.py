@@ -106,6 +106,9 @@ class CacheStore:
         self._root = os.fspath(root)  # the hot paths join strings: no Path per file
         self.index = CacheIndex(self._root)
         self.claims = Claims(self.root / "claims")
+        # what this process stored and has not yet recorded and indexed (see seal)
+        self._unsealed: list[tuple[str, str, int]] = []  # object, digest, its ctime second
+        self._unindexed: list[tuple[CacheEntry, os.stat_result]] = []  # entry, manifest's
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -295,8 +298,44 @@ class CacheStore:
             created_at=time.time(),
         )
         data = json.dumps(entry.to_dict(), sort_keys=True, indent=1).encode("utf-8")
-        self._publish(self.entry_path(key.digest), data)
+        manifest = self.entry_path(key.digest)
+        self._publish(manifest, data)
+        with contextlib.suppress(OSError):
+            self._unindexed.append((entry, os.stat(manifest)))
         return entry
+
+    @property
+    def unsealed(self) -> bool:
+        """Whether :meth:`seal` has anything left to record or index."""
+        return bool(self._unsealed or self._unindexed)
+
+    def seal(self) -> None:
+        """Record and index what this process stored, once each object's ctime second is over.
+
+        Each object is verified (hashed, its record written) and its entry's index row kept,
+        so the next run serves it through the index instead of reading the manifest and
+        hashing the object itself. What is not yet a second old waits for the next call; an
+        object changed since it was stored gets no record and no row (the next lookup drops
+        its entry). Index rows are written by :meth:`flush_index`.
+        """
+        waiting = []
+        second = time.time_ns() // 1_000_000_000
+        for path, digest, stored in self._unsealed:
+            if stored >= second:
+                waiting.append((path, digest, stored))  # its ctime second is not over: later
+                continue
+            # hashed again, as the next run's first lookup would: a record needs a hash that
+            # began after its ctime second was over (one written within the second of its
+            # copy would vouch for a write made in that second)
+            with contextlib.suppress(DigestMismatchError, OSError, ValueError):
+                verify_file(path, digest, label="cached object", trust_record=True, record=True)
+        self._unsealed = waiting
+        pending = {digest for _, digest, _ in waiting}
+        self._unindexed = [
+            (entry, manifest)
+            for entry, manifest in self._unindexed
+            if not self._index(entry, manifest) and pending & set(entry.outputs.values())
+        ]
 
     def drop(self, key: str) -> bool:
         """Remove the entry under ``key`` (its objects stay until ``prune``); was it there?"""
@@ -321,6 +360,7 @@ class CacheStore:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)  # same bytes as any object already there
             _fsync_dir(target.parent)
+            self._unsealed.append((str(target), digest, os.stat(target).st_ctime_ns // 10**9))
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

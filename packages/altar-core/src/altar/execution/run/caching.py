@@ -386,7 +386,15 @@ class RunCache:
                     f"{record.id}: not stored in the cache: {one_line(error)}",
                     record,
                 )
+        # what earlier ticks stored, a second old now: recorded and indexed for the next run
+        if self.store.unsealed:
+            await asyncio.to_thread(self._seal)
         self._flush_notes()
+
+    def _seal(self) -> None:
+        with contextlib.suppress(OSError):  # records and rows only spare a later run work
+            self.store.seal()
+            self.store.flush_index()
 
     def _put(self, record: TaskRecord, key: TaskKey) -> None:
         if self.store.get(key) is not None:
