@@ -175,8 +175,9 @@ class CacheIndex:
         """Drop every row whose key (64 hex) is not in ``keys`` (``prune``: what it kept)."""
         for shard in (f"{n:02x}" for n in range(256)):
             for hex_ in list(self._shard(shard)):
-                if hex_ not in keys:
-                    self.forget(hex_)
+                if hex_ not in keys:  # a row that does not parse goes too
+                    self._rows[hex_] = None
+                    self._dirty.setdefault(shard, {})[hex_] = None
 
     def flush(self, tmp_dir: str) -> int:
         """Write every shard changed since the last flush; the number written.
