@@ -24,7 +24,7 @@ def reached() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-if STEP == "linked":  # an output's link made, not yet renamed into place
+if STEP == "linked":  # an output linked (in place, or beside it before a rename), the next not
     real_link = os.link
 
     def link(src, dst, *args, **kwargs):
