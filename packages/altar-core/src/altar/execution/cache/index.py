@@ -1,4 +1,4 @@
-"""The store's index: what a verified hit needs, so that serving one costs two ``stat`` calls.
+"""The store's index: what a verified hit needs, so that one costs a ``stat`` per file.
 
 Without it a hit reads the entry's manifest and each object's verification record (two opens,
 two reads and a JSON parse per task). The index keeps, per entry, the manifest's stat, each
@@ -133,7 +133,7 @@ class CacheIndex:
         return self._shards[shard]
 
     def fresh(self, hex_: str, manifest: str, object_path: Any) -> IndexRow | None:
-        """The row of ``hex_`` if its manifest and objects are as it says (two stats), else
+        """The row of ``hex_`` if its manifest and objects are as it says (a stat each), else
         None; a row that no longer matches is dropped (at the next :meth:`flush`).
 
         ``object_path(digest)`` names an object's file.

@@ -171,8 +171,8 @@ class CacheStore:
     def lookup(self, key: TaskKey) -> tuple[CacheEntry | None, list[str]]:
         """A verified hit, or None with the reasons a stored entry was dropped.
 
-        Through the index (two stats) when its row holds, else the slow way: the manifest
-        read and verified, and its row kept for :meth:`flush_index`.
+        Through the index when its row holds (a stat of the manifest and one of each object),
+        else the slow way: the manifest read and verified, its row kept for :meth:`flush_index`.
         """
         row = self.index.fresh(key.hex, self._entry_file(key.hex), self._object_file)
         if row is not None:
