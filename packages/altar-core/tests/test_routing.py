@@ -295,3 +295,60 @@ def _load_text(text: str) -> dict[str, object]:
     import tomllib
 
     return tomllib.loads(text)
+
+
+def test_check_refuses_a_fallback_without_the_tasks_gpu_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _plan(tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            'resources = { gpu = "a100" }', 'resources = { gpu = "a100" }\nfallback = "cpu"'
+        )
+    )
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "tasks[1].resources.gpu: backend backends.cpu refuses it" in err
+    assert "backends.gpu refuses" not in err  # its own backend has the pool
+
+
+def test_a_fallback_plans_the_moves_either_backend_may_need(tmp_path: Path) -> None:
+    text = (
+        _plan(tmp_path)
+        .read_text()
+        .replace(
+            'outputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]',
+            'outputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]\nfallback = "gpu"',
+            1,
+        )
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    assert plan.routing is not None
+    moves = {(m.source, m.target, m.fallback) for m in cross_transfers(plan.routing, plan.tasks)}
+    assert moves == {("cpu", "gpu", False)}  # "make" on its fallback "gpu" moves nothing
+    text = text.replace(
+        'resources = { gpu = "a100" }', 'resources = { gpu = "a100" }\nfallback = "cpu"'
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    assert plan.routing is not None
+    moves = {(m.source, m.target, m.fallback) for m in cross_transfers(plan.routing, plan.tasks)}
+    assert moves == {("cpu", "gpu", False), ("gpu", "cpu", True)}
+
+
+@pytest.mark.asyncio
+async def test_outputs_are_collected_where_the_attempt_ran_and_moved_from_there(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "a.txt"
+    out.write_text("abcd")
+    moves = [
+        {"uri": str(out), "logical_path": "a.txt", "source": "one", "target": "two"},
+        {"uri": str(out), "logical_path": "a.txt", "source": "two", "target": "one"},
+    ]
+    routed, lanes = _routed(moves, {str(out): "one"})
+    routed.owners = {str(out): "a"}
+    routed.note(TaskHandle("counting", "a", {"altar.task": "a", LABEL_ROUTE: "two"}))
+    await routed.collect_outputs([Transfer(str(out), "a.txt")])
+    assert (lanes["one"].collected, [t.uri for t in lanes["two"].collected]) == ([], [str(out)])
+    assert [t.logical_path for t in lanes["one"].staged] == ["a.txt"]
+    assert lanes["two"].staged == []
