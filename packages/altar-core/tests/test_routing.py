@@ -352,3 +352,23 @@ async def test_outputs_are_collected_where_the_attempt_ran_and_moved_from_there(
     assert (lanes["one"].collected, [t.uri for t in lanes["two"].collected]) == ([], [str(out)])
     assert [t.logical_path for t in lanes["one"].staged] == ["a.txt"]
     assert lanes["two"].staged == []
+
+
+def _sweep(**keys: object) -> dict[str, object]:
+    sweep = {"id": "score-{fold}", "kind": "k", "image": "i", "command": ["x"], **keys}
+    return {"backends": {"cpu": {"type": "t"}, "hpc": {"type": "t"}}, "tasks": [sweep]}
+
+
+def test_a_sweeps_tasks_name_their_backend() -> None:
+    plan = parse_plan(_sweep(matrix={"fold": [0, 1]}, backend="hpc", fallback="cpu"))
+    assert plan.routing is not None
+    assert plan.routing.routes == {"score-0": "hpc", "score-1": "hpc"}
+    assert plan.routing.fallbacks == {"score-0": "cpu", "score-1": "cpu"}
+    # the key is filled in like any other string of the sweep
+    plan = parse_plan(
+        _sweep(id="score-{fold}-{on}", matrix={"fold": [0], "on": ["cpu", "hpc"]}, backend="{on}")
+    )
+    assert plan.routing is not None
+    assert plan.routing.routes == {"score-0-cpu": "cpu", "score-0-hpc": "hpc"}
+    with pytest.raises(PlanError, match=r"tasks\[0\]\[fold=1\]\.backend: no backend 'gpu'"):
+        parse_plan(_sweep(matrix={"fold": [1]}, backend="gpu"))
