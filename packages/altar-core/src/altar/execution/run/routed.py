@@ -127,6 +127,9 @@ class RoutedBackend(ExecutionBackend):
                     dict(decl.get("options") or {}),
                     source=f"backends.{route}.options",
                 )
+        # a keyed resubmit is answered with the first submit's task only if every lane does so
+        adopts = all(lane.adopts_submissions for lane in self.lanes.values())
+        setattr(self, "adopts_submissions", adopts)  # noqa: B010 (a ClassVar of the contract)
         self.routes = dict(routes)
         self.default = default
         self.moves = [dict(m) for m in moves or ()]
