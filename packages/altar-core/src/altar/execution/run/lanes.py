@@ -82,6 +82,10 @@ class Lanes:
         self.pool = pool
         self._emit = emit
         names = list(self.routed.lanes) if self.routed is not None else [ONE]
+        # without fallbacks every attempt of a task goes to its route: a lookup, per tick
+        self._fixed = self.routed is not None and not (
+            self.routed.fallbacks or self.routed.backend_fallbacks
+        )
         self.holds = {name: Hold(self._emitter(name)) for name in names}
         self._expanded: dict[tuple[str, str], ContainerTaskSpec] = {}
 
@@ -108,6 +112,10 @@ class Lanes:
         """The lane ``record`` counts against: its open attempt's, else its next attempt's."""
         if self.routed is None:
             return ONE
+        if self._fixed or not record.attempts:
+            last = record.last
+            label = last.handle.labels.get(LABEL_ROUTE) if last and last.handle else None
+            return label if label in self.routed.lanes else self.routed.route_of(record.id)
         routes, following = self.routes(record)
         if record.state in (SUBMITTING, PENDING, RUNNING) and routes:
             return routes[-1]
@@ -174,9 +182,6 @@ class Lanes:
             return await self._choose_lane(
                 ONE, self.backend, ready, records.values(), waiting, now, None
             )
-        groups: dict[str, list[TaskRecord]] = {}
-        for record in ready:
-            groups.setdefault(self.lane(record), []).append(record)
         flying: dict[str, list[TaskRecord]] = {}
         for record in scheduling.in_flight(records.values()):
             flying.setdefault(self.lane(record), []).append(record)
@@ -187,16 +192,35 @@ class Lanes:
         if self.max_parallel is not None:
             taken = sum(len(group) for group in flying.values()) + len(waiting)
             room = max(0, self.max_parallel - taken)
-        order = {record.id: index for index, record in enumerate(ready)}
-        chosen: list[TaskRecord] = []
-        for name, group in groups.items():
-            if room == 0:
-                break
+        # each lane's room (None: unbounded): none while held, else its max_parallel's and
+        # the run's
+        caps: dict[str, int | None] = {}
+        for name, hold in self.holds.items():
+            cap = room
             limit = self.routed.limits.get(name)
             if limit is not None:
-                group = group[
-                    : max(0, limit - len(flying.get(name, ())) - len(queued.get(name, ())))
-                ]
+                free = limit - len(flying.get(name, ())) - len(queued.get(name, ()))
+                cap = free if cap is None else min(cap, free)
+            caps[name] = 0 if hold.closed(now) or (cap is not None and cap <= 0) else cap
+        full = {name for name, cap in caps.items() if cap == 0}
+        if len(full) == len(caps):
+            return []
+        groups: dict[str, list[TaskRecord]] = {}
+        position: dict[str, int] = {}  # of the tasks taken, for the ready order
+        for index, record in enumerate(ready):  # until every lane has all it may take
+            name = self.lane(record)
+            if name in full:
+                continue
+            group = groups.setdefault(name, [])
+            group.append(record)
+            position[record.id] = index
+            cap = caps[name]
+            if cap is not None and len(group) >= cap:
+                full.add(name)
+                if len(full) == len(caps):
+                    break
+        chosen: list[TaskRecord] = []
+        for name, group in groups.items():
             if room is not None:
                 group = group[:room]
             if not group:
@@ -208,7 +232,7 @@ class Lanes:
             chosen += admitted
             if room is not None:
                 room -= len(admitted)
-        return sorted(chosen, key=lambda record: order[record.id])
+        return sorted(chosen, key=lambda record: position[record.id])
 
     async def _choose_lane(
         self,
