@@ -227,3 +227,57 @@ def test_fallback_and_max_parallel_are_read_and_checked() -> None:
     ]:
         with pytest.raises(PlanError, match=message):
             parse_plan(data)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("arrived", [True, False], ids=["arrived", "never-arrived"])
+async def test_killed_inside_the_fallbacks_submit_resumes_it_on_the_fallback_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arrived: bool
+) -> None:
+    """The runner stops (no grace) while the fallback attempt's submit is in flight: the
+    resumed run finds it on the fallback by its key, or submits it there again, never on the
+    backend that preempted it."""
+    from altar.execution.run import runner
+
+    from .conftest import AdoptingFakeBackend
+
+    spot, hpc = FakeProvider(), FakeProvider()
+    spot.script = {"fold": ["preempted", "ok"]}
+    if arrived:
+        hpc.slow_submits = {"fold": 3600.0}  # created on the provider, submit not returned
+    else:
+        hpc.hang_submits = {"fold"}  # the provider never saw it
+    lanes = {"spot": AdoptingFakeBackend(provider=spot), "hpc": AdoptingFakeBackend(provider=hpc)}
+
+    def routed() -> RoutedBackend:
+        return RoutedBackend(
+            backends={name: {"type": "fake"} for name in lanes},
+            routes={"fold": "spot", "other": "hpc"},
+            default="spot",
+            fallbacks={"fold": "hpc"},
+            built=lanes,
+        )
+
+    assert routed().adopts_submissions
+    monkeypatch.setattr(runner, "SUBMIT_GRACE_S", 0.0)
+    plan, run_dir = _plan("fold", "other"), tmp_path / "run"
+    run = asyncio.create_task(run_plan(plan, routed(), run_dir=run_dir, **FAST))
+    for _ in range(2000):
+        record = (
+            Journal.load(run_dir).tasks["fold"] if (run_dir / "journal.json").exists() else None
+        )
+        if record is not None and len(record.attempts) == 2 and record.state == "submitting":
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.02)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    record = Journal.load(run_dir).tasks["fold"]
+    assert (len(record.attempts), record.attempts[-1].handle) == (2, None)  # in doubt
+    hpc.slow_submits.clear()
+    result = await run_plan(plan, routed(), run_dir=run_dir, **FAST)
+    assert result.ok
+    assert _routes(run_dir, "fold") == ["spot", "hpc"]
+    assert (spot.executions("fold"), hpc.executions("fold")) == (1, 1)
+    assert [t.attempts for t in result.tasks if t.id == "fold"] == [2]
