@@ -71,7 +71,7 @@ def _routed_backends(workdir: Path) -> dict[str, dict[str, Any]]:
         root = workdir / f"data-{name}"
         root.mkdir(parents=True, exist_ok=True)
         backends[name] = {"type": kind, "options": {"data_root": str(root), "slots": 4}}
-    backends["local"]["max_parallel"] = 3  # its own lane's bound, within the run's 4
+    backends["cpu"]["max_parallel"] = 2  # its own lane's bound, within the run's 4
     return backends
 
 
