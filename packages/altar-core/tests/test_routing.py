@@ -333,6 +333,14 @@ def test_a_fallback_plans_the_moves_either_backend_may_need(tmp_path: Path) -> N
     assert plan.routing is not None
     moves = {(m.source, m.target, m.fallback) for m in cross_transfers(plan.routing, plan.tasks)}
     assert moves == {("cpu", "gpu", False), ("gpu", "cpu", True)}
+    from altar.execution.run.routed import routing_lines
+
+    lines = routing_lines(plan)
+    assert "transfer a.txt: make@cpu -> use@gpu (size known after the run)" in lines
+    assert (
+        "transfer a.txt: make@gpu -> use@cpu (size known after the run, only on a fallback)"
+        in lines
+    )
 
 
 @pytest.mark.asyncio
