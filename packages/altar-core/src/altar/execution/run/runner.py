@@ -365,7 +365,8 @@ class _Run:
             if self.cache is not None:
                 await self.cache.store_collected()
                 await self.cache.release_finished()
-            await cleanup_finished(self.ledger, self.backend)
+            with sweeping_for(earlier):  # what a killed process was writing as it cleaned up
+                await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
             self.journal.finished = all(record.final for record in self.records.values())
