@@ -128,6 +128,18 @@ def test_local_docker_backend_runs_every_task_once_through_kills_and_signals(
     _check(counts, log, _coverage(counts) + _problems(counts))
 
 
+@pytest.mark.docker
+@pytest.mark.integration
+def test_a_plan_routed_over_two_backends_runs_every_task_once_through_kills_and_signals(
+    tmp_path: Path, docker_host: str, record_property: pytest.RecordProperty
+) -> None:
+    """Issue 26: the same schedule on a plan routed over local Docker and in-process, outputs
+    moving both ways; every task once, nothing left on either backend."""
+    counts, log = _run(tmp_path, "routed", docker_host)
+    record_property("crash_counts", counts.format())
+    _check(counts, log, _coverage(counts) + _problems(counts))
+
+
 def _rounds() -> list[int]:
     """``ALTAR_CRASH_ROUNDS=<n>``: the engine-kill test runs n seeds in a row (default 1; the
     ``crash_engine`` nox session runs 5). With ``ALTAR_CRASH_SEED`` they are that seed and the

@@ -86,6 +86,32 @@ async def test_task_logs_are_apart_and_kept_after_cleanup(
 
 
 @pytest.mark.asyncio
+async def test_a_save_killed_midway_leaves_nothing_once_the_next_cleanup_names_its_process(
+    backend: LocalDockerExecutionBackend, engine: FakeDockerRuntime
+) -> None:
+    """Seen in the routed crash test: a runner killed while saving a container's logs left
+    ``.stderr.altar-tmp-<pid>-...``; the next run's cleanup saves them again and removes it."""
+    from altar.execution.atomic import sweeping_for, temp_path
+
+    handle = await backend.submit(spec())
+    engine.write_log(handle.external_id, ["the error"], stream="stderr")
+    engine.finish(handle.external_id, 1)
+    await backend.poll([handle])
+    directory = Path(backend.data_root, ".altar-logs", handle.external_id)
+    directory.mkdir(parents=True)  # noqa: ASYNC240
+    dead = temp_path(directory / "stderr", pid=999991)  # the killed runner's
+    stranger = temp_path(directory / "stdout", pid=7)
+    for path in (dead, stranger):
+        path.write_bytes(b"half")
+    with sweeping_for([999991]):
+        await backend.cleanup([handle])
+    assert not dead.exists()
+    assert stranger.exists()  # another process's: never touched
+    assert (directory / "stderr").read_text() == "the error\n"
+    backend.close()
+
+
+@pytest.mark.asyncio
 async def test_without_keep_logs_a_removed_task_has_none(
     tmp_path: Path, engine: FakeDockerRuntime
 ) -> None:

@@ -295,3 +295,88 @@ def _load_text(text: str) -> dict[str, object]:
     import tomllib
 
     return tomllib.loads(text)
+
+
+def test_check_refuses_a_fallback_without_the_tasks_gpu_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _plan(tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            'resources = { gpu = "a100" }', 'resources = { gpu = "a100" }\nfallback = "cpu"'
+        )
+    )
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "tasks[1].resources.gpu: backend backends.cpu refuses it" in err
+    assert "backends.gpu refuses" not in err  # its own backend has the pool
+
+
+def test_a_fallback_plans_the_moves_either_backend_may_need(tmp_path: Path) -> None:
+    text = (
+        _plan(tmp_path)
+        .read_text()
+        .replace(
+            'outputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]',
+            'outputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]\nfallback = "gpu"',
+            1,
+        )
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    assert plan.routing is not None
+    moves = {(m.source, m.target, m.fallback) for m in cross_transfers(plan.routing, plan.tasks)}
+    assert moves == {("cpu", "gpu", False)}  # "make" on its fallback "gpu" moves nothing
+    text = text.replace(
+        'resources = { gpu = "a100" }', 'resources = { gpu = "a100" }\nfallback = "cpu"'
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    assert plan.routing is not None
+    moves = {(m.source, m.target, m.fallback) for m in cross_transfers(plan.routing, plan.tasks)}
+    assert moves == {("cpu", "gpu", False), ("gpu", "cpu", True)}
+    from altar.execution.run.routed import routing_lines
+
+    lines = routing_lines(plan)
+    assert "transfer a.txt: make@cpu -> use@gpu (size known after the run)" in lines
+    assert (
+        "transfer a.txt: make@gpu -> use@cpu (size known after the run, only on a fallback)"
+        in lines
+    )
+
+
+@pytest.mark.asyncio
+async def test_outputs_are_collected_where_the_attempt_ran_and_moved_from_there(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "a.txt"
+    out.write_text("abcd")
+    moves = [
+        {"uri": str(out), "logical_path": "a.txt", "source": "one", "target": "two"},
+        {"uri": str(out), "logical_path": "a.txt", "source": "two", "target": "one"},
+    ]
+    routed, lanes = _routed(moves, {str(out): "one"})
+    routed.owners = {str(out): "a"}
+    routed.note(TaskHandle("counting", "a", {"altar.task": "a", LABEL_ROUTE: "two"}))
+    await routed.collect_outputs([Transfer(str(out), "a.txt")])
+    assert (lanes["one"].collected, [t.uri for t in lanes["two"].collected]) == ([], [str(out)])
+    assert [t.logical_path for t in lanes["one"].staged] == ["a.txt"]
+    assert lanes["two"].staged == []
+
+
+def _sweep(**keys: object) -> dict[str, object]:
+    sweep = {"id": "score-{fold}", "kind": "k", "image": "i", "command": ["x"], **keys}
+    return {"backends": {"cpu": {"type": "t"}, "hpc": {"type": "t"}}, "tasks": [sweep]}
+
+
+def test_a_sweeps_tasks_name_their_backend() -> None:
+    plan = parse_plan(_sweep(matrix={"fold": [0, 1]}, backend="hpc", fallback="cpu"))
+    assert plan.routing is not None
+    assert plan.routing.routes == {"score-0": "hpc", "score-1": "hpc"}
+    assert plan.routing.fallbacks == {"score-0": "cpu", "score-1": "cpu"}
+    # the key is filled in like any other string of the sweep
+    plan = parse_plan(
+        _sweep(id="score-{fold}-{on}", matrix={"fold": [0], "on": ["cpu", "hpc"]}, backend="{on}")
+    )
+    assert plan.routing is not None
+    assert plan.routing.routes == {"score-0-cpu": "cpu", "score-0-hpc": "hpc"}
+    with pytest.raises(PlanError, match=r"tasks\[0\]\[fold=1\]\.backend: no backend 'gpu'"):
+        parse_plan(_sweep(matrix={"fold": [1]}, backend="gpu"))

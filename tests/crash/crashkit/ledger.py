@@ -47,13 +47,16 @@ class Executions:
         return [task for task in tasks if not self.completed.get(task)]
 
 
-def read_ledger(path: Path, marker: str) -> Executions:
-    """Parse ``path``; lines of another plan (another marker) are ignored."""
+def read_ledger(path: Path | list[Path], marker: str) -> Executions:
+    """Parse ``path`` (or each of several: one per backend of a routed plan); lines of
+    another plan (another marker) are ignored."""
     executions = Executions()
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return executions
+    text = ""
+    for one in [path] if isinstance(path, Path) else path:
+        try:
+            text += one.read_text(errors="replace") + "\n"
+        except FileNotFoundError:
+            continue
     starts: dict[str, str] = {}
     for line in text.splitlines():
         fields = line.split()

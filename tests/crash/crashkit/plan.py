@@ -13,6 +13,10 @@ Every execution of a task first appends ``start <task> <nonce> <pid> <marker>`` 
 ``<data root>/ledger.log`` and, when it has written its output, ``end <task> <nonce>``: the
 ledger counts what actually ran, whatever the journal believes. ``marker`` is in every task's
 command line, so a process left running is found by scanning ``/proc``.
+
+Routed (``routes``): the plan declares ``[backends.NAME]`` and each kind of task names its
+backend; tasks see their data root as ``{altar:mount_root}`` and each backend's data root
+holds a ledger of its own (:attr:`CrashPlan.ledgers`).
 """
 
 from __future__ import annotations
@@ -47,10 +51,16 @@ class CrashPlan:
     expected: dict[str, bytes] = field(default_factory=dict)
     #: task id -> the ids it depends on
     dependencies: dict[str, list[str]] = field(default_factory=dict)
+    #: every backend's data root (a routed plan has several; the first is ``data_root``)
+    data_roots: list[Path] = field(default_factory=list)
 
     @property
     def ledger(self) -> Path:
         return self.data_root / LEDGER_NAME
+
+    @property
+    def ledgers(self) -> list[Path]:
+        return [root / LEDGER_NAME for root in self.data_roots or [self.data_root]]
 
 
 def _script(task_id: str, mount: str, reads: list[str], sleep_s: float, marker: str) -> str:
@@ -84,11 +94,15 @@ def build_plan(
     backend_options: dict[str, Any],
     image: str = "busybox:latest",
     max_parallel: int = 6,
+    backends: dict[str, dict[str, Any]] | None = None,
+    routes: dict[str, str] | None = None,
 ) -> CrashPlan:
     """Write inputs and ``plan.json`` under ``workdir`` for ``backend``.
 
     ``mount`` is where tasks see the data root (``/mnt/volume`` in a container, the data root
-    itself for the in-process backend, whose tasks run on the host).
+    itself for the in-process backend, whose tasks run on the host). ``backends`` and
+    ``routes`` (task kind -> backend name): a routed plan instead, over those
+    ``[backends.NAME]`` tables (``backend`` and ``backend_options`` are then the first's).
     """
     rng = random.Random(seed)
     marker = f"altar-crash-{seed}-{rng.getrandbits(40):010x}"
@@ -105,6 +119,8 @@ def build_plan(
 
     tasks: list[dict[str, Any]] = []
     plan = CrashPlan(workdir / "plan.json", data_root, results, marker, [])
+    if backends:
+        plan.data_roots = [Path(b["options"]["data_root"]) for b in backends.values()]
 
     def add(
         task_id: str, kind: str, reads: list[tuple[str, str, str | None]], sleep_s: float
@@ -148,6 +164,7 @@ def build_plan(
                     }
                 ],
                 "timeout_s": 300,
+                **({"backend": routes[kind]} if routes else {}),
             }
         )
 
@@ -175,5 +192,8 @@ def build_plan(
         "backend": {"type": backend, "options": backend_options},
         "tasks": tasks,
     }
+    if backends:
+        del document["backend"]
+        document["backends"] = backends
     plan.path.write_text(json.dumps(document, indent=1))
     return plan

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crashkit.driver import Drive, Driver, Interruption
 from crashkit.engine import PrivateEngine
@@ -59,12 +60,33 @@ class Setup:
     docker_host: str | None
 
 
+#: ``routed``: the folds and summaries in containers on the local Docker engine, the merges on
+#: the in-process backend, so outputs move both ways between the two (issue 26)
+ROUTES = {"fold": "local", "merge": "cpu", "summary": "local"}
+
+
+def _routed_backends(workdir: Path) -> dict[str, dict[str, Any]]:
+    backends: dict[str, dict[str, Any]] = {}
+    for name, kind in (("local", "local"), ("cpu", "in-process")):
+        root = workdir / f"data-{name}"
+        root.mkdir(parents=True, exist_ok=True)
+        backends[name] = {"type": kind, "options": {"data_root": str(root), "slots": 4}}
+    backends["cpu"]["max_parallel"] = 2  # its own lane's bound, within the run's 4
+    return backends
+
+
 def prepare(workdir: Path, backend: str, seed: int, *, docker_host: str | None = None) -> Setup:
-    """Write the plan for ``backend`` (``local`` or ``in-process``) under ``workdir``."""
+    """Write the plan for ``backend`` (``local``, ``in-process``, or ``routed``: both, see
+    :data:`ROUTES`) under ``workdir``."""
     data_root = workdir / "data"
-    data_root.mkdir(parents=True, exist_ok=True)
     options: dict[str, object] = {"data_root": str(data_root), "slots": 4}
     mount = "/mnt/volume" if backend == "local" else str(data_root)
+    backends = routes = None
+    if backend == "routed":
+        backends, routes = _routed_backends(workdir), ROUTES
+        options, mount = backends["local"]["options"], "{altar:mount_root}"
+    else:
+        data_root.mkdir(parents=True, exist_ok=True)
     plan = build_plan(
         workdir,
         seed=seed,
@@ -72,6 +94,8 @@ def prepare(workdir: Path, backend: str, seed: int, *, docker_host: str | None =
         mount=mount,
         backend_options=options,
         max_parallel=4,
+        backends=backends,
+        routes=routes,
     )
     env = dict(os.environ)
     env.pop("ALTAR_LOCAL_DATA_ROOT", None)
@@ -189,7 +213,7 @@ def count(
     """
     view = JournalView(setup.run_dir)
     view.poll()
-    executions = read_ledger(setup.plan.ledger, setup.plan.marker)
+    executions = read_ledger(setup.plan.ledgers, setup.plan.marker)
     retried = _retried(view.records)
     counts = Counts(setup.backend, setup.seed, tasks=len(setup.plan.task_ids))
     counts.executions = executions.total
@@ -223,9 +247,10 @@ def count(
         if entry.moment.signal.name != "SIGKILL" and not entry.resume_hint:
             counts.no_resume_hint.append(name)
     counts.processes_left = [f"{pid} {cmd}" for pid, cmd in processes_with(setup.plan.marker)]
+    data_roots = setup.plan.data_roots or [setup.plan.data_root]
     roots = [
         setup.run_dir,
-        setup.plan.data_root,
+        *data_roots,
         setup.plan.results,
         setup.plan.path.parent / "inputs",
     ]
@@ -249,8 +274,7 @@ def count(
             for c in everything
             if c.labels.get("altar.run") == run_id and c.id not in owned
         ]
-    else:
-        counts.records_left = [p.name for p in in_process_records(setup.plan.data_root)]
+    counts.records_left = [p.name for root in data_roots for p in in_process_records(root)]
     return counts
 
 
@@ -287,9 +311,9 @@ def run_scenario(
             driver.drive.interruptions.append(entry)
     if driver.drive.final_status != 0:
         driver.drive.final_status = driver.finish()
-    before = read_ledger(setup.plan.ledger, setup.plan.marker).total
+    before = read_ledger(setup.plan.ledgers, setup.plan.marker).total
     driver.drive.rerun_status = driver.finish()
-    after = read_ledger(setup.plan.ledger, setup.plan.marker).total
+    after = read_ledger(setup.plan.ledgers, setup.plan.marker).total
     counts = count(setup, driver.drive, after - before)
     log(counts.format())
     return counts
@@ -355,9 +379,9 @@ def run_engine_scenario(
     driver.drive.final_status = status
     if status != 0:
         driver.drive.final_status = driver.finish()
-    before = read_ledger(setup.plan.ledger, setup.plan.marker).total
+    before = read_ledger(setup.plan.ledgers, setup.plan.marker).total
     driver.drive.rerun_status = driver.finish()
-    after = read_ledger(setup.plan.ledger, setup.plan.marker).total
+    after = read_ledger(setup.plan.ledgers, setup.plan.marker).total
     counts = count(setup, driver.drive, after - before, excuse_retries=True)
     counts.first_status = status
     counts.engine_kills = engine.kills

@@ -4,7 +4,9 @@
 saves each one's stdout and stderr under ``<data_root>/.altar-logs/<container id>/`` (files
 0600, written whole through a temporary file): the data root is the one directory the backend
 owns and can write; it does not know the run directory. Saved before the removal, so a process
-killed in between leaves the container, and the next cleanup saves them again.
+killed in between leaves the container, and the next cleanup saves them again; that one first
+removes the temporary file the killed process was writing, when the runner names it among its
+earlier processes (:func:`~altar.execution.atomic.sweeping_for`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 
 from altar.backends.local.runtime import ContainerNotFoundError, DockerRuntime
 from altar.execution import TaskLogs
-from altar.execution.atomic import atomic_write
+from altar.execution.atomic import atomic_write, remove_stale_temporaries, stale_owners
 
 __all__ = ["LOG_DIR", "LogKeeper"]
 
@@ -42,6 +44,7 @@ class LogKeeper:
             return
         directory = self.directory(container_id)
         os.makedirs(directory, mode=0o700, exist_ok=True)
+        remove_stale_temporaries(directory, stale_owners())  # a killed save's, if any
         atomic_write(os.path.join(directory, "stdout"), streams.stdout.encode())
         atomic_write(os.path.join(directory, "stderr"), streams.stderr.encode())
 

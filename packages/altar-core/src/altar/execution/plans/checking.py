@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendUnavailableError, UnsupportedCapabilityError
 from altar.execution.plans.plan import Plan
-from altar.execution.run.routed import lane_for
+from altar.execution.run.routed import lanes_of
 from altar.execution.uris import local_path_or_none
 
 __all__ = ["CheckReport", "check_plan"]
@@ -150,21 +150,24 @@ _PLAN_FIELDS = {
 async def _check_specs(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:
     unanswered = False
     for index, task in enumerate(plan.tasks):
-        try:
-            await lane_for(backend, task.id).check_spec(task.spec)
-        except (UnsupportedCapabilityError, ValueError) as error:
-            capability = getattr(error, "capability", None)
-            field_name = _PLAN_FIELDS.get(capability, capability) if capability else None
-            where = f"tasks[{index}]" + (f".{field_name}" if field_name else "")
-            text = " ".join(str(error).split())
-            report.problems.append(
-                f"{plan.source}: {where}: backend {backend.name!r} refuses it: {text}"
-            )
-        except BackendUnavailableError as error:
-            # Keep going: what a backend refuses without asking its provider still counts.
-            if not unanswered:
-                report.notes.append(f"resources not checked: the backend did not answer: {error}")
-            unanswered = True
+        # a routed task is checked on its backend and on each fallback it may move to
+        for route, lane in lanes_of(backend, task.id):
+            try:
+                await lane.check_spec(task.spec)
+            except (UnsupportedCapabilityError, ValueError) as error:
+                capability = getattr(error, "capability", None)
+                field_name = _PLAN_FIELDS.get(capability, capability) if capability else None
+                where = f"tasks[{index}]" + (f".{field_name}" if field_name else "")
+                text = " ".join(str(error).split())
+                name = f"backends.{route}" if route is not None else repr(backend.name)
+                report.problems.append(f"{plan.source}: {where}: backend {name} refuses it: {text}")
+            except BackendUnavailableError as error:
+                # Keep going: what a backend refuses without asking its provider still counts.
+                if not unanswered:
+                    report.notes.append(
+                        f"resources not checked: the backend did not answer: {error}"
+                    )
+                unanswered = True
 
 
 async def _check_backend(plan: Plan, backend: ExecutionBackend, report: CheckReport) -> None:

@@ -19,6 +19,11 @@ Each task goes to one of them by this rule, first match wins:
 3. the backend declared ``default = true``, else the first one declared.
 
 The rule is pure (:func:`route_tasks`), so ``altar check``, ``--dry-run`` and the run agree.
+
+A backend table may also set ``max_parallel`` (its own lane's bound, beside the run's) and
+``fallback = "OTHER"``; a task may set ``fallback`` too (it wins over its backend's). After an
+attempt the provider ended (preempted, evicted, ...) the task's next attempt goes to the
+fallback (:func:`next_route`); a failure of the task itself never moves it.
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ __all__ = [
     "CrossTransfer",
     "Routing",
     "cross_transfers",
+    "next_route",
     "parse_routing",
+    "reachable",
     "route_tasks",
 ]
 
-_DECL_KEYS = ("default", "for_gpu", "options", "type")
+_DECL_KEYS = ("default", "fallback", "for_gpu", "max_parallel", "options", "type")
 
 Fail = Callable[[str, str], PlanError]
 
@@ -51,6 +58,8 @@ class BackendDecl:
     type: str
     options: dict[str, Any] = field(default_factory=dict)
     for_gpu: bool = False
+    max_parallel: int | None = None
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,9 +70,43 @@ class Routing:
     default: str
     routes: dict[str, str]
     """task id -> backend name, after the rule."""
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    """task id -> the task's own ``fallback`` (a backend's own is in its declaration)."""
 
     def gpu_backend(self) -> str | None:
         return next((d.name for d in self.backends.values() if d.for_gpu), None)
+
+
+def next_route(
+    task_id: str,
+    route: str,
+    *,
+    routes: Mapping[str, str],
+    fallbacks: Mapping[str, str],
+    backend_fallbacks: Mapping[str, str | None],
+) -> str:
+    """Where a task's next attempt goes after the provider ended one on ``route``: the task's
+    own fallback when it ended on the task's route, else ``route``'s fallback, else ``route``."""
+    if route == routes.get(task_id) and task_id in fallbacks:
+        return fallbacks[task_id]
+    return backend_fallbacks.get(route) or route
+
+
+def reachable(routing: Routing, task_id: str) -> list[str]:
+    """Every backend a task's attempts may go to: its route, then its fallbacks in turn."""
+    fallbacks = {d.name: d.fallback for d in routing.backends.values()}
+    found = [routing.routes[task_id]]
+    while True:
+        route = next_route(
+            task_id,
+            found[-1],
+            routes=routing.routes,
+            fallbacks=routing.fallbacks,
+            backend_fallbacks=fallbacks,
+        )
+        if route in found:
+            return found
+        found.append(route)
 
 
 @dataclass(frozen=True)
@@ -76,6 +119,8 @@ class CrossTransfer:
     source: str
     reader: str
     target: str
+    fallback: bool = False
+    """Only when the producer or the reader runs on a fallback backend."""
 
 
 def _decl(name: str, raw: Any, fail: Fail) -> tuple[BackendDecl, bool]:
@@ -95,16 +140,25 @@ def _decl(name: str, raw: Any, fail: Fail) -> tuple[BackendDecl, bool]:
     for key, value in flags.items():
         if not isinstance(value, bool):
             raise fail(f"{where}.{key}", f"must be true or false, got {value!r}")
-    return BackendDecl(name, kind, dict(options), flags["for_gpu"]), flags["default"]
+    limit = raw.get("max_parallel")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise fail(f"{where}.max_parallel", f"must be a whole number of at least 1, got {limit!r}")
+    fallback = raw.get("fallback")
+    if fallback is not None and (not isinstance(fallback, str) or fallback == name):
+        raise fail(f"{where}.fallback", f"must name another backend, got {fallback!r}")
+    decl = BackendDecl(name, kind, dict(options), flags["for_gpu"], limit, fallback)
+    return decl, flags["default"]
 
 
 def parse_routing(data: Mapping[str, Any], tasks: Sequence[Any], fail: Fail) -> Routing | None:
     """The plan's routing, or None for a plan without ``[backends]`` (one ``[backend]``)."""
     raw = data.get("backends")
+    where = {task.id: task.origin or f"tasks[{i}]" for i, task in enumerate(tasks)}
     if raw is None:
-        for item in data.get("tasks") or ():
-            if isinstance(item, Mapping) and "backend" in item:
-                raise fail(f"tasks.{item.get('id')}.backend", "the plan declares no [backends]")
+        for task in tasks:
+            if task.backend is not None or task.fallback is not None:
+                key = "backend" if task.backend is not None else "fallback"
+                raise fail(f"{where[task.id]}.{key}", "the plan declares no [backends]")
         return None
     if "backend" in data:
         raise fail("backends", "a plan has either one [backend] or named [backends.NAME]")
@@ -119,17 +173,27 @@ def parse_routing(data: Mapping[str, Any], tasks: Sequence[Any], fail: Fail) -> 
             defaults.append(decl.name)
     if len(defaults) > 1:
         raise fail(f"backends.{defaults[1]}.default", f"{defaults[0]!r} is the default already")
+    known = ", ".join(decls)
+    for decl in decls.values():
+        if decl.fallback is not None and decl.fallback not in decls:
+            raise fail(f"backends.{decl.name}.fallback", f"no backend {decl.fallback!r} ({known})")
     default = defaults[0] if defaults else next(iter(decls))
     chosen: dict[str, str] = {}
-    for index, item in enumerate(data.get("tasks") or ()):
-        if isinstance(item, Mapping) and "backend" in item:
-            name = item["backend"]
-            if not isinstance(name, str) or name not in decls:
-                known = ", ".join(decls)
-                raise fail(f"tasks[{index}].backend", f"no backend {name!r} (declared: {known})")
-            chosen[str(item.get("id"))] = name
+    fallbacks: dict[str, str] = {}
+    for task in tasks:
+        for key, into in (("backend", chosen), ("fallback", fallbacks)):
+            name = getattr(task, key)
+            if name is None:
+                continue
+            if name not in decls:
+                raise fail(f"{where[task.id]}.{key}", f"no backend {name!r} (declared: {known})")
+            into[task.id] = name
     routing = Routing(decls, default, {})
-    return Routing(decls, default, route_tasks(routing, tasks, chosen))
+    routes = route_tasks(routing, tasks, chosen)
+    for task_id, name in fallbacks.items():
+        if name == routes[task_id]:
+            raise fail(f"{where[task_id]}.fallback", f"{name!r} is the task's own backend")
+    return Routing(decls, default, routes, fallbacks)
 
 
 def route_tasks(
@@ -152,19 +216,33 @@ def route_tasks(
 def cross_transfers(routing: Routing, tasks: Sequence[Any]) -> list[CrossTransfer]:
     """The outputs a routing moves between backends: one per (output, reading task) pair
     whose producer runs on another backend (a reader names the output's logical path among
-    its inputs, as for any dependency). Empty when every reader shares its producer's."""
-    producers: dict[str, tuple[str, str, str]] = {}  # logical path -> (uri, task, route)
+    its inputs, as for any dependency). Empty when every reader shares its producer's.
+    With fallbacks, one more for each other pair of backends the two may run on."""
+    producers: dict[str, tuple[str, str, list[str]]] = {}  # logical path -> (uri, task, routes)
     for task in tasks:
         for out in task.spec.outputs:
-            producers[out.logical_path] = (out.uri, task.id, routing.routes[task.id])
+            producers[out.logical_path] = (out.uri, task.id, reachable(routing, task.id))
     moves: list[CrossTransfer] = []
     for task in tasks:
-        target = routing.routes[task.id]
+        targets = reachable(routing, task.id)
         for transfer in task.spec.inputs:
             made = producers.get(transfer.logical_path)
-            if made is not None and made[1] != task.id and made[2] != target:
-                uri, producer, source = made
-                moves.append(
-                    CrossTransfer(uri, transfer.logical_path, producer, source, task.id, target)
-                )
+            if made is None or made[1] == task.id:
+                continue
+            uri, producer, sources = made
+            for source in sources:
+                for target in targets:
+                    if source != target:
+                        fallback = source != sources[0] or target != targets[0]
+                        moves.append(
+                            CrossTransfer(
+                                uri,
+                                transfer.logical_path,
+                                producer,
+                                source,
+                                task.id,
+                                target,
+                                fallback,
+                            )
+                        )
     return moves

@@ -13,7 +13,9 @@ inputs, outputs, labels, after, image...; not table keys) ``{NAME}`` becomes the
 ``{NAME:FORMAT}`` the value through a Python format spec (``{batch:02d}``: two digits, zero
 padded). Other braces are left as they are, so shell and awk keep theirs: ``${HOME}``,
 ``{altar:mount_root}``, ``{print $1}``, ``{a,b}``. A ``{word}`` that names no matrix key is
-refused (a typo must not reach the shell); ``{{word}}`` is a literal ``{word}``.
+refused (a typo must not reach the shell); ``{{word}}`` is a literal ``{word}``. A routed
+plan's ``backend`` and ``fallback`` keys are strings like the others: ``backend = "{pool}"``
+sends each task to the backend its combination names.
 
 The id must name every key, so each task has its own. A matrix that is empty, has an empty or
 repeated value list, or would expand beyond :data:`MAX_TASKS` is refused with one line naming

@@ -32,6 +32,7 @@ _TASK_KEYS = (
     "cache",
     "command",
     "env",
+    "fallback",
     "id",
     "image",
     "inputs",
@@ -67,6 +68,8 @@ class PlanTask:
     after: tuple[str, ...] = ()
     origin: str | None = field(default=None, compare=False, repr=False)
     cache: bool = True  # ``cache = false``: never looked up or stored
+    backend: str | None = None  # ``backend = "NAME"``: one of the plan's [backends.NAME]
+    fallback: str | None = None  # ``fallback = "NAME"``: where it goes after provider endings
 
 
 def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fail) -> Transfer:
@@ -199,7 +202,13 @@ def _parse_task(
     cache = raw.get("cache", True)
     if not isinstance(cache, bool):
         raise fail(f"{where}.cache", f"must be true or false, got {cache!r}")
-    return PlanTask(task_id, spec, tuple(after), origin, cache)
+    names = {}
+    for key in ("backend", "fallback"):
+        name = raw.get(key)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise fail(f"{where}.{key}", f"must be a backend name, got {name!r}")
+        names[key] = name
+    return PlanTask(task_id, spec, tuple(after), origin, cache, **names)
 
 
 _SPEC_FIELDS = ("kind", "image", "command", "labels", "env", "timeout_s", "avoid_hosts")

@@ -19,6 +19,7 @@ from altar.execution.gather import gather_bounded
 from altar.execution.run.budget import RetryBudget
 from altar.execution.run.ledger import Ledger
 from altar.execution.run.results import one_line
+from altar.execution.run.routed import note_attempt
 from altar.execution.state.journal import (
     FAILED,
     PENDING,
@@ -171,6 +172,8 @@ async def _collect_one(
     record: TaskRecord,
 ) -> bool:
     outputs = specs[record.id].outputs
+    if record.last is not None:  # a routed run collects from where the attempt ran
+        note_attempt(backend, record.last.handle)
     try:
         if outputs:
             await backend.collect_outputs(list(outputs))

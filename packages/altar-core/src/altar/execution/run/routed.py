@@ -51,10 +51,15 @@ def routed_options(plan: Any) -> dict[str, Any]:
         {"uri": m.uri, "logical_path": m.logical_path, "source": m.source, "target": m.target}
         for m in cross_transfers(routing, plan.tasks)
     ]
-    return {
-        "backends": {
-            d.name: {"type": d.type, "options": dict(d.options)} for d in routing.backends.values()
-        },
+    backends: dict[str, dict[str, Any]] = {}
+    for d in routing.backends.values():
+        backends[d.name] = {"type": d.type, "options": dict(d.options)}
+        if d.max_parallel is not None:
+            backends[d.name]["max_parallel"] = d.max_parallel
+        if d.fallback is not None:
+            backends[d.name]["fallback"] = d.fallback
+    options: dict[str, Any] = {
+        "backends": backends,
         "routes": dict(routing.routes),
         "default": routing.default,
         "moves": moves,
@@ -62,6 +67,10 @@ def routed_options(plan: Any) -> dict[str, Any]:
             out.uri: routing.routes[task.id] for task in plan.tasks for out in task.spec.outputs
         },
     }
+    if any(d.fallback for d in routing.backends.values()) or routing.fallbacks:
+        options["fallbacks"] = dict(routing.fallbacks)
+        options["owners"] = {out.uri: task.id for task in plan.tasks for out in task.spec.outputs}
+    return options
 
 
 def lane_for(backend: ExecutionBackend, task_id: str) -> ExecutionBackend:
@@ -72,6 +81,20 @@ def lane_for(backend: ExecutionBackend, task_id: str) -> ExecutionBackend:
 def resolver_for(backend: ExecutionBackend, task_id: str) -> PathResolver:
     """How ``task_id``'s paths appear on the backend it runs on."""
     return lane_for(backend, task_id).path_resolver()
+
+
+def lanes_of(backend: ExecutionBackend, task_id: str) -> list[tuple[str | None, ExecutionBackend]]:
+    """Each (route, backend) ``task_id`` may run on: its route, then its fallbacks (one
+    backend: ``(None, backend)``)."""
+    if not isinstance(backend, RoutedBackend):
+        return [(None, backend)]
+    return [(route, backend.lanes[route]) for route in backend.reachable(task_id)]
+
+
+def note_attempt(backend: ExecutionBackend, handle: TaskHandle | None) -> None:
+    """Tell a routed backend where an attempt ran (before its outputs are collected)."""
+    if handle is not None and isinstance(backend, RoutedBackend):
+        backend.note(handle)
 
 
 class RoutedBackend(ExecutionBackend):
@@ -88,6 +111,8 @@ class RoutedBackend(ExecutionBackend):
         default: str,
         moves: list[Mapping[str, str]] | None = None,
         producers: Mapping[str, str] | None = None,
+        fallbacks: Mapping[str, str] | None = None,
+        owners: Mapping[str, str] | None = None,
         built: Mapping[str, ExecutionBackend] | None = None,
     ) -> None:
         from altar.execution.registry import create_backend
@@ -102,10 +127,23 @@ class RoutedBackend(ExecutionBackend):
                     dict(decl.get("options") or {}),
                     source=f"backends.{route}.options",
                 )
+        # a keyed resubmit is answered with the first submit's task only if every lane does so
+        adopts = all(lane.adopts_submissions for lane in self.lanes.values())
+        setattr(self, "adopts_submissions", adopts)  # noqa: B010 (a ClassVar of the contract)
         self.routes = dict(routes)
         self.default = default
         self.moves = [dict(m) for m in moves or ()]
         self.producers = dict(producers or {})
+        #: each lane's own ``max_parallel`` and ``fallback`` (from its ``[backends.NAME]``)
+        self.limits = {
+            r: int(d["max_parallel"]) for r, d in backends.items() if d.get("max_parallel")
+        }
+        self.backend_fallbacks = {
+            r: str(d["fallback"]) for r, d in backends.items() if d.get("fallback")
+        }
+        self.fallbacks = dict(fallbacks or {})  # task id -> its own fallback
+        self.owners = dict(owners or {})  # output uri -> the task producing it (with fallbacks)
+        self.ran: dict[str, str] = {}  # task id -> the route its latest attempt went to
         self.moved_bytes = 0
         self.moved_files = 0
         self._last: dict[tuple[str, str], TaskStatus] = {}
@@ -124,6 +162,31 @@ class RoutedBackend(ExecutionBackend):
             return str(route)
         return self.route_of(handle.labels.get(LABEL_TASK))
 
+    def next_route(self, task_id: str, route: str) -> str:
+        """Where ``task_id`` goes after the provider ended its attempt on ``route``."""
+        from altar.execution.plans.routing import next_route
+
+        return next_route(
+            task_id,
+            route,
+            routes=self.routes,
+            fallbacks=self.fallbacks,
+            backend_fallbacks=self.backend_fallbacks,
+        )
+
+    def reachable(self, task_id: str) -> list[str]:
+        """Every route a task's attempts may go to: its own, then its fallbacks in turn."""
+        found = [self.route_of(task_id)]
+        while (route := self.next_route(task_id, found[-1])) not in found:
+            found.append(route)
+        return found
+
+    def note(self, handle: TaskHandle) -> None:
+        """Remember where a task's attempt ran (its outputs are collected from there)."""
+        task = handle.labels.get(LABEL_TASK)
+        if task is not None:
+            self.ran[task] = self._route_of_handle(handle)
+
     def _group(self, handles: list[TaskHandle]) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
         for index, handle in enumerate(handles):
@@ -131,9 +194,14 @@ class RoutedBackend(ExecutionBackend):
         return groups
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
-        route = self.route_of(spec.labels.get(LABEL_TASK))
+        # the runner names the attempt's route (a fallback after a provider ending)
+        route = spec.labels.get(LABEL_ROUTE) or ""
+        if route not in self.lanes:
+            route = self.route_of(spec.labels.get(LABEL_TASK))
         handle = await self.lanes[route].submit(spec)
-        return replace(handle, labels={**handle.labels, LABEL_ROUTE: route})
+        handle = replace(handle, labels={**handle.labels, LABEL_ROUTE: route})
+        self.note(handle)
+        return handle
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
         out: list[TaskStatus | None] = [None] * len(handles)
@@ -151,6 +219,7 @@ class RoutedBackend(ExecutionBackend):
                     out[i] = self._last.get(key, TaskStatus(handles[i], TaskState.PENDING))
                 continue
             for i, status in zip(indexes, statuses, strict=True):
+                self.note(handles[i])
                 self._last[(handles[i].backend, handles[i].external_id)] = status
                 out[i] = replace(status, handle=handles[i])
         if down is not None and all((h.backend, h.external_id) not in self._last for h in handles):
@@ -230,12 +299,24 @@ class RoutedBackend(ExecutionBackend):
         from altar.execution.uris import local_path_or_none
 
         groups: dict[str, list[Transfer]] = {}
+        made: dict[str, str] = {}  # uri -> the route that produced it
         for transfer in transfers:
-            groups.setdefault(self.producers.get(transfer.uri, self.default), []).append(transfer)
+            route = self.producers.get(transfer.uri, self.default)
+            owner = self.owners.get(transfer.uri)
+            route = self.ran.get(owner, route) if owner is not None else route
+            made[transfer.uri] = route
+            groups.setdefault(route, []).append(transfer)
         for route, group in groups.items():
             await self.lanes[route].collect_outputs(group)
         for transfer in transfers:
-            targets = sorted({m["target"] for m in self.moves if m["uri"] == transfer.uri})
+            source = made[transfer.uri]
+            targets = sorted(
+                {
+                    m["target"]
+                    for m in self.moves
+                    if m["uri"] == transfer.uri and m.get("source", source) == source
+                }
+            )
             path = local_path_or_none(transfer.uri)
             if not targets or path is None:
                 continue
@@ -246,7 +327,9 @@ class RoutedBackend(ExecutionBackend):
                 paths = {
                     m["logical_path"]
                     for m in self.moves
-                    if m["uri"] == transfer.uri and m["target"] == target
+                    if m["uri"] == transfer.uri
+                    and m["target"] == target
+                    and m.get("source", source) == source
                 }
                 staged = [Transfer(transfer.uri, p, digest=digest) for p in sorted(paths)]
                 await self.lanes[target].stage_inputs(staged)
@@ -327,6 +410,7 @@ def routing_dict(plan: Any) -> dict[str, Any]:
                 "from": f"{m.producer}@{m.source}",
                 "to": f"{m.reader}@{m.target}",
                 "bytes": _known_size(m.uri),
+                "fallback": m.fallback,
             }
             for m in cross_transfers(plan.routing, plan.tasks)
         ],
@@ -343,7 +427,10 @@ def routing_lines(plan: Any) -> list[str]:
         lines.append(f"backend {route} ({kind}): {len(tasks)} task(s)")
     for move in data["transfers"]:
         size = "size known after the run" if move["bytes"] is None else f"{move['bytes']} bytes"
-        lines.append(f"transfer {move['logical_path']}: {move['from']} -> {move['to']} ({size})")
+        when = ", only on a fallback" if move["fallback"] else ""
+        lines.append(
+            f"transfer {move['logical_path']}: {move['from']} -> {move['to']} ({size}{when})"
+        )
     if not data["transfers"]:
         lines.append("transfers: none (every reader runs on its producer's backend)")
     return lines

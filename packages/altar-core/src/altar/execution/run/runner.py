@@ -47,7 +47,6 @@ from altar.execution.backend import ExecutionBackend, poll_interval_cap
 from altar.execution.cache.settings import CacheSettings
 from altar.execution.errors import (
     BackendCallError,
-    BackendUnavailableError,
     CancelIncompleteError,
     JournalError,
     OutputCollectionError,
@@ -61,17 +60,16 @@ from altar.execution.run.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_bu
 from altar.execution.run.caching import RunCache
 from altar.execution.run.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
 from altar.execution.run.clock import Clock
-from altar.execution.run.holding import Hold
+from altar.execution.run.lanes import Lanes
 from altar.execution.run.ledger import Ledger
 from altar.execution.run.litter import litter_directories, remove_litter, remove_run_dir_litter
-from altar.execution.run.observing import call_error, collect_succeeded, poll_open
+from altar.execution.run.observing import collect_succeeded, poll_open
 from altar.execution.run.reconciling import reconcile, start_adopted
 from altar.execution.run.results import (
     TASK_STATES,
     RunEvent,
     RunResult,
     TaskResult,
-    one_line,
     results_of,
 )
 from altar.execution.run.routed import resolver_for
@@ -159,6 +157,10 @@ class _Run:
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.specs = {task.id: task.spec for task in plan.tasks}  # built once, not per tick
         self.records = journal.tasks
+        # each backend of a routed run is a lane: its own max_parallel, capacity and hold
+        self.lanes = Lanes(
+            backend, self.specs, max_parallel=max_parallel, pool=self.pool, emit=self.ledger.emit
+        )
         self.submits = Submits(
             self.ledger,
             backend,
@@ -173,6 +175,7 @@ class _Run:
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
             window=SUBMIT_WINDOW,
+            lanes=self.lanes,
         )
         self._landed = False  # a submit landed with news since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
@@ -182,7 +185,6 @@ class _Run:
         self.set_state = self.ledger.set_state
         self.changed = self.ledger.changed
         self.flush = self.ledger.flush
-        self.hold = Hold(lambda kind, message: self.emit(kind, message))
         self.cache = RunCache(cache, plan, backend, self.ledger, journal) if cache else None
 
     def _news(self) -> None:
@@ -251,49 +253,14 @@ class _Run:
         return self.tasks[record.id].spec.resources.gpu or "cpu"
 
     def feed_hold(self) -> None:
-        """Tell the hold what the provider refused and ended since the last tick."""
-        now = self.now()
-        for error in self.submits.limits:
-            self.hold.limited(error, now)
-        for task_id, failure in self.ledger.endings:
-            self.hold.ended(task_id, failure, now)
+        """Tell the lanes' holds what the provider refused and ended since the last tick."""
+        self.lanes.feed(self.submits.limits, self.ledger.endings, self.records, self.now())
         self.submits.limits.clear()
         self.ledger.endings.clear()
-        self.hold.observe(self.records)
 
     async def choose(self, ready: list[TaskRecord]) -> list[TaskRecord]:
-        """The ready tasks to submit now (asks the backend's capacity only if any may go)."""
-        if self.hold.closed(self.now()):
-            return []
-        allowed = scheduling.choose(
-            ready,
-            records=self.records.values(),
-            max_parallel=self.max_parallel,
-            free=None,
-            pool=self.pool,
-            waiting=self.submits.waiting,
-        )
-        if not allowed:
-            return []
-        try:
-            capacity = await self.backend.capacity()
-        except BackendUnavailableError as error:
-            self.emit("backend_unavailable", f"capacity: {one_line(error)}")
-            return []
-        except Exception as error:
-            submitted = any(
-                r.state in (PENDING, RUNNING, SUBMITTING) for r in self.records.values()
-            )
-            raise call_error(self.backend, "capacity", error, submitted=submitted) from error
-        chosen = scheduling.choose(
-            allowed,
-            records=self.records.values(),
-            max_parallel=None,
-            free=capacity.pools,
-            pool=self.pool,
-            waiting=self.submits.waiting,
-        )
-        return self.hold.admit(chosen, self.now())
+        """The ready tasks to submit now (asks a lane's capacity only if any may go there)."""
+        return await self.lanes.choose(ready, self.records, self.submits.waiting, self.now())
 
     def now(self) -> float:
         """The clock of the poll schedule."""
@@ -400,7 +367,8 @@ class _Run:
             if self.cache is not None:
                 await self.cache.store_collected()
                 await self.cache.release_finished()
-            await cleanup_finished(self.ledger, self.backend)
+            with sweeping_for(earlier):  # what a killed process was writing as it cleaned up
+                await cleanup_finished(self.ledger, self.backend)
             await self.reconcile()
             self.tidy(earlier)
             self.journal.finished = all(record.final for record in self.records.values())

@@ -23,6 +23,7 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendUnavailableError, ProviderLimitError
@@ -33,6 +34,9 @@ from altar.execution.run.observing import fail_attempt
 from altar.execution.run.results import one_line
 from altar.execution.state.records import IN_DOUBT, PENDING, QUEUED, SUBMITTING, Attempt, TaskRecord
 from altar.execution.types import ContainerTaskSpec, TaskFailure
+
+if TYPE_CHECKING:
+    from altar.execution.run.lanes import Lanes
 
 __all__ = ["SUBMIT_WINDOW", "Submits"]
 
@@ -63,6 +67,7 @@ class Submits:
         grace_s: float,
         on_news: Callable[[], None],
         window: int = SUBMIT_WINDOW,
+        lanes: Lanes | None = None,
     ) -> None:
         self.ledger = ledger
         self.backend = backend
@@ -76,7 +81,9 @@ class Submits:
         self._on_news = on_news
         self.tasks: set[asyncio.Task[int]] = set()
         self.refused = False  # a submit found the provider unavailable since last asked
-        self.limits: list[ProviderLimitError] = []  # limit refusals since the loop last looked
+        #: limit refusals (task id, error) since the loop last looked
+        self.limits: list[tuple[str, ProviderLimitError]] = []
+        self.lanes = lanes  # where each attempt goes (a routed run's lanes), if not one backend
         #: the most submits in flight at once, so the most attempts a crash leaves in doubt
         self.window = max(1, window)
         self._active = 0  # submits started and not yet returned
@@ -124,8 +131,18 @@ class Submits:
         """The queued tasks, in order."""
         return self._queue
 
-    def withdraw_queued(self) -> None:
-        """Give the queued (not yet started) tasks back to the scheduler; they stay ``queued``."""
+    def withdraw_queued(self, like: TaskRecord | None = None) -> None:
+        """Give the queued (not yet started) tasks back to the scheduler; they stay ``queued``.
+
+        ``like``: only those going to the same lane as it (the other lanes' provider is up).
+        """
+        lanes = self.lanes
+        if like is not None and lanes is not None and lanes.routed is not None:
+            lane = lanes.lane(like)
+            kept = [r for r in self._queue if lanes.lane(r) != lane]
+            self._queue = deque(kept)
+            self.queued = {r.id for r in kept}
+            return
         self._queue.clear()
         self.queued.clear()
 
@@ -225,11 +242,12 @@ class Submits:
         except BackendUnavailableError as error:
             self._returned()
             self._withdraw(record, attempt)
-            self.withdraw_queued()  # the provider is down: the loop backs off, then chooses again
+            # the provider is down: the loop backs off, then chooses again
+            self.withdraw_queued(like=record)
             ledger.flush()
             self.refused = True
             if isinstance(error, ProviderLimitError):
-                self.limits.append(error)  # the run's hold says it, once
+                self.limits.append((record.id, error))  # the lane's hold says it, once
             else:
                 ledger.emit(
                     "backend_unavailable", f"{record.id}: submit: {one_line(error)}", record
@@ -272,6 +290,8 @@ class Submits:
     def labelled(self, record: TaskRecord, attempt: Attempt) -> ContainerTaskSpec:
         """The plan's spec with the run's reserved labels for this attempt added."""
         spec = self.specs[record.id]
+        if self.lanes is not None:
+            spec = self.lanes.spec_for(record, attempt, spec)
         key = attempt.key or submission_key(self.run_id, record.id, attempt.number)
         labels = {**spec.labels, **submission_labels(self.run_id, record.id, attempt.number, key)}
         return dataclasses.replace(spec, labels=labels)
