@@ -41,7 +41,7 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
 .scroll{overflow:auto;max-height:70vh;border:1px solid #e3e6ee;border-radius:4px}
 svg text{font:11px system-ui,sans-serif;fill:#334}
 svg .label{text-anchor:end}svg .tick{text-anchor:middle;fill:#778}
-svg .grid{stroke:#eceef3;stroke-width:1}
+svg .grid{stroke:#eceef3;stroke-width:1}svg .lane{font-weight:600;fill:#1d2330}
 .p-queued{fill:#d5d9e2}.p-retry-wait{fill:#f7d3ae}.p-staging{fill:#9b7fd4}.p-pending{fill:#f2c14e}
 .p-running{fill:#3f8fd2}.p-collecting{fill:#45b39d}
 .m-fail{fill:#d9412b}.m-retry{fill:#f08a24}
@@ -178,6 +178,33 @@ def _staging_section(report: Report) -> str:
     )
 
 
+def _lanes_section(report: Report) -> str:
+    """A routed run's backends: a row and a slot line per lane (nothing for one backend)."""
+    if not report.lanes:
+        return ""
+    rows = []
+    for lane in report.lanes:
+        counts = ", ".join(f"{n} {escape(state)}" for state, n in sorted(lane.counts.items()))
+        ended = lane.provider_endings
+        endings = f" ({ended} ended by the provider)" if ended else ""
+        rows.append(
+            f'<tr data-lane="{escape(lane.name)}"><td><code>{escape(lane.name)}</code></td>'
+            f'<td class="num">{lane.tasks}</td><td>{counts}</td>'
+            f'<td class="num">{lane.attempts}{endings}</td><td class="num">{lane.peak}</td></tr>'
+        )
+    plots = "".join(
+        f"<p>slots in use on <code>{escape(lane.name)}</code></p>"
+        f'<div class="wide">{slots_svg(report, 60.0, slots=lane.slots, name="slots-" + lane.name)}'
+        "</div>"
+        for lane in report.lanes
+    )
+    return (
+        '<h2>Backends</h2><div class="wide"><table id="lanes"><thead><tr><th>backend</th>'
+        "<th>tasks</th><th>outcomes (by the last attempt's backend)</th><th>attempts</th>"
+        f"<th>peak slots</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>{plots}"
+    )
+
+
 def _interruption(gap: Interruption) -> str:
     took = _duration(gap.end - gap.start)
     if gap.finished:
@@ -297,6 +324,7 @@ def render_html(report: Report, *, group_above: int = REPORT_GROUP_THRESHOLD) ->
         f'<h2>Timeline</h2>{note}<p class="legend">{legend}</p>'
         f'<div class="scroll">{timeline_svg(timeline)}</div>'
         f'<h2>Slots in use</h2><div class="wide">{slots_svg(report)}</div>'
+        f"{_lanes_section(report)}"
         f"<h2>Staging throughput</h2>{_staging_section(report)}"
         f"<h2>Interruptions</h2>{_interruptions_section(report)}"
         f"{tasks}<script>{script}</script></body></html>\n"

@@ -23,12 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from altar.execution.labels import RESERVED_LABEL_PREFIX
 from altar.execution.report.events import PROCESS, LoggedEvent
+from altar.execution.run.routed import LABEL_ROUTE
 from altar.execution.state.journal import IN_DOUBT, Attempt, Journal, TaskRecord
 from altar.execution.state.views import user_labels
 from altar.execution.types import TaskFailure
+
+if TYPE_CHECKING:
+    from altar.execution.report.lanes import Lane
 
 __all__ = [
     "AttemptBar",
@@ -65,6 +70,7 @@ class AttemptBar:
     retried: bool = False  # a later attempt followed this failed one
     detail: str | None = None  # the last line of its failure's detail
     interrupted: str | None = None  # how a stop of the runner touched it, if one did
+    backend: str | None = None  # the named backend it went to, in a routed run
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,7 @@ class Report:
     finished: bool = False
     interruptions: tuple[Interruption, ...] = ()
     staging_error: str | None = None
+    lanes: tuple[Lane, ...] = ()  # one per backend of a routed run (report/lanes.py)
 
 
 def log_tail(text: str | None) -> str:
@@ -258,6 +265,9 @@ def _bars(
                 retried=outcome == "failed" and not last,
                 detail=last_line(failure.detail) if failure else None,
                 interrupted=_interrupted(attempt, gaps),
+                backend=(
+                    attempt.handle.labels.get(LABEL_ROUTE) if attempt.handle is not None else None
+                ),
             )
         )
         queued_from = end
@@ -381,6 +391,8 @@ def build_report(
     journal: Journal, events: Sequence[LoggedEvent] = (), *, now: float | None = None
 ) -> Report:
     """The report of ``journal`` (and its event log); ``now`` ends the attempts still open."""
+    from altar.execution.report.lanes import build_lanes  # it builds on this module
+
     records = list(journal.tasks.values())
     times = [journal.created_at] if journal.created_at else []
     times += [e.at for e in events]
@@ -417,4 +429,5 @@ def build_report(
         finished=journal.finished,
         interruptions=gaps,
         staging_error=journal.staging_error,
+        lanes=build_lanes(records, rows, now),
     )

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from altar.execution.report.lanes import lane_order
 from altar.execution.report.model import AttemptBar, Report, Staging, thin_steps
 
 __all__ = ["axis_ticks", "slots_svg", "staging_svg", "timeline_svg"]
@@ -72,6 +73,8 @@ def _axis(scale: _Scale, y: float, height: float) -> list[str]:
 def _attempt(task_id: str, bar: AttemptBar, scale: _Scale, y: float) -> list[str]:
     parts = []
     note = f" ({bar.interrupted})" if bar.interrupted else ""
+    if bar.backend:
+        note = f" on {bar.backend}{note}"
     for phase in bar.phases:
         x = scale.x(phase.start)
         width = max(scale.x(phase.end) - x, 0.8)
@@ -100,7 +103,10 @@ def _attempt(task_id: str, bar: AttemptBar, scale: _Scale, y: float) -> list[str
 def timeline_svg(report: Report) -> str:
     """One row per task (and one for staging), each attempt's phases along the time axis."""
     scale = _Scale(report.start, report.end)
-    rows = len(report.tasks) + (1 if report.staging else 0)
+    # a routed run's tasks in a lane per backend, each under a row naming it
+    lanes = lane_order(report.tasks) if report.lanes else [(None, list(report.tasks))]
+    headed = len(lanes) if report.lanes else 0
+    rows = len(report.tasks) + (1 if report.staging else 0) + headed
     height = AXIS + rows * ROW + 4
     width = LABEL_WIDTH + PLOT_WIDTH + 10
     parts = [
@@ -123,16 +129,24 @@ def timeline_svg(report: Report) -> str:
             f"<title>staging inputs {_seconds(end - staging.start)}</title></rect>"
         )
         y += ROW
-    for task in report.tasks:
-        parts.append(
-            f'<g class="t s-{escape(task.status)}" data-task="{escape(task.id)}">'
-            f'<text class="label" x="{_n(LABEL_WIDTH - 6)}" y="{_n(y + BAR)}">'
-            f"{escape(task.id)}</text>"
-        )
-        for bar in task.attempts:
-            parts += _attempt(task.id, bar, scale, y + 2)
-        parts.append("</g>")
-        y += ROW
+    for lane, tasks in lanes:
+        if headed:
+            name = f"on {lane}" if lane else "not submitted"
+            parts.append(
+                f'<text class="lane" x="4" y="{_n(y + BAR)}" data-lane="{escape(lane or "")}">'
+                f"{escape(name)}</text>"
+            )
+            y += ROW
+        for task in tasks:
+            parts.append(
+                f'<g class="t s-{escape(task.status)}" data-task="{escape(task.id)}">'
+                f'<text class="label" x="{_n(LABEL_WIDTH - 6)}" y="{_n(y + BAR)}">'
+                f"{escape(task.id)}</text>"
+            )
+            for bar in task.attempts:
+                parts += _attempt(task.id, bar, scale, y + 2)
+            parts.append("</g>")
+            y += ROW
     for gap in report.interruptions:  # over the rows, see-through: when no runner drove the run
         x = scale.x(gap.start)
         what = "the run finished; started again" if gap.finished else "runner down"
@@ -159,24 +173,32 @@ def _step_path(points: Sequence[tuple[float, float]], scale: _Scale, y0: float, 
     return "".join(path)
 
 
-def slots_svg(report: Report, height: float = 120.0) -> str:
-    """Attempts submitted and not finished over time (a step line), with its peak."""
+def slots_svg(
+    report: Report,
+    height: float = 120.0,
+    *,
+    slots: Sequence[tuple[float, int]] | None = None,
+    name: str = "slots",
+) -> str:
+    """Attempts submitted and not finished over time (a step line), with its peak: the run's,
+    or ``slots`` (one lane's) on the run's time axis."""
     scale = _Scale(report.start, report.end)
-    peak = max((count for _, count in report.slots), default=0)
+    slots = report.slots if slots is None else slots
+    peak = max((count for _, count in slots), default=0)
     total = AXIS + height + 6
     width = LABEL_WIDTH + PLOT_WIDTH + 10
     y0 = AXIS + height
     parts = [
-        f'<svg id="slots" xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" '
+        f'<svg id="{escape(name)}" xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" '
         f'height="{_n(total)}" viewBox="0 0 {_n(width)} {_n(total)}" role="img" '
         'aria-label="slots in use over time">'
     ]
     parts += _axis(scale, AXIS, height)
     parts.append(f'<text class="label" x="{_n(LABEL_WIDTH - 6)}" y="{_n(AXIS + 10)}">{peak}</text>')
     parts.append(f'<text class="label" x="{_n(LABEL_WIDTH - 6)}" y="{_n(y0)}">0</text>')
-    if report.slots and peak:
-        steps = thin_steps(report.slots)  # 100,000 tasks make 200,000 steps
-        points = [(report.start, 0), *steps, (report.end, report.slots[-1][1])]
+    if slots and peak:
+        steps = thin_steps(slots)  # 100,000 tasks make 200,000 steps
+        points = [(report.start, 0), *steps, (report.end, slots[-1][1])]
         path = _step_path(points, scale, y0, height / peak)
         parts.append(f'<path class="slots" d="{path}"><title>peak {peak} in use</title></path>')
     parts.append("</svg>")
