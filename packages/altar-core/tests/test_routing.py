@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from altar.execution.cli import command as cli
 from altar.execution.errors import BackendUnavailableError, PlanError
 from altar.execution.plans.plan import parse_plan
 from altar.execution.plans.routing import cross_transfers
-from altar.execution.run.routed import LABEL_ROUTE, RoutedBackend
+from altar.execution.run.routed import LABEL_ROUTE, RoutedBackend, named_max_parallel
+from altar.execution.state.journal import Journal
 from altar.execution.types import (
     ContainerTaskSpec,
     TaskHandle,
@@ -380,3 +382,54 @@ def test_a_sweeps_tasks_name_their_backend() -> None:
     assert plan.routing.routes == {"score-0-cpu": "cpu", "score-0-hpc": "hpc"}
     with pytest.raises(PlanError, match=r"tasks\[0\]\[fold=1\]\.backend: no backend 'gpu'"):
         parse_plan(_sweep(matrix={"fold": [1]}, backend="gpu"))
+
+
+@pytest.mark.parametrize(
+    ("backend", "given", "whole", "expected"),
+    [
+        ("hpc", None, None, 1),  # the named backend's own bound
+        ("hpc", None, 4, 1),  # the tighter of the plan's and the backend's
+        ("wide", None, 2, None),  # a backend without its own: the plan's (None: run_plan's)
+        ("hpc", 3, None, 3),  # --max-parallel wins
+        (None, None, 4, None),  # routed: each lane bounds itself
+        ("local", None, 4, None),  # a type, not a name
+    ],
+)
+def test_backend_name_brings_its_max_parallel(
+    backend: str | None, given: int | None, whole: int | None, expected: int | None
+) -> None:
+    data = {
+        "max_parallel": whole,
+        "backends": {"hpc": {"type": "t", "max_parallel": 1}, "wide": {"type": "t"}},
+        "tasks": [{"id": "a", "kind": "k", "image": "i", "command": ["x"]}],
+    }
+    if whole is None:
+        del data["max_parallel"]
+    assert named_max_parallel(parse_plan(data), backend, given) == expected
+
+
+def test_altar_run_backend_name_keeps_that_backends_max_parallel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    tasks = "".join(
+        f'[[tasks]]\nid = "t{n}"\nkind = "k"\nimage = "busybox:latest"\n'
+        'command = ["sh", "-c", "sleep 0.3"]\n\n'
+        for n in range(3)
+    )
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[backends.cpu]\ntype = "in-process"\n\n'
+        '[backends.hpc]\ntype = "in-process"\nmax_parallel = 1\n\n' + tasks
+    )
+    run_dir = tmp_path / "r"
+    assert cli.main(["run", str(plan), "--backend", "hpc", "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    spans = sorted(
+        (a.submitted_at, a.finished_at)
+        for record in Journal.load(run_dir).tasks.values()
+        for a in record.attempts
+    )
+    assert len(spans) == 3
+    # one at a time: each submit after the one before it finished
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))

@@ -180,6 +180,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         use_colour,
     )
     from altar.execution.run.retrying import reopen_failed_in
+    from altar.execution.run.routed import named_max_parallel
     from altar.execution.run.runner import run_plan
     from altar.execution.state.journal import Journal
 
@@ -241,7 +242,7 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             plan,
             backend,
             run_dir=run_dir,
-            max_parallel=args.max_parallel,
+            max_parallel=named_max_parallel(plan, args.backend, args.max_parallel),
             max_retries=args.max_retries,
             max_provider_retries=args.max_provider_retries,
             cache=_cache_choice(args, plan),

@@ -36,7 +36,13 @@ from altar.execution.types import (
     Transfer,
 )
 
-__all__ = ["LABEL_ROUTE", "RoutedBackend", "resolver_for", "routed_options"]
+__all__ = [
+    "LABEL_ROUTE",
+    "RoutedBackend",
+    "named_max_parallel",
+    "resolver_for",
+    "routed_options",
+]
 
 #: The named backend an attempt went to, added to the handles the routed backend returns.
 LABEL_ROUTE = "altar.route"
@@ -374,6 +380,20 @@ def routed_backend(
             decl["options"] = resolve_path_options(decl["options"], cls, plan.base_dir)
         del route
     return RoutedBackend(**options), options
+
+
+def named_max_parallel(plan: Any, backend_type: str | None, given: int | None) -> int | None:
+    """The run's ``max_parallel`` when ``--backend NAME`` runs every task on one declared
+    backend: ``given`` (``--max-parallel``) if set, else the tighter of the plan's and that
+    backend's own (None: the plan's, as for any run)."""
+    routing = plan.routing
+    if given is not None or routing is None or backend_type not in routing.backends:
+        return given
+    own: int | None = routing.backends[backend_type].max_parallel
+    whole: int | None = plan.max_parallel
+    if own is None:
+        return None
+    return own if whole is None else min(own, whole)
 
 
 def transfer_summary(backend: ExecutionBackend) -> dict[str, Any] | None:
