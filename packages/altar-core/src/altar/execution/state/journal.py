@@ -34,13 +34,11 @@ provider objects removed because no journal entry owned them.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from altar.execution.atomic import atomic_write
 from altar.execution.errors import JournalError
 from altar.execution.state.bulk import collector_paused
+from altar.execution.state.lock import LOCK_NAME, lock_is_held, run_lock
 from altar.execution.state.records import (
     CANCELLED,
     FAILED,
@@ -76,6 +75,7 @@ __all__ = [
     "JOURNAL_FORMAT",
     "JOURNAL_NAME",
     "JOURNAL_VERSION",
+    "LOCK_NAME",
     "PENDING",
     "QUEUED",
     "RUNNING",
@@ -102,7 +102,6 @@ READ_VERSIONS = (1, 2)
 COMPACT_RATIO = 4
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
-LOCK_NAME = "lock"
 
 
 def append_durably(path: Path, data: bytes) -> None:
@@ -357,62 +356,6 @@ class Journal:
         if raw and (good_end < len(raw) or not raw.endswith(b"\n")):
             # a torn last line, or a whole one missing its newline: mend before appending
             self._log_repair = (good_end, good_end > 0 and raw[good_end - 1 : good_end] != b"\n")
-
-
-@contextlib.contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir``'s lock: one altar process drives a run at a time."""
-    path = run_dir / LOCK_NAME
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as error:
-        raise JournalError(
-            f"cannot use {run_dir} as a run directory: {error.strerror or error}"
-        ) from error
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise JournalError(
-                f"{run_dir} is in use by another altar process (pid {holder}); "
-                "wait for it, or run `altar cancel` on this run directory"
-            ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
-        except OSError as error:  # a full disk, a quota: nothing was started yet
-            raise JournalError(
-                f"cannot use {run_dir} as a run directory: {error.strerror or error}; "
-                "free space and run again"
-            ) from error
-        yield
-    finally:
-        os.close(fd)
-
-
-def lock_is_held(run_dir: Path) -> bool:
-    """True if another process holds ``run_dir``'s lock right now."""
-    path = run_dir / LOCK_NAME
-    try:
-        # read-only is enough for flock, so a user who may only look at a run can ask
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    except OSError as error:
-        raise JournalError(f"cannot read {path}: {error.strerror or error}") from error
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
 
 
 def _as_stored(options: Mapping[str, Any]) -> Any:
