@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
+from altar.execution.atomic import temp_owner
+from altar.execution.state import journal as journal_module
 from altar.execution.state.journal import COMPACT_RATIO, Journal
 from altar.execution.state.records import Attempt, TaskRecord
 from altar.execution.types import TaskFailure, TaskHandle
@@ -119,3 +123,48 @@ def test_a_log_line_writes_a_handle_once_and_a_version_1_journal_still_reads(tmp
     old_line = {"seq": journal.seq + 1, "task": "a", "record": OLD_FORM}
     (tmp_path / "journal.log").write_text(json.dumps(old_line) + "\n")
     assert Journal.load(tmp_path).tasks["a"] == TaskRecord.from_dict("a", OLD_FORM)
+
+
+def _journal_of(tmp_path, n):
+    records = {f"t{i}": TaskRecord(f"t{i}", "fold", "sha256:00") for i in range(n)}
+    return Journal(tmp_path, "fake", {}, "", records)
+
+
+def test_a_snapshot_is_written_in_chunks_with_the_bytes_of_one_document(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal_module, "SNAPSHOT_CHUNK", 3)
+    for n in (0, 1, 3, 7):
+        journal = _journal_of(tmp_path, n)
+        journal.save()
+        raw = (tmp_path / "journal.json").read_bytes()
+        assert raw == json.dumps(journal.to_dict(), separators=(",", ":")).encode()
+        assert journal.snapshot_bytes == len(raw)
+        assert Journal.load(tmp_path).tasks == journal.tasks
+
+
+def test_a_process_killed_inside_a_chunked_snapshot_leaves_the_old_one(tmp_path):
+    journal = _journal_of(tmp_path, 7)
+    journal.save()
+    before = (tmp_path / "journal.json").read_bytes()
+    pid = os.fork()
+    if pid == 0:  # the child: SIGKILLed after its first chunk is written, before the rename
+        journal_module.SNAPSHOT_CHUNK = 2
+        chunks = journal._snapshot_chunks
+
+        def killed_midway():
+            parts = chunks()
+            yield next(parts)
+            yield next(parts)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        journal._snapshot_chunks = killed_midway
+        journal.tasks["t0"].state = "running"
+        journal.save()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    assert os.WTERMSIG(status) == signal.SIGKILL
+    assert (tmp_path / "journal.json").read_bytes() == before
+    assert Journal.load(tmp_path).tasks == journal.tasks
+    left = [p.name for p in tmp_path.iterdir() if ".altar-tmp-" in p.name]
+    assert len(left) == 1
+    assert temp_owner(left[0]) == pid

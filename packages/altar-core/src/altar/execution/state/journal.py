@@ -38,8 +38,9 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +103,8 @@ READ_VERSIONS = (1, 2)
 COMPACT_RATIO = 4
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
+#: Tasks encoded at a time by a snapshot, so a snapshot is never whole in memory.
+SNAPSHOT_CHUNK = 2000
 
 
 def append_durably(path: Path, data: bytes) -> None:
@@ -213,6 +216,12 @@ class Journal:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **self._head(),
+            "tasks": {task_id: record.to_dict() for task_id, record in self.tasks.items()},
+        }
+
+    def _head(self) -> dict[str, Any]:
+        return {
             "format": JOURNAL_FORMAT,
             "version": JOURNAL_VERSION,
             "seq": self.seq,
@@ -228,8 +237,18 @@ class Journal:
             "run_id": self.run_id,
             "pids": list(self.pids),
             "removed": list(self.removed),
-            "tasks": {task_id: record.to_dict() for task_id, record in self.tasks.items()},
         }
+
+    def _snapshot_chunks(self) -> Iterator[bytes]:
+        """:meth:`to_dict` as JSON, ``SNAPSHOT_CHUNK`` tasks at a time (same bytes as whole)."""
+        head = json.dumps(self._head(), separators=(",", ":"), default=str)
+        yield head[:-1].encode() + b',"tasks":{'
+        records = iter(self.tasks.items())
+        comma = b""
+        while part := {task_id: r.to_dict() for task_id, r in islice(records, SNAPSHOT_CHUNK)}:
+            yield comma + json.dumps(part, separators=(",", ":"), default=str)[1:-1].encode()
+            comma = b","
+        yield b"}}"
 
     def _write_error(self, error: OSError) -> JournalError:
         reason = error.strerror or str(error)
@@ -242,12 +261,12 @@ class Journal:
         """Write a snapshot of everything and empty the log (JournalError if that fails)."""
         self.updated_at = time.time()
         try:
-            data = json.dumps(self.to_dict(), separators=(",", ":"), default=str).encode()
             # the log is made before the snapshot, so the directory fsync that makes the
             # snapshot's name durable makes the log's durable too: a fsync'd append to a log
             # whose directory entry a power cut then loses would lose the handles in it
             os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o600))
-            atomic_write(self.path, data)
+            with collector_paused():  # the chunks' dicts are no garbage to hunt for
+                size = atomic_write(self.path, self._snapshot_chunks())
         except OSError as error:
             raise self._write_error(error) from error
         with contextlib.suppress(OSError):
@@ -257,7 +276,7 @@ class Journal:
             os.truncate(self.log_path, 0)
             self._log_repair = None
         self.log_lines = 0
-        self.log_bytes, self.snapshot_bytes = 0, len(data)
+        self.log_bytes, self.snapshot_bytes = 0, size
         for record in self.tasks.values():
             for attempt in record.attempts:
                 attempt.logged_handle = attempt.handle
@@ -399,6 +418,8 @@ def open_journal(
     run_dir: Path,
     options: dict[str, Any],
     flags: Mapping[str, int] | None = None,
+    *,
+    save: bool = True,
 ) -> Journal:
     """The journal of ``plan`` on ``backend_name`` in ``run_dir``: resumed if there, else new.
 
@@ -407,6 +428,8 @@ def open_journal(
 
     A journal of another backend, other tasks, a changed task or other backend options is
     refused with a JournalError saying to use a new run directory (or the same options).
+    ``save=False`` leaves a new journal's first snapshot to the caller (the runner's, which
+    adds its pid at once: one snapshot of every task fewer).
     """
     digests = {task.id: spec_digest(task.spec) for task in plan.tasks}
     if Journal.exists(run_dir):
@@ -445,5 +468,6 @@ def open_journal(
             task.id: TaskRecord(task.id, task.spec.kind, digests[task.id]) for task in plan.tasks
         },
     )
-    journal.save()
+    if save:
+        journal.save()
     return journal
