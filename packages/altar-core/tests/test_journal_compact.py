@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 
 from altar.execution.atomic import temp_owner
@@ -99,30 +100,160 @@ def test_the_log_is_folded_by_its_size_against_the_snapshot(tmp_path):
     assert reread.tasks == journal.tasks
 
 
-def test_a_log_line_writes_a_handle_once_and_a_version_1_journal_still_reads(tmp_path):
+def test_a_log_line_holds_only_what_changed_and_handles_leave_out_what_the_run_implies(
+    tmp_path,
+):
     record = TaskRecord("a", "fold", "sha256:00")
     journal = Journal(tmp_path, "fake", {}, "", {"a": record})
     journal.save()
-    labels = {"altar.submission": "k1"}
-    record.attempts.append(Attempt(number=1, key="k1", handle=TaskHandle("fake", "x-1", labels)))
-    record.state = "pending"
-    for state in ("pending", "running", "succeeded"):
+    labels = {
+        "fold": "1",
+        "altar.run": journal.run_id,
+        "altar.task": "a",
+        "altar.attempt": "1",
+        "altar.submission": "k1",
+    }
+    record.attempts.append(Attempt(number=1, key="k1", submitted_at=1.0))
+    record.state = "submitting"
+    journal.mark(record)
+    journal.flush()
+    record.attempts[0].handle = TaskHandle("fake", "x-1", labels)
+    for state in ("pending", "pending", "running", "succeeded"):
         record.state = record.attempts[0].state = state
         journal.mark(record)
         journal.flush()
+    record.outputs_collected = True
+    journal.mark(record)
+    journal.flush()
     lines = [json.loads(line) for line in (tmp_path / "journal.log").read_text().splitlines()]
-    assert [line["record"]["attempts"][0]["handle"] for line in lines][1:] == [1, 1]
-    assert "external_id" in json.dumps(lines[0])
-    assert all("kind" not in line["record"] for line in lines)
-    assert "key" not in lines[0]["record"]["attempts"][0]  # the handle's labels carry it
-    assert Journal.load(tmp_path).tasks == journal.tasks
-    # version 1: full records in the snapshot and in the log
+    assert len(lines) == 5  # the second "pending" changed nothing: no line
+    assert lines[0]["attempts"][0]["key"] == "k1"  # a new attempt is written whole
+    handle = lines[1]["attempts"][0]["handle"]
+    assert handle == {
+        "external_id": "x-1",
+        "labels": {"fold": "1", "altar.submission": "k1"},
+        "implied": 7,  # altar.run, altar.task and altar.attempt are the run's
+    }
+    assert lines[2:] == [
+        {
+            "seq": 3,
+            "task": "a",
+            "set": {"state": "running"},
+            "attempts": [{"number": 1, "state": "running"}],
+        },
+        {
+            "seq": 4,
+            "task": "a",
+            "set": {"state": "succeeded"},
+            "attempts": [{"number": 1, "state": "succeeded"}],
+        },
+        {"seq": 5, "task": "a", "set": {"outputs_collected": True}},
+    ]
+    reread = Journal.load(tmp_path)
+    assert reread.tasks == journal.tasks
+    assert reread.tasks["a"].attempts[0].handle.labels == labels
+    assert list(reread.tasks["a"].attempts[0].handle.labels) == list(labels)  # in its order
+    journal.save()  # the snapshot's handles are as compact
     snapshot = json.loads((tmp_path / "journal.json").read_text())
+    assert snapshot["version"] == 3
+    assert snapshot["tasks"]["a"]["attempts"][0]["handle"]["implied"] == 7
+    assert Journal.load(tmp_path).tasks == journal.tasks
+
+
+def test_a_handle_that_differs_from_what_the_run_implies_is_kept_whole(tmp_path):
+    record = TaskRecord("a", "fold", "sha256:00", state="pending")
+    labels = {"altar.run": "another", "altar.task": "b", "altar.attempt": "7"}
+    handle = TaskHandle("other", "x-1", labels, {"plugin": "p"})
+    record.attempts.append(Attempt(number=1, state="pending", handle=handle))
+    journal = Journal(tmp_path, "fake", {}, "", {"a": record})
+    journal.save()
+    written = json.loads((tmp_path / "journal.json").read_text())["tasks"]["a"]
+    assert written["attempts"][0]["handle"]["labels"] == labels
+    assert "implied" not in written["attempts"][0]["handle"]
+    assert Journal.load(tmp_path).tasks["a"].attempts[0].handle == handle
+
+
+def test_version_1_and_2_journals_still_read(tmp_path):
+    handle = {"backend": "fake", "external_id": "x-1", "labels": {"altar.submission": "k1"}}
+    attempt = {"number": 1, "state": "pending", "handle": handle}
+    snapshot = {
+        "format": "altar-run-journal",
+        "version": 2,
+        "seq": 1,
+        "backend": {"type": "fake", "options": {}},
+        "run_id": "r" * 32,
+        "tasks": {
+            "a": {
+                "kind": "fold",
+                "spec_sha256": "sha256:00",
+                "state": "pending",
+                "attempts": [attempt],
+            }
+        },
+    }
+    (tmp_path / "journal.json").write_text(json.dumps(snapshot))
+    # version 2: a log line repeats the record, a handle already written is 1
+    again = {**attempt, "state": "succeeded", "handle": 1, "finished_at": 2.0}
+    line = {"seq": 2, "task": "a", "record": {"state": "succeeded", "attempts": [again]}}
+    (tmp_path / "journal.log").write_text(json.dumps(line) + "\n")
+    record = Journal.load(tmp_path).tasks["a"]
+    assert (record.state, record.kind, record.attempts[0].finished_at) == ("succeeded", "fold", 2.0)
+    assert record.attempts[0].handle == TaskHandle("fake", "x-1", {"altar.submission": "k1"})
+    assert record.attempts[0].key == "k1"
+    # version 1: full records in the snapshot and in the log
     snapshot["version"] = 1
     (tmp_path / "journal.json").write_text(json.dumps(snapshot))
-    old_line = {"seq": journal.seq + 1, "task": "a", "record": OLD_FORM}
+    old_line = {"seq": 2, "task": "a", "record": OLD_FORM}
     (tmp_path / "journal.log").write_text(json.dumps(old_line) + "\n")
     assert Journal.load(tmp_path).tasks["a"] == TaskRecord.from_dict("a", OLD_FORM)
+
+
+def test_random_changes_read_back_after_every_line(tmp_path):
+    """Every kind of change a run makes (attempts added and withdrawn, fields set and reset),
+    each appended as what changed, reads back as the records in memory after every flush."""
+    rng = random.Random(24)
+    records = {f"t{i}": TaskRecord(f"t{i}", "fold", "sha256:00") for i in range(6)}
+    journal = Journal(tmp_path, "fake", {}, "", records)
+    journal.save()
+    failure = TaskFailure("exit_1", "tail", deterministic=True, exit_code=1)
+    for step in range(400):
+        record = records[f"t{rng.randrange(6)}"]
+        change = rng.randrange(9)
+        last = record.attempts[-1] if record.attempts else None
+        if change == 0 or last is None:
+            number = len(record.attempts) + 1
+            record.attempts.append(Attempt(number=number, key=f"k{step}", submitted_at=float(step)))
+        elif change == 1:
+            record.attempts.pop()
+        elif change == 2:
+            labels = {
+                "altar.run": journal.run_id,
+                "altar.task": record.id,
+                "altar.attempt": str(last.number),
+                "altar.submission": last.key or "",
+            }
+            last.handle = TaskHandle(rng.choice(["fake", "other"]), f"x{step}", labels)
+        elif change == 3:
+            last.failure = rng.choice([failure, None])
+            record.detail = rng.choice(["tail", None])
+        elif change == 4:
+            last.state = record.state = rng.choice(["pending", "running", "succeeded", "failed"])
+            last.finished_at = rng.choice([None, float(step)])
+        elif change == 5:
+            record.outputs_collected, record.cleaned = rng.random() < 0.5, rng.random() < 0.5
+            record.state = rng.choice(["succeeded", "queued"])
+        elif change == 6:
+            last.reexecuted, last.adopted = rng.randrange(2), rng.random() < 0.5
+            record.in_doubt, record.retry_base = rng.randrange(2), rng.randrange(2)
+        elif change == 7:
+            record.cached = rng.choice([None, {"run_id": "r", "key": f"c{step}"}])
+        journal.mark(record)
+        journal.flush()
+        if step % 50 == 0:
+            assert Journal.load(tmp_path).tasks == records, step
+        if step % 130 == 129:
+            journal.save()
+    assert Journal.load(tmp_path).tasks == records
 
 
 def _journal_of(tmp_path, n):

@@ -10,7 +10,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from altar.execution.labels import LABEL_SUBMISSION
+from altar.execution.labels import (
+    LABEL_ATTEMPT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
+    LABEL_TASK,
+    RESERVED_LABEL_PREFIX,
+)
 from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
 
 __all__ = [
@@ -26,7 +32,10 @@ __all__ = [
     "SUBMIT_FAILURES",
     "SUCCEEDED",
     "Attempt",
+    "Context",
     "TaskRecord",
+    "handle_from_dict",
+    "handle_to_dict",
     "spec_digest",
 ]
 
@@ -47,20 +56,76 @@ def spec_digest(spec: ContainerTaskSpec) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Context:
+    """What a journal knows that its handles need not repeat (journal version 3)."""
+
+    run_id: str
+    backend: str
+
+
+#: Labels the runner derives (bit, name): a version 3 handle leaves them out and says so in
+#: ``implied``, so a handle without them (an older one, an adopted one) reads back as it was.
+_IMPLIED = ((1, LABEL_RUN), (2, LABEL_TASK), (4, LABEL_ATTEMPT))
+
+
+def _implied_values(context: Context, task_id: str, number: int) -> tuple[str, str, str]:
+    return (context.run_id, task_id, str(number))
+
+
+def handle_to_dict(
+    handle: TaskHandle, task_id: str = "", number: int = 0, context: Context | None = None
+) -> dict[str, Any]:
+    """A handle's JSON form; with ``context``, without what the run derives."""
     identity = handle.plugin_identity
     to_dict = getattr(identity, "to_dict", None)
-    data: dict[str, Any] = {
-        "backend": handle.backend,
-        "external_id": handle.external_id,
-        "labels": dict(handle.labels),
-    }
+    labels = dict(handle.labels)
+    data: dict[str, Any] = {}
+    implied = 0
+    if context is not None:
+        values = _implied_values(context, task_id, number)
+        for (bit, name), value in zip(_IMPLIED, values, strict=True):
+            if labels.get(name) == value:
+                del labels[name]
+                implied |= bit
+    if context is None or handle.backend != context.backend:
+        data["backend"] = handle.backend
+    data["external_id"] = handle.external_id
+    data["labels"] = labels
+    if implied:
+        data["implied"] = implied
     if identity is not None:  # left out when unset, like every default (see TaskRecord)
         data["plugin_identity"] = to_dict() if callable(to_dict) else identity
     return data
 
 
-def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
+def handle_from_dict(
+    data: dict[str, Any], task_id: str = "", number: int = 0, context: Context | None = None
+) -> TaskHandle:
+    """Read :func:`handle_to_dict`'s form (and the full form of journal versions 1 and 2)."""
+    implied = int(data.get("implied", 0))
+    backend = data["backend"] if "backend" in data or context is None else context.backend
+    labels: dict[str, str] = data.get("labels") or {}
+    if implied:
+        if context is None:
+            raise ValueError("a handle with implied labels read without its journal")
+        # in the order the runner makes them: the plan's, the derived ones, the other altar.*
+        values = _implied_values(context, task_id, number)
+        ours = {k: v for k, v in labels.items() if k.startswith(RESERVED_LABEL_PREFIX)}
+        labels = {k: v for k, v in labels.items() if k not in ours}
+        for (bit, name), value in zip(_IMPLIED, values, strict=True):
+            if implied & bit:
+                labels[name] = value
+        labels.update(ours)
+    return TaskHandle(
+        backend=backend,
+        external_id=data["external_id"],
+        labels=labels,
+        plugin_identity=data.get("plugin_identity"),
+    )
+
+
+def failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
     if failure is None:
         return None
     data: dict[str, Any] = {
@@ -94,8 +159,6 @@ class Attempt:
     key: str | None = None
     reexecuted: int = 0
     adopted: bool = False
-    #: the handle the journal last wrote in full (a log line then writes ``"handle": 1``)
-    logged_handle: TaskHandle | None = field(default=None, repr=False, compare=False)
 
     @property
     def executions(self) -> int:
@@ -118,19 +181,20 @@ class Attempt:
             return None
         return max(0.0, self.finished_at - start)
 
-    def to_dict(self, *, log: bool = False) -> dict[str, Any]:
+    def to_dict(
+        self, task_id: str = "", context: Context | None = None, *, log: bool = False
+    ) -> dict[str, Any]:
         """Its fields, those at their default left out (the reader fills them in again).
 
-        ``log``: for a log line, where a handle already written (in the snapshot or an
-        earlier line) is ``1``, and the key, when the handle's labels carry it, is left out.
+        ``context`` (the journal's run id and backend): the handle leaves out what they
+        imply. ``log`` is kept for callers of journal version 2; it changes nothing now.
+        The key is left out when the handle's labels carry it.
         """
         data: dict[str, Any] = {"number": self.number, "state": self.state}
-        if self.handle and log and self.handle is self.logged_handle:
-            data["handle"] = 1
-        elif self.handle:
-            data["handle"] = _handle_to_dict(self.handle)
+        if self.handle:
+            data["handle"] = handle_to_dict(self.handle, task_id, self.number, context)
         if self.failure:
-            data["failure"] = _failure_to_dict(self.failure)
+            data["failure"] = failure_to_dict(self.failure)
         for name in ("submitted_at", "started_at", "finished_at"):
             value = getattr(self, name)
             if value is not None:
@@ -146,21 +210,28 @@ class Attempt:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], earlier: Attempt | None = None) -> Attempt:
-        """Read one; ``earlier``: the attempt a log line's ``"handle": 1`` refers to."""
+    def from_dict(
+        cls,
+        data: dict[str, Any],
+        earlier: Attempt | None = None,
+        task_id: str = "",
+        context: Context | None = None,
+    ) -> Attempt:
+        """Read one; ``earlier``: the attempt a version 2 log line's ``"handle": 1`` means."""
         raw = data.get("handle")
         failure = data.get("failure")
+        number = data["number"]
         if raw == 1:
             if earlier is None or earlier.handle is None:
-                raise ValueError(f"attempt {data['number']}: its handle was never written")
+                raise ValueError(f"attempt {number}: its handle was never written")
             handle: TaskHandle | None = earlier.handle
         else:
-            handle = TaskHandle(**raw) if raw else None
+            handle = handle_from_dict(raw, task_id, number, context) if raw else None
         key = data.get("key")
         if key is None and handle is not None:
             key = handle.labels.get(LABEL_SUBMISSION)
-        attempt = cls(
-            number=data["number"],
+        return cls(
+            number=number,
             state=data["state"],
             handle=handle,
             failure=TaskFailure(**failure) if failure else None,
@@ -171,8 +242,6 @@ class Attempt:
             reexecuted=int(data.get("reexecuted", 0)),
             adopted=bool(data.get("adopted")),
         )
-        attempt.logged_handle = handle
-        return attempt
 
 
 @dataclass
@@ -207,19 +276,19 @@ class TaskRecord:
         """Queued with no attempt since it was (re)opened: its plan entry may still change."""
         return self.state == QUEUED and len(self.attempts) <= self.retry_base
 
-    def to_dict(self, *, log: bool = False) -> dict[str, Any]:
+    def to_dict(self, context: Context | None = None, *, log: bool = False) -> dict[str, Any]:
         """Its fields, those at their default left out (the reader fills them in again).
 
         Compact since issue 24 (journal version 2): a log line per change of 100,000 tasks
         is most of what a run writes. ``log``: for a log line, which leaves out what never
-        changes within a run (kind, spec digest: a run starts with a snapshot holding them)
-        and handles already written (see :meth:`Attempt.to_dict`).
+        changes within a run (kind, spec digest: a run starts with a snapshot holding them).
+        ``context``: handles leave out what the journal implies (version 3).
         """
         data: dict[str, Any] = {"state": self.state}
         if not log:
             data = {"kind": self.kind, "spec_sha256": self.spec_sha256, **data}
         if self.attempts:
-            data["attempts"] = [a.to_dict(log=log) for a in self.attempts]
+            data["attempts"] = [a.to_dict(self.id, context) for a in self.attempts]
         if self.detail is not None:
             data["detail"] = self.detail
         for name in ("outputs_collected", "cleaned"):
@@ -234,7 +303,11 @@ class TaskRecord:
 
     @classmethod
     def from_dict(
-        cls, task_id: str, data: dict[str, Any], earlier: TaskRecord | None = None
+        cls,
+        task_id: str,
+        data: dict[str, Any],
+        earlier: TaskRecord | None = None,
+        context: Context | None = None,
     ) -> TaskRecord:
         """Read one; ``earlier``: the record a log line replaces (what the line left out)."""
         before = {a.number: a for a in earlier.attempts} if earlier is not None else {}
@@ -248,7 +321,8 @@ class TaskRecord:
             ),
             state=data["state"],
             attempts=[
-                Attempt.from_dict(a, before.get(a["number"])) for a in data.get("attempts", [])
+                Attempt.from_dict(a, before.get(a["number"]), task_id, context)
+                for a in data.get("attempts", [])
             ],
             detail=data.get("detail"),
             outputs_collected=bool(data.get("outputs_collected")),

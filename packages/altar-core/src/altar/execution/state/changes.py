@@ -1,0 +1,194 @@
+"""Log lines that carry only what changed since a task's last line (journal version 3).
+
+A task changes four or five times in a run (submitting, its handle, a state or two, outputs
+collected), and a line that repeated the whole record each time was most of what a run of
+100,000 tasks wrote. The journal keeps, per task still changing, a *print* of what it last made
+durable (a tuple of references to the record's field values: no copies), and a line holds only
+the fields that differ from it (``None`` for one back at its default); an attempt the print does
+not hold is written whole. Replay applies a line onto the record before it, which is exactly
+the state the print describes: the snapshot, then every earlier line.
+
+The print compares values, not identities: ``TaskHandle`` and ``TaskFailure`` are frozen, and
+``cached`` is replaced whole (:mod:`altar.execution.run.caching`), never changed in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from altar.execution.labels import LABEL_SUBMISSION
+from altar.execution.state.records import (
+    Attempt,
+    Context,
+    TaskRecord,
+    failure_to_dict,
+    handle_from_dict,
+    handle_to_dict,
+)
+from altar.execution.types import TaskFailure
+
+__all__ = ["Print", "apply_changes", "changes_since", "print_of"]
+
+RECORD_FIELDS = (
+    "kind",
+    "spec_sha256",
+    "state",
+    "detail",
+    "outputs_collected",
+    "cleaned",
+    "in_doubt",
+    "retry_base",
+    "cached",
+)
+ATTEMPT_FIELDS = (
+    "state",
+    "handle",
+    "failure",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "key",
+    "reexecuted",
+    "adopted",
+)
+#: (record field values..., ((number, attempt field values...), ...))
+Print = tuple[Any, ...]
+
+
+def print_of(record: TaskRecord) -> Print:
+    attempts = tuple(
+        (
+            a.number,
+            a.state,
+            a.handle,
+            a.failure,
+            a.submitted_at,
+            a.started_at,
+            a.finished_at,
+            a.key,
+            a.reexecuted,
+            a.adopted,
+        )
+        for a in record.attempts
+    )
+    return (
+        record.kind,
+        record.spec_sha256,
+        record.state,
+        record.detail,
+        record.outputs_collected,
+        record.cleaned,
+        record.in_doubt,
+        record.retry_base,
+        record.cached,
+        attempts,
+    )
+
+
+def _encode(name: str, value: Any, record: TaskRecord, attempt: Attempt, context: Context) -> Any:
+    if value is None:
+        return None
+    if name == "handle":
+        return handle_to_dict(value, record.id, attempt.number, context)
+    if name == "failure":
+        return failure_to_dict(value)
+    return value
+
+
+def changes_since(record: TaskRecord, old: Print, context: Context) -> dict[str, Any] | None:
+    """The log line body for what changed in ``record`` since ``old``; None if nothing did."""
+    line: dict[str, Any] = {}
+    values = print_of(record)
+    changed = {
+        name: value
+        for name, value, before in zip(RECORD_FIELDS, values, old, strict=False)
+        if value != before
+    }
+    if changed:
+        line["set"] = changed
+    before_attempts = {p[0]: p for p in old[-1]}
+    numbers = [a.number for a in record.attempts]
+    if numbers != [p[0] for p in old[-1]]:
+        line["numbers"] = numbers
+    entries = []
+    for attempt, now in zip(record.attempts, values[-1], strict=True):
+        before = before_attempts.get(attempt.number)
+        if before is None:
+            entries.append(attempt.to_dict(record.id, context))
+            continue
+        fields = {
+            name: _encode(name, value, record, attempt, context)
+            for name, value, was in zip(ATTEMPT_FIELDS, now[1:], before[1:], strict=True)
+            if value != was
+        }
+        if fields:
+            entries.append({"number": attempt.number, **fields})
+    if entries:
+        line["attempts"] = entries
+    return line or None
+
+
+def _decoded(name: str, value: Any, task_id: str, number: int, context: Context) -> Any:
+    if name == "handle":
+        return handle_from_dict(value, task_id, number, context) if value is not None else None
+    if name == "failure":
+        return TaskFailure(**value) if value is not None else None
+    if name == "reexecuted":
+        return int(value or 0)
+    if name == "adopted":
+        return bool(value)
+    return value
+
+
+_RECORD_DECODERS: dict[str, Any] = {
+    "kind": str,
+    "spec_sha256": str,
+    "state": str,
+    "detail": lambda v: v,
+    "outputs_collected": bool,
+    "cleaned": bool,
+    "in_doubt": lambda v: int(v or 0),
+    "retry_base": lambda v: int(v or 0),
+    "cached": lambda v: v,
+}
+
+
+def apply_changes(earlier: TaskRecord, line: dict[str, Any], context: Context) -> TaskRecord:
+    """The record after ``line`` (from :func:`changes_since`); ``earlier`` is left as it was.
+
+    A malformed line raises ValueError, KeyError or TypeError before anything is applied.
+    """
+    fields = {name: _RECORD_DECODERS[name](value) for name, value in line.get("set", {}).items()}
+    by_number = {a.number: a for a in earlier.attempts}
+    updated: dict[int, Attempt] = {}
+    for entry in line.get("attempts", []):
+        number = int(entry["number"])
+        before = by_number.get(number)
+        if before is None:
+            updated[number] = Attempt.from_dict(entry, None, earlier.id, context)
+            continue
+        changes = {
+            name: _decoded(name, value, earlier.id, number, context)
+            for name, value in entry.items()
+            if name != "number"
+        }
+        unknown = set(changes) - set(ATTEMPT_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown attempt fields {sorted(unknown)}")
+        attempt = _copy(before, changes)
+        if attempt.key is None and attempt.handle is not None:
+            attempt.key = attempt.handle.labels.get(LABEL_SUBMISSION)
+        updated[number] = attempt
+    numbers = line.get("numbers", [a.number for a in earlier.attempts])
+    attempts = [updated.get(n) or by_number[n] for n in numbers]
+    record: TaskRecord = _copy(earlier, fields)
+    record.attempts = attempts
+    return record
+
+
+def _copy(obj: Any, changes: dict[str, Any]) -> Any:
+    """A shallow copy of a record or attempt with ``changes`` set (no __post_init__ to run)."""
+    copy = object.__new__(type(obj))
+    for name in obj.__dataclass_fields__:
+        setattr(copy, name, changes[name] if name in changes else getattr(obj, name))
+    return copy
