@@ -129,11 +129,8 @@ def test_a_log_line_holds_only_what_changed_and_handles_leave_out_what_the_run_i
     assert len(lines) == 5  # the second "pending" changed nothing: no line
     assert lines[0]["attempts"][0]["key"] == "k1"  # a new attempt is written whole
     handle = lines[1]["attempts"][0]["handle"]
-    assert handle == {
-        "external_id": "x-1",
-        "labels": {"fold": "1", "altar.submission": "k1"},
-        "implied": 7,  # altar.run, altar.task and altar.attempt are the run's
-    }
+    # altar.run, altar.task and altar.attempt are the run's; altar.submission the attempt's key
+    assert handle == {"external_id": "x-1", "labels": {"fold": "1"}, "implied": 15}
     assert lines[2:] == [
         {
             "seq": 3,
@@ -156,7 +153,8 @@ def test_a_log_line_holds_only_what_changed_and_handles_leave_out_what_the_run_i
     journal.save()  # the snapshot's handles are as compact
     snapshot = json.loads((tmp_path / "journal.json").read_text())
     assert snapshot["version"] == 3
-    assert snapshot["tasks"]["a"]["attempts"][0]["handle"]["implied"] == 7
+    assert snapshot["tasks"]["a"]["attempts"][0]["handle"]["implied"] == 15
+    assert snapshot["tasks"]["a"]["attempts"][0]["key"] == "k1"
     assert Journal.load(tmp_path).tasks == journal.tasks
 
 
@@ -244,6 +242,7 @@ def test_random_changes_read_back_after_every_line(tmp_path):
             record.state = rng.choice(["succeeded", "queued"])
         elif change == 6:
             last.reexecuted, last.adopted = rng.randrange(2), rng.random() < 0.5
+            last.key = rng.choice([last.key, f"k{step}"])  # the handle keeps its label
             record.in_doubt, record.retry_base = rng.randrange(2), rng.randrange(2)
         elif change == 7:
             record.cached = rng.choice([None, {"run_id": "r", "key": f"c{step}"}])

@@ -89,7 +89,7 @@ def _encode(name: str, value: Any, record: TaskRecord, attempt: Attempt, context
     if value is None:
         return None
     if name == "handle":
-        return handle_to_dict(value, record.id, attempt.number, context)
+        return handle_to_dict(value, record.id, attempt.number, context, attempt.key)
     if name == "failure":
         return failure_to_dict(value)
     return value
@@ -108,7 +108,8 @@ def changes_since(record: TaskRecord, old: Print, context: Context) -> dict[str,
         line["set"] = changed
     before_attempts = {p[0]: p for p in old[-1]}
     numbers = [a.number for a in record.attempts]
-    if numbers != [p[0] for p in old[-1]]:
+    old_numbers = [p[0] for p in old[-1]]
+    if numbers[: len(old_numbers)] != old_numbers:  # not only new ones appended: say which
         line["numbers"] = numbers
     entries = []
     for attempt, now in zip(record.attempts, values[-1], strict=True):
@@ -128,9 +129,13 @@ def changes_since(record: TaskRecord, old: Print, context: Context) -> dict[str,
     return line or None
 
 
-def _decoded(name: str, value: Any, task_id: str, number: int, context: Context) -> Any:
+def _decoded(
+    name: str, value: Any, task_id: str, attempt: tuple[int, str | None], context: Context
+) -> Any:
     if name == "handle":
-        return handle_from_dict(value, task_id, number, context) if value is not None else None
+        if value is None:
+            return None
+        return handle_from_dict(value, task_id, attempt[0], context, attempt[1])
     if name == "failure":
         return TaskFailure(**value) if value is not None else None
     if name == "reexecuted":
@@ -167,8 +172,9 @@ def apply_changes(earlier: TaskRecord, line: dict[str, Any], context: Context) -
         if before is None:
             updated[number] = Attempt.from_dict(entry, None, earlier.id, context)
             continue
+        key = entry.get("key", before.key)
         changes = {
-            name: _decoded(name, value, earlier.id, number, context)
+            name: _decoded(name, value, earlier.id, (number, key), context)
             for name, value in entry.items()
             if name != "number"
         }
@@ -179,7 +185,12 @@ def apply_changes(earlier: TaskRecord, line: dict[str, Any], context: Context) -
         if attempt.key is None and attempt.handle is not None:
             attempt.key = attempt.handle.labels.get(LABEL_SUBMISSION)
         updated[number] = attempt
-    numbers = line.get("numbers", [a.number for a in earlier.attempts])
+    # by default the attempts before, then the new ones in the line
+    numbers = (
+        line["numbers"]
+        if "numbers" in line
+        else [*by_number, *(n for n in updated if n not in by_number)]
+    )
     attempts = [updated.get(n) or by_number[n] for n in numbers]
     record: TaskRecord = _copy(earlier, fields)
     record.attempts = attempts

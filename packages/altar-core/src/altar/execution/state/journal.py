@@ -105,6 +105,9 @@ JOURNAL_VERSION = 3
 READ_VERSIONS = (1, 2, 3)
 #: The log is folded into a snapshot once it holds this many times the snapshot's bytes.
 COMPACT_RATIO = 4
+#: ... and holds this many bytes per task: a run's own lines (about 0.5 KB per task) are then
+#: folded once, by its last snapshot, instead of by one more snapshot of every task midway.
+COMPACT_FLOOR = 256
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
 #: Tasks encoded at a time by a snapshot, so a snapshot is never whole in memory.
@@ -226,7 +229,8 @@ class Journal:
     def compact_due(self) -> bool:
         """The log outgrew the snapshot ``COMPACT_RATIO`` times (by bytes: a snapshot rewrites
         every task, so snapshots write under ``1 / COMPACT_RATIO`` of what the log writes)."""
-        return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * self.snapshot_bytes
+        least = max(self.snapshot_bytes, COMPACT_FLOOR * len(self.tasks))
+        return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * least
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -66,26 +66,33 @@ class Context:
 
 #: Labels the runner derives (bit, name): a version 3 handle leaves them out and says so in
 #: ``implied``, so a handle without them (an older one, an adopted one) reads back as it was.
-_IMPLIED = ((1, LABEL_RUN), (2, LABEL_TASK), (4, LABEL_ATTEMPT))
+#: The submission label is the attempt's key, written beside the handle.
+_IMPLIED = ((1, LABEL_RUN), (2, LABEL_TASK), (4, LABEL_ATTEMPT), (8, LABEL_SUBMISSION))
 
 
-def _implied_values(context: Context, task_id: str, number: int) -> tuple[str, str, str]:
-    return (context.run_id, task_id, str(number))
+def _implied_values(
+    context: Context, task_id: str, number: int, key: str | None
+) -> tuple[str, str, str, str | None]:
+    return (context.run_id, task_id, str(number), key)
 
 
 def handle_to_dict(
-    handle: TaskHandle, task_id: str = "", number: int = 0, context: Context | None = None
+    handle: TaskHandle,
+    task_id: str = "",
+    number: int = 0,
+    context: Context | None = None,
+    key: str | None = None,
 ) -> dict[str, Any]:
-    """A handle's JSON form; with ``context``, without what the run derives."""
+    """A handle's JSON form; with ``context``, without what the run derives (and ``key``)."""
     identity = handle.plugin_identity
     to_dict = getattr(identity, "to_dict", None)
     labels = dict(handle.labels)
     data: dict[str, Any] = {}
     implied = 0
     if context is not None:
-        values = _implied_values(context, task_id, number)
+        values = _implied_values(context, task_id, number, key)
         for (bit, name), value in zip(_IMPLIED, values, strict=True):
-            if labels.get(name) == value:
+            if value is not None and labels.get(name) == value:
                 del labels[name]
                 implied |= bit
     if context is None or handle.backend != context.backend:
@@ -100,7 +107,11 @@ def handle_to_dict(
 
 
 def handle_from_dict(
-    data: dict[str, Any], task_id: str = "", number: int = 0, context: Context | None = None
+    data: dict[str, Any],
+    task_id: str = "",
+    number: int = 0,
+    context: Context | None = None,
+    key: str | None = None,
 ) -> TaskHandle:
     """Read :func:`handle_to_dict`'s form (and the full form of journal versions 1 and 2)."""
     implied = int(data.get("implied", 0))
@@ -110,11 +121,13 @@ def handle_from_dict(
         if context is None:
             raise ValueError("a handle with implied labels read without its journal")
         # in the order the runner makes them: the plan's, the derived ones, the other altar.*
-        values = _implied_values(context, task_id, number)
+        values = _implied_values(context, task_id, number, key)
         ours = {k: v for k, v in labels.items() if k.startswith(RESERVED_LABEL_PREFIX)}
         labels = {k: v for k, v in labels.items() if k not in ours}
         for (bit, name), value in zip(_IMPLIED, values, strict=True):
             if implied & bit:
+                if value is None:
+                    raise ValueError("a handle's implied submission label, with no key")
                 labels[name] = value
         labels.update(ours)
     return TaskHandle(
@@ -188,19 +201,20 @@ class Attempt:
 
         ``context`` (the journal's run id and backend): the handle leaves out what they
         imply. ``log`` is kept for callers of journal version 2; it changes nothing now.
-        The key is left out when the handle's labels carry it.
+        Without ``context`` the key is left out when the handle's labels carry it.
         """
         data: dict[str, Any] = {"number": self.number, "state": self.state}
         if self.handle:
-            data["handle"] = handle_to_dict(self.handle, task_id, self.number, context)
+            data["handle"] = handle_to_dict(self.handle, task_id, self.number, context, self.key)
         if self.failure:
             data["failure"] = failure_to_dict(self.failure)
         for name in ("submitted_at", "started_at", "finished_at"):
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
-        if self.key is not None and not (
-            self.handle and self.handle.labels.get(LABEL_SUBMISSION) == self.key
+        if self.key is not None and (
+            context is not None  # version 3: the handle's submission label is implied instead
+            or not (self.handle and self.handle.labels.get(LABEL_SUBMISSION) == self.key)
         ):
             data["key"] = self.key
         if self.reexecuted:
@@ -221,13 +235,13 @@ class Attempt:
         raw = data.get("handle")
         failure = data.get("failure")
         number = data["number"]
+        key = data.get("key")
         if raw == 1:
             if earlier is None or earlier.handle is None:
                 raise ValueError(f"attempt {number}: its handle was never written")
             handle: TaskHandle | None = earlier.handle
         else:
-            handle = handle_from_dict(raw, task_id, number, context) if raw else None
-        key = data.get("key")
+            handle = handle_from_dict(raw, task_id, number, context, key) if raw else None
         if key is None and handle is not None:
             key = handle.labels.get(LABEL_SUBMISSION)
         return cls(
