@@ -51,27 +51,14 @@ ATTEMPT_FIELDS = (
     "reexecuted",
     "adopted",
 )
-#: (record field values..., ((number, attempt field values...), ...))
+#: The record's field values, then each attempt's number and field values, in one flat tuple
+#: (one object per task: a print is kept for every task still changing).
 Print = tuple[Any, ...]
+_ATTEMPT_WIDTH = 1 + len(ATTEMPT_FIELDS)
 
 
 def print_of(record: TaskRecord) -> Print:
-    attempts = tuple(
-        (
-            a.number,
-            a.state,
-            a.handle,
-            a.failure,
-            a.submitted_at,
-            a.started_at,
-            a.finished_at,
-            a.key,
-            a.reexecuted,
-            a.adopted,
-        )
-        for a in record.attempts
-    )
-    return (
+    values: list[Any] = [
         record.kind,
         record.spec_sha256,
         record.state,
@@ -81,8 +68,16 @@ def print_of(record: TaskRecord) -> Print:
         record.in_doubt,
         record.retry_base,
         record.cached,
-        attempts,
-    )
+    ]
+    for a in record.attempts:
+        values += (a.number, a.state, a.handle, a.failure, a.submitted_at, a.started_at)
+        values += (a.finished_at, a.key, a.reexecuted, a.adopted)
+    return tuple(values)
+
+
+def _attempts_of(values: Print) -> list[Print]:
+    start = len(RECORD_FIELDS)
+    return [values[i : i + _ATTEMPT_WIDTH] for i in range(start, len(values), _ATTEMPT_WIDTH)]
 
 
 def _encode(name: str, value: Any, record: TaskRecord, attempt: Attempt, context: Context) -> Any:
@@ -106,13 +101,14 @@ def changes_since(record: TaskRecord, old: Print, context: Context) -> dict[str,
     }
     if changed:
         line["set"] = changed
-    before_attempts = {p[0]: p for p in old[-1]}
+    old_attempts = _attempts_of(old)
+    before_attempts = {p[0]: p for p in old_attempts}
     numbers = [a.number for a in record.attempts]
-    old_numbers = [p[0] for p in old[-1]]
+    old_numbers = [p[0] for p in old_attempts]
     if numbers[: len(old_numbers)] != old_numbers:  # not only new ones appended: say which
         line["numbers"] = numbers
     entries = []
-    for attempt, now in zip(record.attempts, values[-1], strict=True):
+    for attempt, now in zip(record.attempts, _attempts_of(values), strict=True):
         before = before_attempts.get(attempt.number)
         if before is None:
             entries.append(attempt.to_dict(record.id, context))

@@ -152,7 +152,7 @@ def failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
     return data
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempt:
     """One submission of a task. ``handle`` is None while the submit is in doubt.
 
@@ -258,7 +258,7 @@ class Attempt:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     """Everything the journal knows about one task of the plan."""
 
