@@ -249,17 +249,18 @@ class Attempt:
             handle = handle_from_dict(raw, task_id, number, context, key) if raw else None
         if key is None and handle is not None:
             key = handle.labels.get(LABEL_SUBMISSION)
-        return cls(
-            number=number,
-            state=data["state"],
-            handle=handle,
-            failure=TaskFailure(**failure) if failure else None,
-            submitted_at=data.get("submitted_at"),
-            started_at=data.get("started_at"),
-            finished_at=data.get("finished_at"),
-            key=key,
-            reexecuted=int(data.get("reexecuted", 0)),
-            adopted=bool(data.get("adopted")),
+        get = data.get
+        return cls(  # positionally, in field order: read 100,000 times by `altar status`
+            number,
+            data["state"],
+            handle,
+            TaskFailure(**failure) if failure else None,
+            get("submitted_at"),
+            get("started_at"),
+            get("finished_at"),
+            key,
+            int(get("reexecuted", 0)),
+            bool(get("adopted")),
         )
 
 
@@ -329,24 +330,33 @@ class TaskRecord:
         context: Context | None = None,
     ) -> TaskRecord:
         """Read one; ``earlier``: the record a log line replaces (what the line left out)."""
-        before = {a.number: a for a in earlier.attempts} if earlier is not None else {}
-        return cls(
-            id=task_id,
-            kind=data["kind"] if "kind" in data or earlier is None else earlier.kind,
-            spec_sha256=(
-                data["spec_sha256"]
-                if "spec_sha256" in data or earlier is None
-                else earlier.spec_sha256
-            ),
-            state=data["state"],
-            attempts=[
-                Attempt.from_dict(a, before.get(a["number"]), task_id, context)
-                for a in data.get("attempts", [])
-            ],
-            detail=data.get("detail"),
-            outputs_collected=bool(data.get("outputs_collected")),
-            cleaned=bool(data.get("cleaned")),
-            in_doubt=int(data.get("in_doubt", 0)),
-            retry_base=int(data.get("retry_base", 0)),
-            cached=data.get("cached"),
+        get = data.get
+        if earlier is None:
+            kind, spec_sha256, before = data["kind"], data["spec_sha256"], None
+        else:
+            kind, spec_sha256 = get("kind", earlier.kind), get("spec_sha256", earlier.spec_sha256)
+            before = {a.number: a for a in earlier.attempts}
+        raw_attempts = get("attempts")
+        attempts = (
+            [
+                Attempt.from_dict(
+                    a, before.get(a["number"]) if before is not None else None, task_id, context
+                )
+                for a in raw_attempts
+            ]
+            if raw_attempts
+            else []
+        )
+        return cls(  # positionally, in field order: read 100,000 times by `altar status`
+            task_id,
+            kind,
+            spec_sha256,
+            data["state"],
+            attempts,
+            get("detail"),
+            bool(get("outputs_collected")),
+            bool(get("cleaned")),
+            int(get("in_doubt", 0)),
+            int(get("retry_base", 0)),
+            get("cached"),
         )
