@@ -120,9 +120,38 @@ def changes_since(record: TaskRecord, old: Print, context: Context) -> dict[str,
         }
         if fields:
             entries.append({"number": attempt.number, **fields})
+    _share_state(
+        record,
+        line,
+        entries,
+        last_is_new=record.attempts[-1].number not in before_attempts if record.attempts else False,
+    )
     if entries:
         line["attempts"] = entries
     return line or None
+
+
+def _share_state(
+    record: TaskRecord, line: dict[str, Any], entries: list[dict[str, Any]], *, last_is_new: bool
+) -> None:
+    """A task and its last attempt that change to one state say it once: ``"state"``.
+
+    Most lines are such a change (``submitting``, ``pending``, ``succeeded``): it is written
+    once instead of twice, in the line's top level, which means both.
+    """
+    changed = line.get("set", {})
+    if "state" not in changed or not entries or not record.attempts:
+        return
+    last = entries[-1]
+    if last["number"] != record.attempts[-1].number or last.get("state") != record.state:
+        return
+    del changed["state"]
+    if not changed:
+        del line["set"]
+    del last["state"]
+    if len(last) == 1 and not last_is_new:
+        entries.pop()  # a change of its state alone: nothing else to say of it
+    line["state"] = record.state
 
 
 def _decoded(
@@ -160,13 +189,17 @@ def apply_changes(earlier: TaskRecord, line: dict[str, Any], context: Context) -
     A malformed line raises ValueError, KeyError or TypeError before anything is applied.
     """
     fields = {name: _RECORD_DECODERS[name](value) for name, value in line.get("set", {}).items()}
+    shared = line.get("state")  # the task's state and its last attempt's (_share_state)
+    if shared is not None:
+        fields["state"] = str(shared)
     by_number = {a.number: a for a in earlier.attempts}
     updated: dict[int, Attempt] = {}
     for entry in line.get("attempts", []):
         number = int(entry["number"])
         before = by_number.get(number)
         if before is None:
-            updated[number] = Attempt.from_dict(entry, None, earlier.id, context)
+            whole = entry if "state" in entry or shared is None else {**entry, "state": shared}
+            updated[number] = Attempt.from_dict(whole, None, earlier.id, context)
             continue
         key = entry.get("key", before.key)
         changes = {
@@ -188,6 +221,10 @@ def apply_changes(earlier: TaskRecord, line: dict[str, Any], context: Context) -
         else [*by_number, *(n for n in updated if n not in by_number)]
     )
     attempts = [updated.get(n) or by_number[n] for n in numbers]
+    if shared is not None:
+        if not attempts:
+            raise ValueError("a shared state with no attempt")
+        attempts[-1] = _copy(attempts[-1], {"state": fields["state"]})
     record: TaskRecord = _copy(earlier, fields)
     record.attempts = attempts
     return record

@@ -302,13 +302,16 @@ class TaskRecord:
         Compact since issue 24 (journal version 2): a log line per change of 100,000 tasks
         is most of what a run writes. ``log``: for a log line, which leaves out what never
         changes within a run (kind, spec digest: a run starts with a snapshot holding them).
-        ``context``: handles leave out what the journal implies (version 3).
+        ``context``: handles leave out what the journal implies, and the last attempt its
+        state when it is the task's (version 3).
         """
         data: dict[str, Any] = {"state": self.state}
         if not log:
             data = {"kind": self.kind, "spec_sha256": self.spec_sha256, **data}
         if self.attempts:
-            data["attempts"] = [a.to_dict(self.id, context) for a in self.attempts]
+            attempts = data["attempts"] = [a.to_dict(self.id, context) for a in self.attempts]
+            if context is not None and attempts[-1]["state"] == self.state:
+                del attempts[-1]["state"]  # version 3: the last attempt's is the task's
         if self.detail is not None:
             data["detail"] = self.detail
         for name in ("outputs_collected", "cleaned"):
@@ -337,6 +340,8 @@ class TaskRecord:
             kind, spec_sha256 = get("kind", earlier.kind), get("spec_sha256", earlier.spec_sha256)
             before = {a.number: a for a in earlier.attempts}
         raw_attempts = get("attempts")
+        if raw_attempts and "state" not in raw_attempts[-1]:  # the task's (see to_dict)
+            raw_attempts = [*raw_attempts[:-1], {**raw_attempts[-1], "state": data["state"]}]
         attempts = (
             [
                 Attempt.from_dict(
