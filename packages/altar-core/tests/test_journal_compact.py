@@ -200,54 +200,129 @@ def test_version_1_and_2_journals_still_read(tmp_path):
     assert Journal.load(tmp_path).tasks["a"] == TaskRecord.from_dict("a", OLD_FORM)
 
 
+FAILURE = TaskFailure("exit_1", "tail", deterministic=True, exit_code=1)
+
+
+def _random_change(rng: random.Random, records: dict[str, TaskRecord], run_id: str, step: int):
+    """One change of the kinds a run makes (attempts added and withdrawn, fields set and
+    reset) to a random record; returns the record."""
+    record = records[f"t{rng.randrange(len(records))}"]
+    change = rng.randrange(9)
+    last = record.attempts[-1] if record.attempts else None
+    if change == 0 or last is None:
+        number = len(record.attempts) + 1
+        record.attempts.append(Attempt(number=number, key=f"k{step}", submitted_at=float(step)))
+        record.state = rng.choice([record.state, "submitting"])  # as an intent does
+    elif change == 1:
+        record.attempts.pop()
+    elif change == 2:
+        labels = {
+            "altar.run": run_id,
+            "altar.task": record.id,
+            "altar.attempt": str(last.number),
+            "altar.submission": last.key or "",
+        }
+        last.handle = TaskHandle(rng.choice(["fake", "other"]), f"x{step}", labels)
+    elif change == 3:
+        last.failure = rng.choice([FAILURE, None])
+        record.detail = rng.choice(["tail", None])
+    elif change == 4:
+        last.state = record.state = rng.choice(["pending", "running", "succeeded", "failed"])
+        last.finished_at = rng.choice([None, float(step)])
+    elif change == 5:
+        record.outputs_collected, record.cleaned = rng.random() < 0.5, rng.random() < 0.5
+        record.state = rng.choice(["succeeded", "queued"])
+    elif change == 6:
+        last.reexecuted, last.adopted = rng.randrange(2), rng.random() < 0.5
+        last.key = rng.choice([last.key, f"k{step}"])  # the handle keeps its label
+        record.in_doubt, record.retry_base = rng.randrange(2), rng.randrange(2)
+    elif change == 7:
+        record.cached = rng.choice([None, {"run_id": "r", "key": f"c{step}"}])
+    return record
+
+
+def _records(n: int = 6) -> dict[str, TaskRecord]:
+    return {f"t{i}": TaskRecord(f"t{i}", "fold", "sha256:00") for i in range(n)}
+
+
 def test_random_changes_read_back_after_every_line(tmp_path):
-    """Every kind of change a run makes (attempts added and withdrawn, fields set and reset),
-    each appended as what changed, reads back as the records in memory after every flush."""
+    """Every kind of change, each appended as what changed, reads back as the records in
+    memory after every flush."""
     rng = random.Random(24)
-    records = {f"t{i}": TaskRecord(f"t{i}", "fold", "sha256:00") for i in range(6)}
+    records = _records()
     journal = Journal(tmp_path, "fake", {}, "", records)
     journal.save()
-    failure = TaskFailure("exit_1", "tail", deterministic=True, exit_code=1)
     for step in range(400):
-        record = records[f"t{rng.randrange(6)}"]
-        change = rng.randrange(9)
-        last = record.attempts[-1] if record.attempts else None
-        if change == 0 or last is None:
-            number = len(record.attempts) + 1
-            record.attempts.append(Attempt(number=number, key=f"k{step}", submitted_at=float(step)))
-            record.state = rng.choice([record.state, "submitting"])  # as an intent does
-        elif change == 1:
-            record.attempts.pop()
-        elif change == 2:
-            labels = {
-                "altar.run": journal.run_id,
-                "altar.task": record.id,
-                "altar.attempt": str(last.number),
-                "altar.submission": last.key or "",
-            }
-            last.handle = TaskHandle(rng.choice(["fake", "other"]), f"x{step}", labels)
-        elif change == 3:
-            last.failure = rng.choice([failure, None])
-            record.detail = rng.choice(["tail", None])
-        elif change == 4:
-            last.state = record.state = rng.choice(["pending", "running", "succeeded", "failed"])
-            last.finished_at = rng.choice([None, float(step)])
-        elif change == 5:
-            record.outputs_collected, record.cleaned = rng.random() < 0.5, rng.random() < 0.5
-            record.state = rng.choice(["succeeded", "queued"])
-        elif change == 6:
-            last.reexecuted, last.adopted = rng.randrange(2), rng.random() < 0.5
-            last.key = rng.choice([last.key, f"k{step}"])  # the handle keeps its label
-            record.in_doubt, record.retry_base = rng.randrange(2), rng.randrange(2)
-        elif change == 7:
-            record.cached = rng.choice([None, {"run_id": "r", "key": f"c{step}"}])
-        journal.mark(record)
+        journal.mark(_random_change(rng, records, journal.run_id, step))
         journal.flush()
         if step % 50 == 0:
             assert Journal.load(tmp_path).tasks == records, step
         if step % 130 == 129:
             journal.save()
     assert Journal.load(tmp_path).tasks == records
+
+
+def _steps(seed: int, run_id: str, steps: int):
+    """The records after each step of the killed writer below (the same changes in memory)."""
+    rng, records = random.Random(seed), _records()
+    states = [{k: r.to_dict() for k, r in records.items()}]
+    for step in range(steps):
+        for _ in range(1 + step % 3):
+            _random_change(rng, records, run_id, step)
+        states.append({k: r.to_dict() for k, r in records.items()})
+    return states
+
+
+def test_a_writer_killed_at_any_moment_leaves_a_journal_of_a_step_it_reached(tmp_path):
+    """SIGKILL a process appending lines of what changed (and folding them into snapshots)
+    at random moments: the journal reads back as the records after a step it reached, at
+    least the last one it made durable, and a next writer goes on from there. (A torn last
+    line, which one ``write`` killed midway does not leave, has tests in test_journal.py.)"""
+    steps, run_id = 1200, "r" * 32
+    for round_, seed in enumerate((1, 2, 3, 4)):
+        run_dir = tmp_path / f"r{round_}"
+        run_dir.mkdir()
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the writer: one flush per step, acknowledged once durable
+            os.close(read_end)
+            rng, records = random.Random(seed), _records()
+            journal = Journal(run_dir, "fake", {}, "", records, run_id=run_id)
+            journal.save()
+            os.write(write_end, b"0\n")
+            for step in range(steps):
+                for _ in range(1 + step % 3):
+                    journal.mark(_random_change(rng, records, run_id, step))
+                journal.flush()
+                if step % 97 == 96:
+                    journal.save()
+                os.write(write_end, f"{step + 1}\n".encode())
+            os._exit(0)
+        os.close(write_end)
+        wanted = random.Random(seed).randrange(1, steps // 4)
+        acked, buffer = 0, b""
+        while acked < wanted:
+            chunk = os.read(read_end, 4096)
+            if not chunk:
+                break
+            buffer += chunk
+            *done, buffer = buffer.split(b"\n")
+            acked = int(done[-1]) if done else acked
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        states = _steps(seed, run_id, steps)
+        journal = Journal.load(run_dir)
+        found = {k: r.to_dict() for k, r in journal.tasks.items()}
+        reached = [i for i in range(acked, len(states)) if states[i] == found]
+        assert reached, (round_, acked)
+        # the next process goes on from there
+        records = journal.tasks
+        rng = random.Random(seed + 100)
+        for step in range(50):
+            journal.mark(_random_change(rng, records, run_id, steps + step))
+            journal.flush()
+        assert Journal.load(run_dir).tasks == records
 
 
 def _journal_of(tmp_path, n):
