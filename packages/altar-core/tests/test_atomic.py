@@ -67,3 +67,24 @@ def test_cleanup_removes_only_the_named_writers_temporaries(tmp_path: Path) -> N
     for path in (someone_else, not_ours, live, nested):
         assert path.exists()
     assert remove_stale_temporaries(tmp_path / "missing", [111]) == []
+
+
+def test_atomic_write_takes_chunks_and_returns_the_size(tmp_path: Path) -> None:
+    target = tmp_path / "j.json"
+    assert atomic_write(target, iter([b"ab", b"", b"cde"])) == 5
+    assert target.read_bytes() == b"abcde"
+    assert atomic_write(target, b"xy") == 2
+
+
+def test_chunks_that_fail_midway_keep_the_old_content(tmp_path: Path) -> None:
+    target = tmp_path / "j.json"
+    target.write_bytes(b"old")
+
+    def chunks():
+        yield b"new"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        atomic_write(target, chunks())
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["j.json"]

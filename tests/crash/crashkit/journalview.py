@@ -4,7 +4,9 @@ The journal is a snapshot (``journal.json``) plus a log of changes (``journal.lo
 line per changed task, fsync-ed before the run goes on); the runner folds the log into a new
 snapshot now and then. :class:`JournalView` reads both incrementally and reports every task
 whose record changed since the last look, so the harness can act on the moment a submit's
-intent, a state or a collection became durable.
+intent, a state or a collection became durable. A log line of journal version 3 holds only
+what changed: the view applies it with altar's own reader (:mod:`altar.execution.state.changes`)
+and reports the whole record, as the runner would read it back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from altar.execution.state.changes import apply_changes
+from altar.execution.state.records import Context, TaskRecord
 
 __all__ = ["Change", "JournalView"]
 
@@ -59,6 +64,28 @@ class JournalView:
         self._offset = 0
         self._seq = 0  # the last change applied (the snapshot's seq covers the log below it)
         self._task_seq: dict[str, int] = {}  # the seq of each task's record as applied
+        self._read: dict[str, TaskRecord] = {}  # the records as altar reads them back
+
+    @property
+    def _context(self) -> Context:
+        backend = (self.snapshot.get("backend") or {}).get("type", "")
+        return Context(str(self.snapshot.get("run_id") or ""), str(backend))
+
+    def _record(self, task: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """The whole record after a snapshot's record or a log line (version 3: what changed)."""
+        earlier = self._read.get(task)
+        if "record" in entry:
+            try:  # read as altar does, for the changes to come; the record is shown as written
+                self._read[task] = TaskRecord.from_dict(
+                    task, entry["record"], earlier, self._context
+                )
+            except (KeyError, TypeError, ValueError):
+                self._read.pop(task, None)  # a partial record (the harness's own tests)
+            return dict(entry["record"])
+        assert earlier is not None, f"a change to {task} before its whole record"
+        record = apply_changes(earlier, entry, self._context)
+        self._read[task] = record
+        return record.to_dict(self._context)
 
     @property
     def snapshot_path(self) -> Path:
@@ -87,7 +114,7 @@ class JournalView:
         for task, record in (data.get("tasks") or {}).items():
             if self._task_seq.get(task, -1) <= seq:  # not newer from a log line read earlier
                 self._task_seq[task] = seq
-                self._apply(task, record, changes)
+                self._apply(task, self._record(task, {"record": record}), changes)
         return True
 
     def _apply(self, task: str, record: dict[str, Any], changes: dict[str, Change]) -> None:
@@ -125,7 +152,7 @@ class JournalView:
                     continue  # already in the snapshot
                 self._seq = seq
                 self._task_seq[entry["task"]] = seq
-                self._apply(entry["task"], entry["record"], changes)
+                self._apply(entry["task"], self._record(entry["task"], entry), changes)
         return list(changes.values())
 
     def pids(self) -> list[int]:

@@ -433,7 +433,9 @@ async def run_plan(
     with run_lock(run_dir):
         if backend_options is None and plan.backend_type == backend.name:
             backend_options = plan.backend_options
-        journal = open_journal(plan, backend.name, run_dir, dict(backend_options or {}), flags)
+        journal = open_journal(
+            plan, backend.name, run_dir, dict(backend_options or {}), flags, save=False
+        )
         run = _Run(
             outputs_for_run(plan, run_dir),  # outputs_dir = "results/{altar:run}": this run's
             backend,

@@ -137,6 +137,11 @@ async def stage_run(
     start stages again).
     """
     changed = inputs_to_stage(needed_inputs(plan, journal.tasks), journal.inputs)
+    if not changed and journal.staging_error is None:
+        # nothing staged, nothing to record: ``staged`` (only older altar reads it, and it
+        # would find nothing to stage) waits for the next snapshot instead of one of its own
+        journal.staged = True
+        return
     if changed:
         transfers = [transfer for transfer, _ in changed]
         again = [t.logical_path for t in transfers if t.logical_path in journal.inputs]

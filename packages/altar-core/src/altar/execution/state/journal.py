@@ -4,12 +4,11 @@ The journal holds, per task, the hash of its spec, every attempt with its durabl
 (backend, external_id, labels), the last observed state and failure. It is two files:
 
 - ``journal.json``, a snapshot with a ``format`` and ``version``, replaced whole through a
-  temporary file, ``fsync`` and ``rename``;
-- ``journal.log``, the changes since that snapshot, one JSON line per changed task with a
-  sequence number, appended and ``fsync``-ed before the runner goes on. A failed append is cut
-  back off, so a full disk never leaves a partial line; a line torn by a crash can only be the
-  last one and is ignored, and the next append cuts it off first. The runner folds the log
-  into a new snapshot every few ticks.
+  temporary file, ``fsync`` and ``rename`` (written in chunks, never whole in memory);
+- ``journal.log`` (:mod:`.log`), the changes since that snapshot, one JSON line per changed
+  task with a sequence number, holding only the fields that changed (:mod:`.changes`),
+  appended and ``fsync``-ed before the runner goes on. The runner folds the log into a new
+  snapshot once it outgrew it (:meth:`Journal.compact_due`).
 
 Appending one line per change keeps the cost of a change independent of the plan's size (a
 snapshot per change would make a run of n tasks cost O(n^2)).
@@ -34,20 +33,22 @@ provider objects removed because no journal entry owned them.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from altar.execution.atomic import atomic_write
 from altar.execution.errors import JournalError
 from altar.execution.state.bulk import collector_paused
+from altar.execution.state.changes import Print, changes_since, print_of
+from altar.execution.state.lock import LOCK_NAME, lock_is_held, run_lock
+from altar.execution.state.log import append_durably, replay
 from altar.execution.state.records import (
     CANCELLED,
     FAILED,
@@ -60,6 +61,7 @@ from altar.execution.state.records import (
     SUBMITTING,
     SUCCEEDED,
     Attempt,
+    Context,
     TaskRecord,
     spec_digest,
 )
@@ -76,6 +78,7 @@ __all__ = [
     "JOURNAL_FORMAT",
     "JOURNAL_NAME",
     "JOURNAL_VERSION",
+    "LOCK_NAME",
     "PENDING",
     "QUEUED",
     "RUNNING",
@@ -95,33 +98,20 @@ __all__ = [
 ]
 
 JOURNAL_FORMAT = "altar-run-journal"
-#: 2 (issue 24): compact records, log lines without what a run never changes; 1 reads too.
-JOURNAL_VERSION = 2
-READ_VERSIONS = (1, 2)
+#: 2 (issue 24): compact records, log lines without what a run never changes; 3: log lines
+#: of only what changed (:mod:`.changes`), handles without the labels the run implies. 1 and 2
+#: read too; an altar that reads only 1 and 2 refuses a version 3 journal with its reason.
+JOURNAL_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 #: The log is folded into a snapshot once it holds this many times the snapshot's bytes.
 COMPACT_RATIO = 4
+#: ... and holds this many bytes per task: a run's own lines (about 0.5 KB per task) are then
+#: folded once, by its last snapshot, instead of by one more snapshot of every task midway.
+COMPACT_FLOOR = 256
 JOURNAL_NAME = "journal.json"
 LOG_NAME = "journal.log"
-LOCK_NAME = "lock"
-
-
-def append_durably(path: Path, data: bytes) -> None:
-    """Append ``data`` to ``path`` and fsync; on error cut the file back to its old length."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        size = os.fstat(fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)
-            raise
-    finally:
-        os.close(fd)
+#: Tasks encoded at a time by a snapshot, so a snapshot is never whole in memory.
+SNAPSHOT_CHUNK = 2000
 
 
 @dataclass
@@ -162,6 +152,8 @@ class Journal:
     #: start announces them, and their new spec digest is saved with the journal).
     edited: list[str] = field(default_factory=list, repr=False)
     _changed: dict[str, None] = field(default_factory=dict, repr=False)
+    #: what the journal on disk holds of each task still changing (see :mod:`.changes`)
+    _prints: dict[str, Print] = field(default_factory=dict, repr=False)
     # (length to cut the log back to, newline needed) when replay found a torn last line
     _log_repair: tuple[int, bool] | None = field(default=None, repr=False)
 
@@ -173,6 +165,18 @@ class Journal:
     def log_path(self) -> Path:
         return self.run_dir / LOG_NAME
 
+    @property
+    def context(self) -> Context:
+        return Context(self.run_id, self.backend_type)
+
+    def _track(self) -> None:
+        """Print every task that may still change (a settled one is written whole if it does)."""
+        self._prints = {
+            task_id: print_of(record)
+            for task_id, record in self.tasks.items()
+            if not (record.final and record.cleaned)
+        }
+
     def mark(self, record: TaskRecord) -> None:
         """Note that ``record`` changed; :meth:`flush` makes the change durable."""
         self._changed[record.id] = None
@@ -183,11 +187,23 @@ class Journal:
             return
         lines = []
         seq = self.seq
+        context = self.context
         for task_id in self._changed:
-            seq += 1
             record = self.tasks[task_id]
-            entry = {"seq": seq, "task": task_id, "record": record.to_dict(log=True)}
+            old = self._prints.get(task_id)
+            body = (
+                {"record": record.to_dict(context, log=True)}
+                if old is None
+                else changes_since(record, old, context)
+            )
+            if body is None:
+                continue  # marked, but nothing changed since its last line
+            seq += 1
+            entry = {"seq": seq, "task": task_id, **body}
             lines.append(json.dumps(entry, separators=(",", ":"), default=str))
+        if not lines:
+            self._changed.clear()
+            return
         data = ("\n".join(lines) + "\n").encode()
         try:
             if self._log_repair is not None:
@@ -203,16 +219,26 @@ class Journal:
         self.log_lines += len(lines)
         self.log_bytes += len(data)
         for task_id in self._changed:
-            for attempt in self.tasks[task_id].attempts:
-                attempt.logged_handle = attempt.handle  # written in full once: later lines say 1
+            record = self.tasks[task_id]
+            if record.final and record.cleaned:
+                self._prints.pop(task_id, None)
+            else:
+                self._prints[task_id] = print_of(record)
         self._changed.clear()
 
     def compact_due(self) -> bool:
         """The log outgrew the snapshot ``COMPACT_RATIO`` times (by bytes: a snapshot rewrites
         every task, so snapshots write under ``1 / COMPACT_RATIO`` of what the log writes)."""
-        return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * self.snapshot_bytes
+        least = max(self.snapshot_bytes, COMPACT_FLOOR * len(self.tasks))
+        return self.log_lines > 256 and self.log_bytes > COMPACT_RATIO * least
 
     def to_dict(self) -> dict[str, Any]:
+        return {
+            **self._head(),
+            "tasks": {task_id: r.to_dict(self.context) for task_id, r in self.tasks.items()},
+        }
+
+    def _head(self) -> dict[str, Any]:
         return {
             "format": JOURNAL_FORMAT,
             "version": JOURNAL_VERSION,
@@ -229,8 +255,19 @@ class Journal:
             "run_id": self.run_id,
             "pids": list(self.pids),
             "removed": list(self.removed),
-            "tasks": {task_id: record.to_dict() for task_id, record in self.tasks.items()},
         }
+
+    def _snapshot_chunks(self) -> Iterator[bytes]:
+        """:meth:`to_dict` as JSON, ``SNAPSHOT_CHUNK`` tasks at a time (same bytes as whole)."""
+        head = json.dumps(self._head(), separators=(",", ":"), default=str)
+        yield head[:-1].encode() + b',"tasks":{'
+        records = iter(self.tasks.items())
+        comma = b""
+        context = self.context
+        while part := {k: r.to_dict(context) for k, r in islice(records, SNAPSHOT_CHUNK)}:
+            yield comma + json.dumps(part, separators=(",", ":"), default=str)[1:-1].encode()
+            comma = b","
+        yield b"}}"
 
     def _write_error(self, error: OSError) -> JournalError:
         reason = error.strerror or str(error)
@@ -243,12 +280,12 @@ class Journal:
         """Write a snapshot of everything and empty the log (JournalError if that fails)."""
         self.updated_at = time.time()
         try:
-            data = json.dumps(self.to_dict(), separators=(",", ":"), default=str).encode()
             # the log is made before the snapshot, so the directory fsync that makes the
             # snapshot's name durable makes the log's durable too: a fsync'd append to a log
             # whose directory entry a power cut then loses would lose the handles in it
             os.close(os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o600))
-            atomic_write(self.path, data)
+            with collector_paused():  # the chunks' dicts are no garbage to hunt for
+                size = atomic_write(self.path, self._snapshot_chunks())
         except OSError as error:
             raise self._write_error(error) from error
         with contextlib.suppress(OSError):
@@ -258,10 +295,8 @@ class Journal:
             os.truncate(self.log_path, 0)
             self._log_repair = None
         self.log_lines = 0
-        self.log_bytes, self.snapshot_bytes = 0, len(data)
-        for record in self.tasks.values():
-            for attempt in record.attempts:
-                attempt.logged_handle = attempt.handle
+        self.log_bytes, self.snapshot_bytes = 0, size
+        self._track()
         self._changed.clear()
 
     @classmethod
@@ -295,17 +330,22 @@ class Journal:
         if version not in READ_VERSIONS:
             raise JournalError(
                 f"{path} is journal version {version!r}, but this altar reads versions "
-                f"{' and '.join(map(str, READ_VERSIONS))}; finish that run with the altar "
+                f"{', '.join(map(str, READ_VERSIONS[:-1]))} and {READ_VERSIONS[-1]}; "
+                "finish that run with the altar "
                 "that started it, or use a new run directory"
             )
         try:
             backend = data["backend"]
+            # a journal of altar-core 0.4 has none: it gets one now, kept from its next save
+            run_id = str(data.get("run_id") or uuid.uuid4().hex)
+            context = Context(run_id, backend["type"])
+            tasks = data["tasks"]
             journal = cls(
                 run_dir=Path(run_dir),
                 backend_type=backend["type"],
                 backend_options=dict(backend.get("options") or {}),
                 plan_source=data.get("plan", ""),
-                tasks={k: TaskRecord.from_dict(k, v) for k, v in data["tasks"].items()},
+                tasks={k: TaskRecord.from_dict(k, v, None, context) for k, v in tasks.items()},
                 staged=bool(data.get("staged")),
                 # journals before altar-core 0.6 have none: every input is staged again
                 inputs={str(k): dict(v) for k, v in (data.get("inputs") or {}).items()},
@@ -315,104 +355,22 @@ class Journal:
                 created_at=data.get("created_at", 0.0),
                 updated_at=data.get("updated_at", 0.0),
                 seq=int(data.get("seq", 0)),
-                # a journal of altar-core 0.4 has none: it gets one now, kept from its next save
-                run_id=str(data.get("run_id") or uuid.uuid4().hex),
+                run_id=run_id,
                 pids=[int(pid) for pid in data.get("pids") or []],
                 removed=list(data.get("removed") or []),
             )
             journal.snapshot_bytes = len(raw)
             journal._replay()
+            journal._track()
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise JournalError(f"{path} is damaged: {type(error).__name__}: {error}") from None
         return journal
 
     def _replay(self) -> None:
-        try:
-            raw = self.log_path.read_bytes()
-        except FileNotFoundError:
-            return
-        except OSError as error:
-            raise JournalError(f"cannot read {self.log_path}: {error.strerror or error}") from error
-        self.log_bytes = len(raw)
-        offset = good_end = 0
-        for line in raw.split(b"\n"):
-            end = min(offset + len(line) + 1, len(raw))  # past this line's newline, if any
-            offset += len(line) + 1
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-                seq, task_id = int(entry["seq"]), entry["task"]
-                record = TaskRecord.from_dict(task_id, entry["record"], self.tasks.get(task_id))
-            except (ValueError, KeyError, TypeError):
-                break  # a line torn by a crash: only ever the last one
-            good_end = end
-            if seq <= self.seq:
-                continue  # already in the snapshot
-            if task_id not in self.tasks:
-                raise JournalError(f"{self.log_path} names task {task_id!r}, unknown to the run")
-            self.tasks[task_id] = record
-            self.seq = seq
-            self.log_lines += 1
-        if raw and (good_end < len(raw) or not raw.endswith(b"\n")):
-            # a torn last line, or a whole one missing its newline: mend before appending
-            self._log_repair = (good_end, good_end > 0 and raw[good_end - 1 : good_end] != b"\n")
-
-
-@contextlib.contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir``'s lock: one altar process drives a run at a time."""
-    path = run_dir / LOCK_NAME
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as error:
-        raise JournalError(
-            f"cannot use {run_dir} as a run directory: {error.strerror or error}"
-        ) from error
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise JournalError(
-                f"{run_dir} is in use by another altar process (pid {holder}); "
-                "wait for it, or run `altar cancel` on this run directory"
-            ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
-        except OSError as error:  # a full disk, a quota: nothing was started yet
-            raise JournalError(
-                f"cannot use {run_dir} as a run directory: {error.strerror or error}; "
-                "free space and run again"
-            ) from error
-        yield
-    finally:
-        os.close(fd)
-
-
-def lock_is_held(run_dir: Path) -> bool:
-    """True if another process holds ``run_dir``'s lock right now."""
-    path = run_dir / LOCK_NAME
-    try:
-        # read-only is enough for flock, so a user who may only look at a run can ask
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    except OSError as error:
-        raise JournalError(f"cannot read {path}: {error.strerror or error}") from error
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+        replayed = replay(self.log_path, self.tasks, self.seq, self.context)
+        if replayed is not None:
+            self.seq, self.log_bytes, self._log_repair, lines = replayed
+            self.log_lines += lines
 
 
 def _as_stored(options: Mapping[str, Any]) -> Any:
@@ -456,6 +414,8 @@ def open_journal(
     run_dir: Path,
     options: dict[str, Any],
     flags: Mapping[str, int] | None = None,
+    *,
+    save: bool = True,
 ) -> Journal:
     """The journal of ``plan`` on ``backend_name`` in ``run_dir``: resumed if there, else new.
 
@@ -464,6 +424,8 @@ def open_journal(
 
     A journal of another backend, other tasks, a changed task or other backend options is
     refused with a JournalError saying to use a new run directory (or the same options).
+    ``save=False`` leaves a new journal's first snapshot to the caller (the runner's, which
+    adds its pid at once: one snapshot of every task fewer).
     """
     digests = {task.id: spec_digest(task.spec) for task in plan.tasks}
     if Journal.exists(run_dir):
@@ -502,5 +464,6 @@ def open_journal(
             task.id: TaskRecord(task.id, task.spec.kind, digests[task.id]) for task in plan.tasks
         },
     )
-    journal.save()
+    if save:
+        journal.save()
     return journal

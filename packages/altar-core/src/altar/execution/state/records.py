@@ -10,7 +10,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from altar.execution.labels import LABEL_SUBMISSION
+from altar.execution.labels import (
+    LABEL_ATTEMPT,
+    LABEL_RUN,
+    LABEL_SUBMISSION,
+    LABEL_TASK,
+    RESERVED_LABEL_PREFIX,
+)
 from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
 
 __all__ = [
@@ -26,7 +32,10 @@ __all__ = [
     "SUBMIT_FAILURES",
     "SUCCEEDED",
     "Attempt",
+    "Context",
     "TaskRecord",
+    "handle_from_dict",
+    "handle_to_dict",
     "spec_digest",
 ]
 
@@ -47,20 +56,94 @@ def spec_digest(spec: ContainerTaskSpec) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _handle_to_dict(handle: TaskHandle) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Context:
+    """What a journal knows that its handles need not repeat (journal version 3)."""
+
+    run_id: str
+    backend: str
+
+
+#: Labels the runner derives (bit, name): a version 3 handle leaves them out and says so in
+#: ``implied``, so a handle without them (an older one, an adopted one) reads back as it was.
+#: The submission label is the attempt's key, written beside the handle.
+_IMPLIED = ((1, LABEL_RUN), (2, LABEL_TASK), (4, LABEL_ATTEMPT), (8, LABEL_SUBMISSION))
+
+
+def _implied_values(
+    context: Context, task_id: str, number: int, key: str | None
+) -> tuple[str, str, str, str | None]:
+    return (context.run_id, task_id, str(number), key)
+
+
+def handle_to_dict(
+    handle: TaskHandle,
+    task_id: str = "",
+    number: int = 0,
+    context: Context | None = None,
+    key: str | None = None,
+) -> dict[str, Any]:
+    """A handle's JSON form; with ``context``, without what the run derives (and ``key``)."""
     identity = handle.plugin_identity
     to_dict = getattr(identity, "to_dict", None)
-    data: dict[str, Any] = {
-        "backend": handle.backend,
-        "external_id": handle.external_id,
-        "labels": dict(handle.labels),
-    }
+    labels = dict(handle.labels)
+    data: dict[str, Any] = {}
+    implied = 0
+    if context is not None:
+        values = _implied_values(context, task_id, number, key)
+        for (bit, name), value in zip(_IMPLIED, values, strict=True):
+            if value is not None and labels.get(name) == value:
+                del labels[name]
+                implied |= bit
+    if context is None or handle.backend != context.backend:
+        data["backend"] = handle.backend
+    data["external_id"] = handle.external_id
+    data["labels"] = labels
+    if implied:
+        data["implied"] = implied
     if identity is not None:  # left out when unset, like every default (see TaskRecord)
         data["plugin_identity"] = to_dict() if callable(to_dict) else identity
     return data
 
 
-def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
+def handle_from_dict(
+    data: dict[str, Any],
+    task_id: str = "",
+    number: int = 0,
+    context: Context | None = None,
+    key: str | None = None,
+) -> TaskHandle:
+    """Read :func:`handle_to_dict`'s form (and the full form of journal versions 1 and 2)."""
+    implied = int(data.get("implied", 0))
+    backend = data["backend"] if "backend" in data or context is None else context.backend
+    labels: dict[str, str] = data.get("labels") or {}
+    if implied:  # (one pass, no helper calls: 100,000 handles are read by `altar status`)
+        if context is None or (implied & 8 and key is None):
+            raise ValueError("a handle's implied labels, read without what implies them")
+        # in the order the runner makes them: the plan's, the derived ones, the other altar.*
+        rebuilt: dict[str, str] = {}
+        ours: dict[str, str] = {}
+        for name, value in labels.items():
+            (ours if name.startswith(RESERVED_LABEL_PREFIX) else rebuilt)[name] = value
+        if implied & 1:
+            rebuilt[LABEL_RUN] = context.run_id
+        if implied & 2:
+            rebuilt[LABEL_TASK] = task_id
+        if implied & 4:
+            rebuilt[LABEL_ATTEMPT] = str(number)
+        rebuilt.update(ours)
+        if implied & 8:
+            rebuilt[LABEL_SUBMISSION] = key  # type: ignore[assignment]  # checked above
+        labels = rebuilt
+    return TaskHandle(
+        backend=backend,
+        external_id=data["external_id"],
+        labels=labels,
+        plugin_identity=data.get("plugin_identity"),
+    )
+
+
+def failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
     if failure is None:
         return None
     data: dict[str, Any] = {
@@ -74,7 +157,7 @@ def _failure_to_dict(failure: TaskFailure | None) -> dict[str, Any] | None:
     return data
 
 
-@dataclass
+@dataclass(slots=True)
 class Attempt:
     """One submission of a task. ``handle`` is None while the submit is in doubt.
 
@@ -94,8 +177,6 @@ class Attempt:
     key: str | None = None
     reexecuted: int = 0
     adopted: bool = False
-    #: the handle the journal last wrote in full (a log line then writes ``"handle": 1``)
-    logged_handle: TaskHandle | None = field(default=None, repr=False, compare=False)
 
     @property
     def executions(self) -> int:
@@ -118,25 +199,27 @@ class Attempt:
             return None
         return max(0.0, self.finished_at - start)
 
-    def to_dict(self, *, log: bool = False) -> dict[str, Any]:
+    def to_dict(
+        self, task_id: str = "", context: Context | None = None, *, log: bool = False
+    ) -> dict[str, Any]:
         """Its fields, those at their default left out (the reader fills them in again).
 
-        ``log``: for a log line, where a handle already written (in the snapshot or an
-        earlier line) is ``1``, and the key, when the handle's labels carry it, is left out.
+        ``context`` (the journal's run id and backend): the handle leaves out what they
+        imply. ``log`` is kept for callers of journal version 2; it changes nothing now.
+        Without ``context`` the key is left out when the handle's labels carry it.
         """
         data: dict[str, Any] = {"number": self.number, "state": self.state}
-        if self.handle and log and self.handle is self.logged_handle:
-            data["handle"] = 1
-        elif self.handle:
-            data["handle"] = _handle_to_dict(self.handle)
+        if self.handle:
+            data["handle"] = handle_to_dict(self.handle, task_id, self.number, context, self.key)
         if self.failure:
-            data["failure"] = _failure_to_dict(self.failure)
+            data["failure"] = failure_to_dict(self.failure)
         for name in ("submitted_at", "started_at", "finished_at"):
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
-        if self.key is not None and not (
-            self.handle and self.handle.labels.get(LABEL_SUBMISSION) == self.key
+        if self.key is not None and (
+            context is not None  # version 3: the handle's submission label is implied instead
+            or not (self.handle and self.handle.labels.get(LABEL_SUBMISSION) == self.key)
         ):
             data["key"] = self.key
         if self.reexecuted:
@@ -146,36 +229,42 @@ class Attempt:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], earlier: Attempt | None = None) -> Attempt:
-        """Read one; ``earlier``: the attempt a log line's ``"handle": 1`` refers to."""
+    def from_dict(
+        cls,
+        data: dict[str, Any],
+        earlier: Attempt | None = None,
+        task_id: str = "",
+        context: Context | None = None,
+    ) -> Attempt:
+        """Read one; ``earlier``: the attempt a version 2 log line's ``"handle": 1`` means."""
         raw = data.get("handle")
         failure = data.get("failure")
+        number = data["number"]
+        key = data.get("key")
         if raw == 1:
             if earlier is None or earlier.handle is None:
-                raise ValueError(f"attempt {data['number']}: its handle was never written")
+                raise ValueError(f"attempt {number}: its handle was never written")
             handle: TaskHandle | None = earlier.handle
         else:
-            handle = TaskHandle(**raw) if raw else None
-        key = data.get("key")
+            handle = handle_from_dict(raw, task_id, number, context, key) if raw else None
         if key is None and handle is not None:
             key = handle.labels.get(LABEL_SUBMISSION)
-        attempt = cls(
-            number=data["number"],
-            state=data["state"],
-            handle=handle,
-            failure=TaskFailure(**failure) if failure else None,
-            submitted_at=data.get("submitted_at"),
-            started_at=data.get("started_at"),
-            finished_at=data.get("finished_at"),
-            key=key,
-            reexecuted=int(data.get("reexecuted", 0)),
-            adopted=bool(data.get("adopted")),
+        get = data.get
+        return cls(  # positionally, in field order: read 100,000 times by `altar status`
+            number,
+            data["state"],
+            handle,
+            TaskFailure(**failure) if failure else None,
+            get("submitted_at"),
+            get("started_at"),
+            get("finished_at"),
+            key,
+            int(get("reexecuted", 0)),
+            bool(get("adopted")),
         )
-        attempt.logged_handle = handle
-        return attempt
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     """Everything the journal knows about one task of the plan."""
 
@@ -207,19 +296,22 @@ class TaskRecord:
         """Queued with no attempt since it was (re)opened: its plan entry may still change."""
         return self.state == QUEUED and len(self.attempts) <= self.retry_base
 
-    def to_dict(self, *, log: bool = False) -> dict[str, Any]:
+    def to_dict(self, context: Context | None = None, *, log: bool = False) -> dict[str, Any]:
         """Its fields, those at their default left out (the reader fills them in again).
 
         Compact since issue 24 (journal version 2): a log line per change of 100,000 tasks
         is most of what a run writes. ``log``: for a log line, which leaves out what never
-        changes within a run (kind, spec digest: a run starts with a snapshot holding them)
-        and handles already written (see :meth:`Attempt.to_dict`).
+        changes within a run (kind, spec digest: a run starts with a snapshot holding them).
+        ``context``: handles leave out what the journal implies, and the last attempt its
+        state when it is the task's (version 3).
         """
         data: dict[str, Any] = {"state": self.state}
         if not log:
             data = {"kind": self.kind, "spec_sha256": self.spec_sha256, **data}
         if self.attempts:
-            data["attempts"] = [a.to_dict(log=log) for a in self.attempts]
+            attempts = data["attempts"] = [a.to_dict(self.id, context) for a in self.attempts]
+            if context is not None and attempts[-1]["state"] == self.state:
+                del attempts[-1]["state"]  # version 3: the last attempt's is the task's
         if self.detail is not None:
             data["detail"] = self.detail
         for name in ("outputs_collected", "cleaned"):
@@ -234,26 +326,42 @@ class TaskRecord:
 
     @classmethod
     def from_dict(
-        cls, task_id: str, data: dict[str, Any], earlier: TaskRecord | None = None
+        cls,
+        task_id: str,
+        data: dict[str, Any],
+        earlier: TaskRecord | None = None,
+        context: Context | None = None,
     ) -> TaskRecord:
         """Read one; ``earlier``: the record a log line replaces (what the line left out)."""
-        before = {a.number: a for a in earlier.attempts} if earlier is not None else {}
-        return cls(
-            id=task_id,
-            kind=data["kind"] if "kind" in data or earlier is None else earlier.kind,
-            spec_sha256=(
-                data["spec_sha256"]
-                if "spec_sha256" in data or earlier is None
-                else earlier.spec_sha256
-            ),
-            state=data["state"],
-            attempts=[
-                Attempt.from_dict(a, before.get(a["number"])) for a in data.get("attempts", [])
-            ],
-            detail=data.get("detail"),
-            outputs_collected=bool(data.get("outputs_collected")),
-            cleaned=bool(data.get("cleaned")),
-            in_doubt=int(data.get("in_doubt", 0)),
-            retry_base=int(data.get("retry_base", 0)),
-            cached=data.get("cached"),
+        get = data.get
+        if earlier is None:
+            kind, spec_sha256, before = data["kind"], data["spec_sha256"], None
+        else:
+            kind, spec_sha256 = get("kind", earlier.kind), get("spec_sha256", earlier.spec_sha256)
+            before = {a.number: a for a in earlier.attempts}
+        raw_attempts = get("attempts")
+        if raw_attempts and "state" not in raw_attempts[-1]:  # the task's (see to_dict)
+            raw_attempts = [*raw_attempts[:-1], {**raw_attempts[-1], "state": data["state"]}]
+        attempts = (
+            [
+                Attempt.from_dict(
+                    a, before.get(a["number"]) if before is not None else None, task_id, context
+                )
+                for a in raw_attempts
+            ]
+            if raw_attempts
+            else []
+        )
+        return cls(  # positionally, in field order: read 100,000 times by `altar status`
+            task_id,
+            kind,
+            spec_sha256,
+            data["state"],
+            attempts,
+            get("detail"),
+            bool(get("outputs_collected")),
+            bool(get("cleaned")),
+            int(get("in_doubt", 0)),
+            int(get("retry_base", 0)),
+            get("cached"),
         )
