@@ -300,9 +300,9 @@ class RunCache:
     def _journal_hit(self, record: TaskRecord, entry: CacheEntry) -> None:
         """Mark a served hit as a success (durable at the tick's one flush)."""
         record.cached = {**entry.origin, "key": entry.key}
-        record.outputs_collected = True
         self.stored.add(record.id)
         self.ledger.set_state(record, SUCCEEDED)
+        self.ledger.collected(record)
         self.ledger.changed(record)
 
     async def release_finished(self) -> None:

@@ -74,8 +74,14 @@ def call_error(
 async def poll_open(
     ledger: Ledger, backend: ExecutionBackend, *, budget: RetryBudget
 ) -> tuple[bool, bool]:
-    """One ``poll`` call for every open task: (anything changed, any attempt finished)."""
-    open_records = [r for r in ledger.records.values() if r.state in (PENDING, RUNNING) and r.last]
+    """One ``poll`` call for every open task: (anything changed, any attempt finished).
+
+    An attempt seen finished is durable before the poll returns: its outputs are collected
+    next, and a provider may forget the task meanwhile (a resumed run would not find it
+    again). A change that ends nothing (``running``) is only marked: the tick's next journal
+    write makes it durable, and a run stopped before that polls the task again on resume.
+    """
+    open_records = [r for r in ledger.in_states(PENDING, RUNNING) if r.last]
     if not open_records:
         return False, False
     handles: list[TaskHandle] = [r.attempts[-1].handle for r in open_records]  # type: ignore[misc]
@@ -129,7 +135,8 @@ async def poll_open(
         failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
         record.detail = detail or failure.detail
         fail_attempt(ledger, record, attempt, failure, budget=budget)
-    ledger.flush()
+    if finished:
+        ledger.flush()
     return progress, bool(finished)
 
 
@@ -150,17 +157,17 @@ async def collect_succeeded(
     """Collect the outputs of tasks that succeeded; True if any task was settled by it.
 
     A collect the provider did not answer is no news (it is tried again, backing off). Every
-    collect runs to its end and is journaled before an error is raised.
+    collect runs to its end and is journaled before an error is raised; otherwise what it
+    settled is marked, made durable by the tick's next journal write.
     """
-    pending = [
-        r for r in ledger.records.values() if r.state == SUCCEEDED and not r.outputs_collected
-    ]
+    pending = list(ledger.to_collect.values())
     if not pending:
         return False
     try:
         settled = await gather_bounded([_collect_one(ledger, backend, specs, r) for r in pending])
-    finally:
+    except BaseException:
         ledger.flush()
+        raise
     return any(settled)
 
 
@@ -186,7 +193,7 @@ async def _collect_one(
         ) from error
     except Exception as error:
         return _collection_failed(ledger, record, error)
-    record.outputs_collected = True
+    ledger.collected(record)
     ledger.changed(record)
     duration = record.last.duration_s if record.last else None
     took = f" in {duration:.1f}s" if duration is not None else ""
