@@ -87,7 +87,7 @@ class Submits:
         self.landed = False
         #: ids of tasks whose handle returned and is not yet durable and said (see ``settle``)
         self.landing: set[str] = set()
-        self._settled: asyncio.Future[None] | None = None  # resolved once landing is empty
+        self._settled: asyncio.Future[None] | None = None  # resolved as a landing ends
 
     def __bool__(self) -> bool:
         return bool(self.tasks) or bool(self._queue)
@@ -177,12 +177,14 @@ class Submits:
             self._on_news()
 
     async def settle(self) -> None:
-        """Let the handles that returned be journaled and said (``submitted``) before a poll.
+        """Let the handles returned so far be journaled and said (``submitted``) before a poll.
 
         Their group commit is due at the end of this event-loop turn, so this takes a few turns
-        at most; a task's ``submitted`` then always comes before its first polled state.
+        at most (handles returning meanwhile are not waited for); a task's ``submitted`` then
+        always comes before its first polled state.
         """
-        while self.landing:
+        waiting = set(self.landing)
+        while waiting & self.landing:
             self._settled = asyncio.get_running_loop().create_future()
             await self._settled
 
@@ -282,7 +284,7 @@ class Submits:
             await ledger.commit()
         finally:
             self.landing.discard(record.id)
-            if not self.landing and self._settled is not None and not self._settled.done():
+            if self._settled is not None and not self._settled.done():
                 self._settled.set_result(None)  # the waiting poll runs after the emit below
         ledger.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
         self.landed = True
