@@ -76,10 +76,9 @@ async def poll_open(
 ) -> tuple[bool, bool]:
     """One ``poll`` call for every open task: (anything changed, any attempt finished).
 
-    An attempt seen finished is durable before the poll returns: its outputs are collected
-    next, and a provider may forget the task meanwhile (a resumed run would not find it
-    again). A change that ends nothing (``running``) is only marked: the tick's next journal
-    write makes it durable, and a run stopped before that polls the task again on resume.
+    What it learns is marked, not written: the tick's next journal write makes it durable (a
+    run stopped before that polls the same tasks again on resume), :func:`collect_succeeded`'s
+    when a success has outputs to fetch.
     """
     open_records = [r for r in ledger.in_states(PENDING, RUNNING) if r.last]
     if not open_records:
@@ -135,8 +134,6 @@ async def poll_open(
         failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
         record.detail = detail or failure.detail
         fail_attempt(ledger, record, attempt, failure, budget=budget)
-    if finished:
-        ledger.flush()
     return progress, bool(finished)
 
 
@@ -163,6 +160,10 @@ async def collect_succeeded(
     pending = list(ledger.to_collect.values())
     if not pending:
         return False
+    if any(specs[r.id].outputs for r in pending):
+        # successes are durable before their outputs are fetched: a collect may take long, and
+        # a provider may forget a task meanwhile (a resumed run would not find it to poll)
+        ledger.flush()
     try:
         settled = await gather_bounded([_collect_one(ledger, backend, specs, r) for r in pending])
     except BaseException:

@@ -6,10 +6,10 @@ freed slots allow (in the background, concurrently, so a slow submit never holds
 Between ticks it waits: the interval starts at ``poll_interval_s``, doubles while nothing
 changes and resets on any change. A submit that lands ends the wait early, and its task is
 polled at once (an instant or cached task may be done already), once per batch of landings and
-never sooner after the last poll than that poll took (:meth:`_Run.poll_due`). A tick costs what
-changed: the tasks are indexed by state (:class:`~altar.execution.run.ledger.Ledger`) and the
-ready ones kept by :class:`~altar.execution.run.frontier.Frontier`; its changes share one
-journal write.
+never sooner after the last poll than that poll took (:mod:`~altar.execution.run.pacing`). A
+tick costs what changed: the tasks are indexed by state (:class:`.ledger.Ledger`) and the ready
+ones kept by :class:`.frontier.Frontier`; a tick's changes share one journal write with the
+intents it launches (and one before outputs are fetched, when a success has some).
 
 The run keeps a journal (:mod:`altar.execution.state.journal`) in its run directory. Start the same
 plan again with the same run directory and the run resumes: it polls the tasks it already
@@ -389,7 +389,7 @@ class _Run:
                 self.submits.launch(batch)
                 self.frontier.take(batch)
                 self.skip_blocked()
-                self.ledger.checkpoint()  # the tick's one journal write (if launch made none)
+                self.ledger.checkpoint()  # what the launch's write did not carry (if any)
                 self.submits.reap()
                 if not self.submits and self.settled():
                     break
