@@ -42,6 +42,8 @@ class Ledger:
         self.to_collect: dict[str, TaskRecord] = {}
         #: ids of the tasks whose state (or outputs) changed since the loop last took them
         self.touched: dict[str, None] = {}
+        #: tasks whose outputs were collected since the loop last took them (for the cache)
+        self.just_collected: list[TaskRecord] = []
         for record in self.records.values():
             self._counts[record.state] += 1
             self.by_state[record.state][record.id] = record
@@ -95,10 +97,16 @@ class Ledger:
         record.outputs_collected = True
         self.to_collect.pop(record.id, None)
         self.touched[record.id] = None
+        self.just_collected.append(record)
 
     def touch(self, record: TaskRecord) -> None:
         """Have the loop look at ``record`` again though its state did not change."""
         self.touched[record.id] = None
+
+    def take_collected(self) -> list[TaskRecord]:
+        """The tasks collected since the last call (and forget them)."""
+        collected, self.just_collected = self.just_collected, []
+        return collected
 
     def take_touched(self) -> list[str]:
         """The ids touched since the last call, in order (and forget them)."""

@@ -380,9 +380,10 @@ class _Run:
                 changed = await self.poll() if due else False
                 collected = await self.collect()
                 self.feed_hold()
+                just_collected = self.ledger.take_collected()
                 if self.cache is not None:
                     if collected:
-                        await self.cache.store_collected()
+                        await self.cache.store_collected(just_collected)
                     await self.cache.release_finished()
                 # what the poll freed and made ready is submitted in this same tick
                 batch = await self.choose(await self.candidates())
