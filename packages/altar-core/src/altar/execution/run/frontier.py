@@ -106,3 +106,5 @@ class Frontier:
         """``records`` went to the submits: no longer ready until touched again."""
         for record in records:
             self._ready.discard(record.id)
+        if not self._ready:
+            self._ready = set()  # an emptied set keeps its table (4 MB for 100,000 tasks)
