@@ -439,8 +439,9 @@ async def test_killed_again_and_again_every_task_runs_exactly_once(
     moments = itertools.cycle([2, 3, 2, 4, 3, 5, 2, 3])
     for _ in range(300):  # a bound, not a measurement: each run gets further than the last
         stop_at = next(moments)
-        # every submit is accepted at once and answered a little later: a kill lands in between
-        provider.slow_submits.update({f"t{i}": 0.002 for i in range(40)})
+        # every submit is accepted at once and answered a little later, some later than others
+        # of their batch: a kill on an event of the first to land lands inside the others
+        provider.slow_submits.update({f"t{i}": 0.002 * (1 + i % 3) for i in range(40)})
         running: list[asyncio.Task] = []
         seen = 0
 

@@ -14,8 +14,11 @@ from altar.execution.run.progress import format_table
 from altar.execution.run.runner import run_plan
 from altar.execution.state.journal import Journal
 from altar.execution.state.records import Attempt, TaskRecord
+from altar.execution.types import TaskHandle
 
 from .runkit import FAST, simple_plan
+
+_HANDLE = TaskHandle("fake", "fake-1", {})
 
 
 @pytest.fixture
@@ -196,6 +199,26 @@ def test_a_limit_holds_for_the_providers_retry_after_and_says_it_once():
     hold.observe(tasks)
     assert not hold.holding
     assert said[-1][0] == "hold_lifted"
+
+
+def test_a_limit_lifts_when_its_probe_was_accepted_then_ended_before_seen_running():
+    """A poll right after the probe's submit may see it ended by the provider already."""
+    said, hold = _events()
+    tasks = {n: TaskRecord(n, "k", "s") for n in "ab"}
+    hold.limited(ProviderLimitError("rate limit", limit="rate", retry_after_s=1.0), 0.0)
+    (probe,) = hold.admit(list(tasks.values()), 1.0)
+    record = tasks[probe.id]
+    failure = TaskFailure("job_failed", "preempted", provider_ending="preempted")
+    record.attempts.append(Attempt(1, "failed", handle=_HANDLE, failure=failure))
+    hold.ended(probe.id, failure, 1.1)  # queued again for its free retry, never seen running
+    hold.observe(tasks)
+    assert not hold.holding  # the provider accepted the submit: the limit is over
+    assert said[-1][0] == "hold_lifted"
+    withdrawn = TaskRecord("c", "k", "s")  # a probe refused again keeps no attempt: held
+    hold.limited(ProviderLimitError("rate limit", limit="rate", retry_after_s=1.0), 2.0)
+    hold.admit([withdrawn], 3.0)
+    hold.observe({"c": withdrawn})
+    assert hold.holding
 
 
 @pytest.mark.asyncio

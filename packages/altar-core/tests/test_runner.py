@@ -313,19 +313,20 @@ async def test_a_freed_slot_is_refilled_without_waiting(
         finished = next(
             i for i, e in enumerate(entries) if e[0] == "poll" and e[1].get(done) == "succeeded"
         )
-        # the next submit was already under way when the run first waited: no backoff first
+        # the next submit was already under way when the run first waited: no backoff first,
+        # and its task is polled as soon as the submit lands (no clock time either)
         assert entries[finished + 1] == ("wait", 1.0, True)
         assert entries[finished + 2] == ("submit", refill)
-    assert timeline.clock.time == 3 * 8.0  # 1 + 1 + 2 + 4 per task, and no clock time for a refill
+        assert entries[finished + 3] == ("poll", {refill: "running"})
+    assert timeline.clock.time == 3 * 7.0  # 1 + 2 + 4 per task; a refill and its poll: none
     # while a task runs unchanged the waits grow, and a change resets them
     before_b = entries[: entries.index(("submit", "b"))]
     assert [e[1:] for e in before_b if e[0] == "wait"] == [
-        (1.0, True),  # a's submit lands
-        (1.0, False),  # until the first poll is due
+        (1.0, True),  # a's submit lands: poll 1 at once
         (1.0, False),  # after poll 1: a is running, a change
         (2.0, False),  # poll 2: nothing changed
         (4.0, False),  # poll 3: nothing changed
-        (1.0, True),  # poll 4: a finished; b was submitted at once
+        (1.0, True),  # poll 4: a finished; b was submitted in the same tick
     ]
     # no tick is wasted: after every poll the run waits or submits, never polls again at once
     for before, after in itertools.pairwise(entries):
@@ -596,8 +597,8 @@ async def test_the_first_poll_interval_defaults_to_the_backends_own(
     )
     assert result.ok
     waits = [e[1] for e in timeline.entries if e[0] == "wait"]
-    assert waits[:3] == [0.25, 0.25, 0.25]  # submit lands, first poll due, a change
-    assert waits[3] == 0.5  # then it backs off from there
+    assert waits[:2] == [0.25, 0.25]  # the submit lands (polled at once), a change
+    assert waits[2] == 0.5  # then it backs off from there
 
 
 @pytest.mark.asyncio

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,7 @@ class RunCache:
         #: readers, as the run stages each input once
         self._sources: dict[str, str | OSError | ValueError] = {}
         self._notes: list[str] = []  # KEYS_FILE lines not yet written
+        self._scanned = False  # store_collected has looked at every task once
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -347,9 +348,9 @@ class RunCache:
     def _journal_hit(self, record: TaskRecord, entry: CacheEntry) -> None:
         """Mark a served hit as a success (durable at the tick's one flush)."""
         record.cached = {**entry.origin, "key": entry.key}
-        record.outputs_collected = True
         self.stored.add(record.id)
         self.ledger.set_state(record, SUCCEEDED)
+        self.ledger.collected(record)
         self.ledger.changed(record)
 
     async def release_finished(self) -> None:
@@ -364,9 +365,16 @@ class RunCache:
 
     # -- stores ------------------------------------------------------------------------------
 
-    async def store_collected(self) -> None:
-        """Store every success whose outputs are collected and not yet in the store."""
-        for record in self.journal.tasks.values():
+    async def store_collected(self, collected: Iterable[TaskRecord] | None = None) -> None:
+        """Store the successes whose outputs are collected and not yet in the store.
+
+        ``collected``: the tasks collected since the last call; the first call (and one given
+        None) looks at every task, so a success an earlier process collected is stored too.
+        """
+        if collected is None or not self._scanned:
+            collected = self.journal.tasks.values()
+            self._scanned = True
+        for record in collected:
             if (
                 record.id in self.stored
                 or record.state != SUCCEEDED

@@ -115,15 +115,19 @@ class Hold:
         if record.state == QUEUED:
             # withdrawn (a limit again: ``limited`` follows), or ended by the provider (``ended``
             # follows), or it ran and failed by itself and waits for its retry: the provider
-            # took it, so the hold lifts (else the probe would be held back for ever)
+            # took it, so the hold lifts (else the probe would be held back for ever). A limit
+            # lifts once the probe's submit was accepted, even if the provider ended that
+            # attempt before the run saw it running (a poll right after its submit can)
             last = record.last
+            tried = len(record.attempts) > self._probe_attempts and last is not None
             ran = (
-                len(record.attempts) > self._probe_attempts
+                tried
                 and last is not None
                 and last.failure is not None
                 and last.failure.provider_ending is None
             )
-            if not ran:
+            accepted = tried and last is not None and last.handle is not None
+            if not (ran or (self.kind == LIMIT and accepted)):
                 return
         elif self.kind == ENDINGS and record.state not in (RUNNING, SUCCEEDED, FAILED):
             return  # accepted, but not yet seen running

@@ -169,21 +169,29 @@ class Lanes:
     async def choose(
         self,
         ready: list[TaskRecord],
-        records: Mapping[str, TaskRecord],
+        in_flight: Iterable[TaskRecord],
         waiting: Collection[TaskRecord],
         now: float,
+        *,
+        submitted: bool = False,
     ) -> list[TaskRecord]:
         """The ready tasks to submit now: within the run's and each lane's ``max_parallel``,
         each lane's capacity, and each lane's hold. A lane's capacity is asked only if one of
-        its tasks may go."""
+        its tasks may go.
+
+        ``in_flight``: a routed run's tasks submitting, pending or running; one backend's
+        submitting only (the runner applied the run's ``max_parallel`` to ``ready`` already,
+        and a tick must not walk every running task). ``submitted``: some task of the run is
+        in flight (a failed capacity call then says to resume).
+        """
         if not ready or self.closed(now):
             return []
         if self.routed is None:
             return await self._choose_lane(
-                ONE, self.backend, ready, records.values(), waiting, now, None
+                ONE, self.backend, ready, in_flight, waiting, now, submitted
             )
         flying: dict[str, list[TaskRecord]] = {}
-        for record in scheduling.in_flight(records.values()):
+        for record in in_flight:
             flying.setdefault(self.lane(record), []).append(record)
         queued: dict[str, list[TaskRecord]] = {}
         for record in waiting:
@@ -227,7 +235,7 @@ class Lanes:
                 continue
             lane = self.routed.lanes[name]
             admitted = await self._choose_lane(
-                name, lane, group, flying.get(name, ()), queued.get(name, ()), now, name
+                name, lane, group, flying.get(name, ()), queued.get(name, ()), now, submitted
             )
             chosen += admitted
             if room is not None:
@@ -242,31 +250,20 @@ class Lanes:
         records: Iterable[TaskRecord],
         waiting: Collection[TaskRecord],
         now: float,
-        label: str | None,
+        submitted: bool,
     ) -> list[TaskRecord]:
         hold = self.holds[name]
         if hold.closed(now):
             return []
         records = list(records)
-        if label is None:  # one lane: the run's max_parallel is the lane's
-            ready = scheduling.choose(
-                ready,
-                records=records,
-                max_parallel=self.max_parallel,
-                free=None,
-                pool=self.pool,
-                waiting=waiting,
-            )
-            if not ready:
-                return []
-        where = f"{label}: capacity" if label else "capacity"
+        where = f"{name}: capacity" if name != ONE else "capacity"
         try:
             capacity = await backend.capacity()
         except BackendUnavailableError as error:
             self._emit("backend_unavailable", f"{where}: {one_line(error)}")
             return []
         except Exception as error:
-            submitted = any(r.state in (PENDING, RUNNING, SUBMITTING) for r in records)
+            submitted = submitted or bool(records)
             raise call_error(backend, where, error, submitted=submitted) from error
         chosen = scheduling.choose(
             ready,

@@ -2,18 +2,23 @@
 
 Shared by the tick loop (:mod:`altar.execution.run.runner`) and the functions that act on a run's
 tasks outside it (:mod:`altar.execution.run.cancelling`), so `altar cancel` needs no plan.
+
+Every change of a task's state goes through :meth:`Ledger.set_state`, which keeps the tasks
+indexed by state (``by_state``), the successes whose outputs wait to be collected
+(``to_collect``) and the tasks touched since the tick loop last looked (``touched``): a tick
+reads what changed, never a scan of every task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from altar.execution.errors import JournalError
 from altar.execution.run.results import RunEvent
-from altar.execution.state.journal import Journal, TaskRecord
+from altar.execution.state.journal import SUCCEEDED, Journal, TaskRecord
 from altar.execution.types import TaskFailure
 
 __all__ = ["Ledger"]
@@ -30,7 +35,20 @@ class Ledger:
         self.on_event = on_event
         self.started = time.monotonic()
         # Kept current by set_state, so an event's counts cost O(states), not O(tasks).
-        self._counts: Counter[str] = Counter(record.state for record in self.records.values())
+        self._counts: Counter[str] = Counter()
+        #: the tasks in each state (in the order they entered it)
+        self.by_state: defaultdict[str, dict[str, TaskRecord]] = defaultdict(dict)
+        #: successes whose outputs are not collected yet
+        self.to_collect: dict[str, TaskRecord] = {}
+        #: ids of the tasks whose state (or outputs) changed since the loop last took them
+        self.touched: dict[str, None] = {}
+        #: tasks whose outputs were collected since the loop last took them (for the cache)
+        self.just_collected: list[TaskRecord] = []
+        for record in self.records.values():
+            self._counts[record.state] += 1
+            self.by_state[record.state][record.id] = record
+            if record.state == SUCCEEDED and not record.outputs_collected:
+                self.to_collect[record.id] = record
         self._commit: asyncio.Future[None] | None = None
         #: attempts the provider ended since the run loop last looked (see ``ended``)
         self.endings: list[tuple[str, TaskFailure]] = []
@@ -65,7 +83,46 @@ class Ledger:
         """Every change of a record's state goes through here (the counts follow it)."""
         self._counts[record.state] -= 1
         self._counts[state] += 1
+        left = self.by_state[record.state]
+        del left[record.id]
+        if not left:  # an emptied dict keeps its table: 100,000 queued tasks' is 5 MB
+            del self.by_state[record.state]
+        self.by_state[state][record.id] = record
+        if state == SUCCEEDED and not record.outputs_collected:
+            self.to_collect[record.id] = record
+        else:
+            self.to_collect.pop(record.id, None)
         record.state = state
+        self.touched[record.id] = None
+
+    def collected(self, record: TaskRecord) -> None:
+        """The task's outputs are collected (its dependants may now be ready)."""
+        record.outputs_collected = True
+        self.to_collect.pop(record.id, None)
+        self.touched[record.id] = None
+        self.just_collected.append(record)
+
+    def touch(self, record: TaskRecord) -> None:
+        """Have the loop look at ``record`` again though its state did not change."""
+        self.touched[record.id] = None
+
+    def take_collected(self) -> list[TaskRecord]:
+        """The tasks collected since the last call (and forget them)."""
+        collected, self.just_collected = self.just_collected, []
+        return collected
+
+    def take_touched(self) -> list[str]:
+        """The ids touched since the last call, in order (and forget them)."""
+        touched, self.touched = list(self.touched), {}
+        return touched
+
+    def count(self, *states: str) -> int:
+        """How many tasks are in any of ``states``."""
+        return sum(len(self.by_state.get(state, ())) for state in states)
+
+    def in_states(self, *states: str) -> list[TaskRecord]:
+        """The tasks in any of ``states``, state by state."""
+        return [r for state in states for r in self.by_state.get(state, {}).values()]
 
     def ended(self, record: TaskRecord, failure: TaskFailure) -> None:
         """Note an attempt the provider ended, for the run's hold (:mod:`.holding`)."""

@@ -75,8 +75,13 @@ def call_error(
 async def poll_open(
     ledger: Ledger, backend: ExecutionBackend, *, budget: RetryBudget
 ) -> tuple[bool, bool]:
-    """One ``poll`` call for every open task: (anything changed, any attempt finished)."""
-    open_records = [r for r in ledger.records.values() if r.state in (PENDING, RUNNING) and r.last]
+    """One ``poll`` call for every open task: (anything changed, any attempt finished).
+
+    What it learns is marked, not written: the tick's next journal write makes it durable (a
+    run stopped before that polls the same tasks again on resume), :func:`collect_succeeded`'s
+    when a success has outputs to fetch.
+    """
+    open_records = [r for r in ledger.in_states(PENDING, RUNNING) if r.last]
     if not open_records:
         return False, False
     handles: list[TaskHandle] = [r.attempts[-1].handle for r in open_records]  # type: ignore[misc]
@@ -130,7 +135,6 @@ async def poll_open(
         failure = status.failure or TaskFailure("job_failed", "backend gave no failure")
         record.detail = detail or failure.detail
         fail_attempt(ledger, record, attempt, failure, budget=budget)
-    ledger.flush()
     return progress, bool(finished)
 
 
@@ -151,17 +155,21 @@ async def collect_succeeded(
     """Collect the outputs of tasks that succeeded; True if any task was settled by it.
 
     A collect the provider did not answer is no news (it is tried again, backing off). Every
-    collect runs to its end and is journaled before an error is raised.
+    collect runs to its end and is journaled before an error is raised; otherwise what it
+    settled is marked, made durable by the tick's next journal write.
     """
-    pending = [
-        r for r in ledger.records.values() if r.state == SUCCEEDED and not r.outputs_collected
-    ]
+    pending = list(ledger.to_collect.values())
     if not pending:
         return False
+    if any(specs[r.id].outputs for r in pending):
+        # successes are durable before their outputs are fetched: a collect may take long, and
+        # a provider may forget a task meanwhile (a resumed run would not find it to poll)
+        ledger.flush()
     try:
         settled = await gather_bounded([_collect_one(ledger, backend, specs, r) for r in pending])
-    finally:
+    except BaseException:
         ledger.flush()
+        raise
     return any(settled)
 
 
@@ -189,7 +197,7 @@ async def _collect_one(
         ) from error
     except Exception as error:
         return _collection_failed(ledger, record, error)
-    record.outputs_collected = True
+    ledger.collected(record)
     ledger.changed(record)
     duration = record.last.duration_s if record.last else None
     took = f" in {duration:.1f}s" if duration is not None else ""

@@ -1,11 +1,15 @@
 """Run a plan on a backend: stage once, submit within limits, poll with backoff, collect, clean up.
 
-The run is a loop of ticks. Each tick starts the submits that fit (they run in the background,
-concurrently, so a slow submit never holds up polling), makes one ``poll`` call for every open
-task and collects what succeeded. Between ticks it waits: the interval starts at
-``poll_interval_s``, doubles while nothing changes and resets on any change; a submit that lands
-ends the wait early (its task is polled at once), and a tick that finds a task finished refills
-the freed slot straight away, without waiting at all.
+The run is a loop of ticks. Each tick makes one ``poll`` call for every open task (when one is
+due), collects what succeeded, and in the same tick submits what that made ready and what the
+freed slots allow (in the background, concurrently, so a slow submit never holds up polling).
+Between ticks it waits: the interval starts at ``poll_interval_s``, doubles while nothing
+changes and resets on any change. A submit that lands ends the wait early, and its task is
+polled at once (an instant or cached task may be done already), once per batch of landings and
+never sooner after the last poll than that poll took (:mod:`~altar.execution.run.pacing`). A
+tick costs what changed: the tasks are indexed by state (:class:`.ledger.Ledger`) and the ready
+ones kept by :class:`.frontier.Frontier`; a tick's changes share one journal write with the
+intents it launches (and one before outputs are fetched, when a success has some).
 
 The run keeps a journal (:mod:`altar.execution.state.journal`) in its run directory. Start the same
 plan again with the same run directory and the run resumes: it polls the tasks it already
@@ -55,15 +59,16 @@ from altar.execution.errors import (
 )
 from altar.execution.plans.placeholders import expand_spec
 from altar.execution.plans.plan import Plan, PlanTask, outputs_for_run
-from altar.execution.run import scheduling
 from altar.execution.run.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
 from altar.execution.run.caching import RunCache
 from altar.execution.run.cancelling import CANCEL_REQUEST, cancel_all, cancel_run, cleanup_finished
 from altar.execution.run.clock import Clock
+from altar.execution.run.frontier import Frontier
 from altar.execution.run.lanes import Lanes
 from altar.execution.run.ledger import Ledger
 from altar.execution.run.litter import litter_directories, remove_litter, remove_run_dir_litter
 from altar.execution.run.observing import collect_succeeded, poll_open
+from altar.execution.run.pacing import Pace
 from altar.execution.run.reconciling import reconcile, start_adopted
 from altar.execution.run.results import (
     TASK_STATES,
@@ -82,12 +87,12 @@ from altar.execution.state.journal import (
     RUNNING,
     SKIPPED,
     SUBMITTING,
-    SUCCEEDED,
     Journal,
     TaskRecord,
     open_journal,
     run_lock,
 )
+from altar.execution.state.records import FINAL_STATES
 from altar.execution.state.runs import run_status
 
 __all__ = [
@@ -114,11 +119,6 @@ __all__ = [
 # a provider that already accepted one keeps running it, so its handle is worth journaling (a
 # resumed run then polls it instead of submitting it again and running the task twice).
 SUBMIT_GRACE_S = 10.0
-
-
-def _settled(record: TaskRecord) -> bool:
-    """Final, and for a success, its outputs collected."""
-    return record.final and (record.state != SUCCEEDED or record.outputs_collected)
 
 
 def _resolve(future: asyncio.Future[bool] | None, value: bool) -> None:
@@ -150,9 +150,9 @@ class _Run:
         self.clock = clock if clock is not None else Clock()
         self.max_parallel = max_parallel
         self.budget = budget
-        self.poll_interval_s = poll_interval_s
         # the backoff's cap: the backend may lower it (ExecutionBackend.max_poll_interval_s)
-        self.max_poll_interval_s = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
+        cap = poll_interval_cap(backend, max_poll_interval_s, poll_interval_s)
+        self.pace = Pace(poll_interval_s, cap)
         self.on_event = on_event
         self.tasks: dict[str, PlanTask] = {task.id: task for task in plan.tasks}
         self.specs = {task.id: task.spec for task in plan.tasks}  # built once, not per tick
@@ -179,8 +179,7 @@ class _Run:
         )
         self._landed = False  # a submit landed with news since the tick began
         self._waiter: asyncio.Future[bool] | None = None  # the wait between ticks
-        self.interval = poll_interval_s  # the backoff: from the last poll to the next
-        self.last_poll = -float("inf")  # clock time
+        self.frontier = Frontier(self.records, plan.dependencies)
         self.emit = self.ledger.emit
         self.set_state = self.ledger.set_state
         self.changed = self.ledger.changed
@@ -229,25 +228,35 @@ class _Run:
             self.emit("resumed", f"resuming: {open_tasks} task(s) already submitted")
 
     def skip_blocked(self) -> None:
-        for record, detail in scheduling.blocked(self.records, self.plan.dependencies):
-            self.set_state(record, SKIPPED)
-            record.detail = detail
-            self.changed(record)
-            self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
+        """Skip the tasks a dependency that did not succeed blocks, and theirs, in this tick."""
+        while True:
+            self.frontier.update(self.ledger.take_touched())
+            found = self.frontier.blocked()
+            if not found:
+                return
+            for record, detail in found:
+                self.set_state(record, SKIPPED)
+                record.detail = detail
+                self.changed(record)
+                self.emit("skipped", f"{record.id} skipped: {record.detail}", record)
 
-    def ready(self) -> list[TaskRecord]:
-        """Ready tasks not already waiting for room in the submit window."""
-        ready = scheduling.ready(self.records, self.plan.dependencies)
+    def ready(self, limit: int | None = None) -> list[TaskRecord]:
+        """The first ``limit`` ready tasks not already waiting for room in the submit window."""
+        self.skip_blocked()
+        ready = self.frontier.ready(limit)
         queued = self.submits.queued
         return [r for r in ready if r.id not in queued] if queued else ready
 
-    def has_room(self) -> bool:
-        waiting = len(self.submits.queued)
-        return scheduling.room_for(
-            len(self.ready()),
-            in_flight_count=len(scheduling.in_flight(self.records.values())) + waiting,
-            max_parallel=self.max_parallel,
-        )
+    def room(self) -> int | None:
+        """How many more tasks ``max_parallel`` lets go now (None: no limit)."""
+        if self.max_parallel is None:
+            return None
+        in_flight = self.ledger.count(SUBMITTING, PENDING, RUNNING) + len(self.submits.queued)
+        return max(0, self.max_parallel - in_flight)
+
+    def settled(self) -> bool:
+        """Every task final, and every success's outputs collected."""
+        return self.ledger.count(*FINAL_STATES) == len(self.records) and not self.ledger.to_collect
 
     def pool(self, record: TaskRecord) -> str:
         return self.tasks[record.id].spec.resources.gpu or "cpu"
@@ -258,9 +267,29 @@ class _Run:
         self.submits.limits.clear()
         self.ledger.endings.clear()
 
-    async def choose(self, ready: list[TaskRecord]) -> list[TaskRecord]:
-        """The ready tasks to submit now (asks a lane's capacity only if any may go there)."""
-        return await self.lanes.choose(ready, self.records, self.submits.waiting, self.now())
+    async def candidates(self) -> list[TaskRecord]:
+        """The ready tasks ``max_parallel`` leaves room for, less those the cache served (a
+        routed run's lanes share the room out themselves: a full lane must not starve one)."""
+        room = self.room()
+        if room == 0:
+            return []
+        if self.lanes.routed is not None:
+            room = None
+        if self.cache is None:
+            return self.ready(room)
+        rest = await self.cache.serve(self.ready())  # a hit takes no slot
+        return rest if room is None else rest[:room]
+
+    async def choose(self, allowed: list[TaskRecord]) -> list[TaskRecord]:
+        """The tasks to submit now (asks a lane's capacity only if any may go there)."""
+        # one backend: candidates() applied max_parallel; only submits in flight take a slot
+        # a capacity report may not show yet
+        states = (SUBMITTING, PENDING, RUNNING) if self.lanes.routed else (SUBMITTING,)
+        flying = self.ledger.in_states(*states)
+        submitted = self.ledger.count(SUBMITTING, PENDING, RUNNING) > 0
+        return await self.lanes.choose(
+            allowed, flying, self.submits.waiting, self.now(), submitted=submitted
+        )
 
     def now(self) -> float:
         """The clock of the poll schedule."""
@@ -301,8 +330,16 @@ class _Run:
                 f"left: {names}{more}",
             )
 
-    async def poll(self) -> tuple[bool, bool]:
-        return await poll_open(self.ledger, self.backend, budget=self.budget)
+    async def poll(self) -> bool:
+        """One poll of every open task (see :mod:`.pacing` for when); True if any changed."""
+        await self.submits.settle()
+        self.submits.landed = False  # this poll covers every submit landed so far
+        self.pace.started(self.now())
+        try:
+            changed, _ = await poll_open(self.ledger, self.backend, budget=self.budget)
+        finally:
+            self.pace.ended(self.now())
+        return changed
 
     async def collect(self) -> bool:
         return await collect_succeeded(self.ledger, self.backend, self.specs)
@@ -331,38 +368,32 @@ class _Run:
                 self._landed = False
                 refused, self.submits.refused = self.submits.refused, False
                 self.submits.reap()
-                self.skip_blocked()
+                due = self.pace.due(self.now(), landed=self.submits.landed)
+                changed = await self.poll() if due else False
                 collected = await self.collect()
                 self.feed_hold()
-                ready = self.ready()
+                just_collected = self.ledger.take_collected()
                 if self.cache is not None:
                     if collected:
-                        await self.cache.store_collected()
+                        await self.cache.store_collected(just_collected)
                     await self.cache.release_finished()
-                    ready = await self.cache.serve(ready)
-                batch = await self.choose(ready)
+                # what the poll freed and made ready is submitted in this same tick
+                batch = await self.choose(await self.candidates())
                 self.submits.launch(batch)
-                changed = finished = False
-                due = self.now() >= self.last_poll + self.interval
-                if due:  # a tick woken early by a submit landing does not poll before its time
-                    self.last_poll = self.now()
-                    changed, finished = await self.poll()
-                collected = await self.collect() or collected
+                self.frontier.take(batch)
                 self.skip_blocked()
-                self.ledger.checkpoint()
+                self.ledger.checkpoint()  # what the launch's write did not carry (if any)
                 self.submits.reap()
-                if not self.submits and all(_settled(r) for r in self.records.values()):
+                if not self.submits and self.settled():
                     break
                 # a launch resets the backoff, unless it only retries submits that found the
                 # provider down: those are waited out like a poll that finds it down
                 if changed or collected or (batch and not refused):
-                    self.interval = self.poll_interval_s
-                    if (finished or collected) and self.has_room():
-                        continue  # a slot was freed or a task became ready: fill it now
+                    self.pace.reset()
                 elif due:
-                    self.interval = min(self.max_poll_interval_s, self.interval * 2)
-                if await self.wait(self.last_poll + self.interval - self.now()):
-                    self.interval = self.poll_interval_s  # a submit landed: its task is news
+                    self.pace.back_off()
+                if await self.wait(self.pace.next(landed=self.submits.landed) - self.now()):
+                    self.pace.reset()  # a submit landed: its task is news
             await self.submits.drain()
             if self.cache is not None:
                 await self.cache.store_collected()

@@ -5,6 +5,10 @@
   runner skips them);
 - :func:`choose`: of the ready tasks, those that ``max_parallel`` and the backend's capacity
   report leave room for.
+
+The runner keeps ``ready`` and ``blocked`` as the run changes (:mod:`.frontier`: a tick looks
+at what changed, not at every task); these are the same rules over all tasks at once, the
+reference the frontier is tested against.
 """
 
 from __future__ import annotations

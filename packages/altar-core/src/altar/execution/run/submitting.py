@@ -90,6 +90,11 @@ class Submits:
         self._queue: deque[TaskRecord] = deque()  # launched, waiting for room in the window
         #: ids of the queued tasks (still ``queued`` in the journal; the scheduler skips them)
         self.queued: set[str] = set()
+        #: a submit returned a handle since the loop last polled (its task may be done already)
+        self.landed = False
+        #: ids of tasks whose handle returned and is not yet durable and said (see ``settle``)
+        self.landing: set[str] = set()
+        self._settled: asyncio.Future[None] | None = None  # resolved as a landing ends
 
     def __bool__(self) -> bool:
         return bool(self.tasks) or bool(self._queue)
@@ -139,10 +144,17 @@ class Submits:
         lanes = self.lanes
         if like is not None and lanes is not None and lanes.routed is not None:
             lane = lanes.lane(like)
-            kept = [r for r in self._queue if lanes.lane(r) != lane]
+            kept = []
+            for record in self._queue:
+                if lanes.lane(record) == lane:
+                    self.ledger.touch(record)  # ready again
+                else:
+                    kept.append(record)
             self._queue = deque(kept)
             self.queued = {r.id for r in kept}
             return
+        for record in self._queue:
+            self.ledger.touch(record)  # ready again
         self._queue.clear()
         self.queued.clear()
 
@@ -185,6 +197,18 @@ class Submits:
             # a handle while more of the batch waits is no news the loop can act on before
             # its next poll: waking it for each would scan every task once per submit
             self._on_news()
+
+    async def settle(self) -> None:
+        """Let the handles returned so far be journaled and said (``submitted``) before a poll.
+
+        Their group commit is due at the end of this event-loop turn, so this takes a few turns
+        at most (handles returning meanwhile are not waited for); a task's ``submitted`` then
+        always comes before its first polled state.
+        """
+        waiting = set(self.landing)
+        while waiting & self.landing:
+            self._settled = asyncio.get_running_loop().create_future()
+            await self._settled
 
     def reap(self) -> None:
         """Forget the submits that landed; raise the error of one that failed (a journal error)."""
@@ -277,9 +301,16 @@ class Submits:
         attempt.state = PENDING
         ledger.set_state(record, PENDING)
         ledger.changed(record)
-        self._returned()  # the next intents share this handle's fsync
-        await ledger.commit()
+        self.landing.add(record.id)
+        try:
+            self._returned()  # the next intents share this handle's fsync
+            await ledger.commit()
+        finally:
+            self.landing.discard(record.id)
+            if self._settled is not None and not self._settled.done():
+                self._settled.set_result(None)  # the waiting poll runs after the emit below
         ledger.emit("submitted", f"{record.id} submitted ({_short(handle.external_id)})", record)
+        self.landed = True
         return _HANDLE
 
     def _returned(self) -> None:
