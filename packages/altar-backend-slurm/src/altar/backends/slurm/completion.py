@@ -24,7 +24,7 @@ Nothing here is durable: a new instance starts by asking the queue about what it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 
 from altar.backends.slurm import commands
@@ -42,9 +42,9 @@ from altar.backends.slurm.classify import (
 )
 from altar.backends.slurm.render import EXIT_RECORD, START_RECORD, START_RECORD_VERSION
 from altar.backends.slurm.runtime import LoginNode
-from altar.execution import TaskFailure, TaskState
+from altar.execution import TaskFailure, TaskHandle, TaskState, TaskStatus
 
-__all__ = ["DEFAULT_EXIT_READ_TIMEOUT_S", "DEFAULT_QUEUE_INTERVAL_S", "Tracker"]
+__all__ = ["DEFAULT_EXIT_READ_TIMEOUT_S", "DEFAULT_QUEUE_INTERVAL_S", "Tracker", "status_of"]
 
 #: How often the controller may be asked about jobs no record explains (peers: Nextflow's grid
 #: executors 1 min, Snakemake's Slurm plugin 40-180 s, submitit up to 60 s).
@@ -320,4 +320,33 @@ def _from_record_alone(job_id: str, record: ExitRecord) -> Observation:
             f"job {job_id} ended with status {record.status} after a signal, and Slurm no "
             "longer knows why",
         ),
+    )
+
+
+def status_of(
+    handle: TaskHandle, seen: Seen | None, *, cancelled: Container[str] = ()
+) -> TaskStatus:
+    """The task status of ``handle`` from what the poll saw of its job (None: a handle that
+    names no job of ours). A job whose scancel was accepted reads cancelled at once, while
+    Slurm still tears it down."""
+    if seen is None:
+        observation, record = missing(handle.external_id), None
+    else:
+        observation, record = seen
+        job_id = handle.external_id.split(":", 1)[0]
+        if job_id in cancelled and not observation.state.is_terminal:
+            observation = Observation(
+                TaskState.FAILED, TaskFailure("cancelled", f"job {job_id} was cancelled")
+            )
+    # The script's own start and end (compute node clock): the queue wait is not run time.
+    # Only for a finished job, whose record the poll read.
+    started = finished = None
+    if record is not None and observation.state.is_terminal:
+        started, finished = record.start, record.end
+    return TaskStatus(
+        handle,
+        observation.state,
+        observation.failure,
+        started_at=None if started is None else float(started),
+        finished_at=None if finished is None else float(finished),
     )
