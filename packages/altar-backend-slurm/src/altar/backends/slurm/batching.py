@@ -148,7 +148,8 @@ class ArraySubmitter:
                 if single is not None:
                     outcomes[i] = backend._handle(*single, task.spec)
         fresh = [i for i in range(len(tasks)) if i not in outcomes]
-        room = backend.room.free()
+        # (one fresh task goes as a single job: sbatch's own answer is the limit's)
+        room = backend.room.free() if len(fresh) > 1 else None
         if room is not None and len(fresh) > max(1, room):
             held = fresh[max(1, room) :]
             fresh = fresh[: max(1, room)]
