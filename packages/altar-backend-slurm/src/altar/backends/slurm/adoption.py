@@ -100,6 +100,7 @@ def list_jobs(backend: SlurmExecutionBackend, run: str) -> list[TaskHandle]:
     tag = run_tag(run)
     found: dict[str, TaskHandle] = {}
     members: _Members = {}
+    backend.tracker.asked()
     for row in commands.queue(backend.node, timeout_s=backend.query_timeout_s):
         token, comment = backend._ours(row.work_dir), row.comment
         if token is None:

@@ -9,6 +9,7 @@ cluster's ``MaxArraySize``, ``array_max``). One sbatch then answers every task o
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -64,17 +65,20 @@ class ArraySubmitter:
         self.array_max = array_max
         self.window_s = window_s
         self._size: int | None = None  # min(MaxArraySize, array_max), read once; 0: none
+        self._reading = threading.Lock()
         self._groups: dict[_Key, _Group] = {}
         self._flushing: set[asyncio.Task[None]] = set()
 
     def size(self) -> int:
-        """How many tasks one array may hold here (0 or 1: arrays are not used)."""
-        if self._size is None:
-            cluster = arrays.max_array_size(
-                self.backend.node, timeout_s=self.backend.query_timeout_s
-            )
-            self._size = min(cluster, self.array_max)
-        return self._size
+        """How many tasks one array may hold here (0 or 1: arrays are not used). Read once:
+        the submits of a ready batch ask at the same time, and one ``scontrol`` answers all."""
+        with self._reading:
+            if self._size is None:
+                cluster = arrays.max_array_size(
+                    self.backend.node, timeout_s=self.backend.query_timeout_s
+                )
+                self._size = min(cluster, self.array_max)
+            return self._size
 
     def applies(self, spec: ContainerTaskSpec) -> bool:
         """Only keyed submissions go in arrays: adoption by key is what keeps them once."""

@@ -88,6 +88,10 @@ class Tracker:
         self.query_timeout_s = query_timeout_s
         self.clock = clock
         self.queued_at: float | None = None  # when squeue was last asked by a poll
+        # The budget of job queries (sdiag's REQUEST_JOB_INFO): one per queue_interval_s since
+        # the first submit, for the poll's queries and every other squeue of the backend.
+        self.since: float | None = None
+        self.spent = 0
         self.jobs: dict[str, _Job] = {}
         self.final: dict[str, Seen] = {}
         self.waiting_now: set[str] = set()  # jobs the squeue of this poll shows pending
@@ -98,6 +102,13 @@ class Tracker:
         self.jobs.setdefault(job_id, _Job(Observation(TaskState.PENDING)))
         if self.queued_at is None:
             self.queued_at = self.clock()
+        if self.since is None:
+            self.since = self.clock()
+
+    def asked(self) -> None:
+        """The backend listed the run's jobs (one squeue of them all): it draws on the
+        poll's budget."""
+        self.spent += 1
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -119,7 +130,15 @@ class Tracker:
             return False
         if self.queued_at is None or any(j not in self.jobs for j in asking):
             return True
-        return now - self.queued_at >= self.queue_interval_s
+        if self.queue_interval_s <= 0:
+            return True
+        if now - self.queued_at < self.queue_interval_s:
+            return False
+        # Within one job query per interval of run time, the run's closing listing
+        # (list_submissions) included: the poll's k-th query waits until k + 1 intervals
+        # have passed since the first submit, so the first comes after two.
+        since = self.since if self.since is not None else self.queued_at
+        return self.spent + 2 <= (now - since) / self.queue_interval_s
 
     # -- one poll -----------------------------------------------------------------------------
 
@@ -157,6 +176,7 @@ class Tracker:
         self.waiting_now = set()
         if self._queue_due(self.clock(), asking):
             self.queued_at = self.clock()  # when squeue is asked, not when the poll began
+            self.spent += 1
             accounting, probing = self._ask_queue(asking, jobs, records, seen, now, set(telling))
         for job_id in open_ids:
             job = self.jobs.get(job_id)

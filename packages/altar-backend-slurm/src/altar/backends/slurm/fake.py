@@ -374,6 +374,8 @@ class FakeLoginNode(ScriptedJobs, LocalLoginNode):
             if job.array_id is not None and job.state == "PENDING" and index:
                 # a pending element cancelled by its own id leaves no row in squeue nor sacct
                 job.in_queue, job.unaccounted = False, True
+            if job.started:  # the script's TERM trap stops the task and records it
+                self.write_record(job.shown, 143, signalled=True)
             self.end(job.shown, "CANCELLED by 0", "0:0")
         return CommandResult(0, "", "")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from altar.backends.slurm import arrays, commands
 from altar.backends.slurm.adoption import EXTERNAL_ID
-from altar.backends.slurm.classify import from_queue
+from altar.backends.slurm.render import EXIT_RECORD, START_RECORD
 from altar.execution import TaskHandle
 
 if TYPE_CHECKING:
@@ -18,22 +18,27 @@ __all__ = ["cancel_job", "cleanup"]
 
 
 def cancel_job(backend: SlurmExecutionBackend, job_id: str, token: str) -> None:
-    """scancel ``job_id`` and wait up to ``cancel_wait_s`` for Slurm to end it."""
-    node, timeout_s = backend.node, backend.query_timeout_s
-    if commands.cancel(node, job_id, timeout_s=timeout_s):
+    """scancel ``job_id``, then wait up to ``cancel_wait_s`` for its script's last act.
+
+    No controller query: Slurm ends a pending job within scancel itself, and a started job's
+    script (its start record shows it started) traps scancel's TERM, stops its container and
+    writes its exit record last, which the wait reads on the shared filesystem.
+    """
+    node = backend.node
+    accepted = commands.cancel(node, job_id, timeout_s=backend.query_timeout_s)
+    if accepted:
         # every instance's poll reads this; a job cancelled while pending writes nothing
         commands.mark_cancelled(node, backend._layout(token).job_dir)
     backend.cancelled.add(job_id)
+    if not accepted:
+        return  # it had ended already, or Slurm never knew it: nothing to wait for
     deadline = time.monotonic() + backend.cancel_wait_s
-    pause = 0.2  # doubling to 2 s: a slow teardown costs the controller a few queries
-    while time.monotonic() < deadline:
-        rows = [
-            r
-            for r in commands.queue(node, job_ids=[job_id], timeout_s=timeout_s)
-            if r.job_id == job_id
-        ]
-        observed = from_queue(rows[0]) if rows else None
-        if observed is None or observed.state.is_terminal:
+    pause = 0.2  # doubling to 2 s: reads of one small file
+    while True:
+        files = commands.read_records(node, backend.scratch, [token]).get(token, {})
+        if EXIT_RECORD in files or START_RECORD not in files:
+            return  # its container is gone, or it never started one
+        if time.monotonic() >= deadline:
             return
         time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(2.0, pause * 2)
