@@ -13,7 +13,9 @@ The controller is asked (one ``squeue`` for all the jobs no record explains) at 
 without a start record, and to notice a job that died without writing a record (a node failure,
 a cancel from outside before it started, a preemption, its script killed). Only a job this
 tracker has never seen (a handle from an earlier run) makes the first query due at once.
-Otherwise ``sacct`` is asked only for jobs gone from squeue with no record.
+Otherwise ``sacct`` is asked only for jobs gone from squeue with no record. Over a run, the
+poll's queries and the run's closing listing share one budget of one query per interval since
+the first submit, so a run's first poll query comes after two intervals.
 
 A job that ended normally (squeue shows it COMPLETED or FAILED, or sacct does once squeue forgot
 it) but whose exit record is not visible yet (a network filesystem's attribute cache) is
@@ -89,7 +91,7 @@ class Tracker:
         self.clock = clock
         self.queued_at: float | None = None  # when squeue was last asked by a poll
         # The budget of job queries (sdiag's REQUEST_JOB_INFO): one per queue_interval_s since
-        # the first submit, for the poll's queries and every other squeue of the backend.
+        # the first submit, for the poll's queries and the run's listings (see asked()).
         self.since: float | None = None
         self.spent = 0
         self.jobs: dict[str, _Job] = {}
