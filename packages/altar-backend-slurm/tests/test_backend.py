@@ -274,7 +274,7 @@ async def test_a_keyed_submission_is_adopted_in_any_state_never_run_twice(
     node.calls.clear()
     adopted = await _fresh(backend).submit(spec)
     assert adopted.external_id == first.external_id
-    # the cluster's MaxArraySize (once; the fake has no arrays), its job dir exists: Slurm
+    # the cluster's MaxArraySize (once), its job dir exists (no array marker): Slurm by name
     assert _commands(node) == ["scontrol", "markers", "squeue", "sacct"]
     assert len(node.jobs) == 1
     # the next attempt has its own key and runs

@@ -218,8 +218,27 @@ async def test_submits_wait_for_their_slot(backend: SlurmExecutionBackend) -> No
         slept.append(seconds)
 
     backend.pace = SubmitPace(2, clock=lambda: 1000.0, sleep=sleep)
+    backend.arrays = False  # one sbatch, one slot each
     await asyncio.gather(*(backend.submit(_keyed(t)) for t in ("a", "b", "c")))
     assert slept == [60.0]
+
+
+@pytest.mark.asyncio
+async def test_an_array_uses_one_pacing_slot(
+    backend: SlurmExecutionBackend, node: FakeLoginNode
+) -> None:
+    import asyncio
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    backend.pace = SubmitPace(2, clock=lambda: 1000.0, sleep=sleep)
+    handles = await asyncio.gather(*(backend.submit(_keyed(t)) for t in ("a", "b", "c", "d")))
+    assert slept == []  # one sbatch for the four
+    assert {h.external_id.split("_", 1)[0] for h in handles} == {"1"}
+    assert len(node.elements(1)) == 4
 
 
 # -- Slurm's own endings through the backend ------------------------------------------------------

@@ -213,7 +213,8 @@ async def test_a_record_that_never_shows_falls_back_to_sacct_after_the_timeout(
     handle = await backend.submit(_spec(["sh", "-c", "exit 3"]))
     node.hidden.add(_token(handle))
     assert await _until_slurm_says_ended(handle) == "FAILED"
-    now[0] += 10  # the queue is due: it says FAILED, the record is awaited
+    now[0] += 20  # a run's first queue query is due after two intervals: it says FAILED,
+    # and the record is awaited
     assert (await backend.poll([handle]))[0].state is TaskState.RUNNING
     assert len(node.polls_of_squeue()) == 1
     before = len(node.calls)

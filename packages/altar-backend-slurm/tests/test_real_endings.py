@@ -394,7 +394,7 @@ def test_a_task_on_a_node_set_down_is_run_again_once_the_node_returns(
 def test_many_tasks_under_a_20_job_qos_all_succeed_with_no_retry_used(
     tmp_path: Path, docker_host: str, site: Site
 ) -> None:
-    count = 100  # 100 took 158 s on the 2 shared cores here; 300 would take about 8 minutes
+    count = 300  # the size: 15 times the QOS's 20-job limit (wall time: see slurm.md)
     data_root = tmp_path / "cluster data"
     plan = _plan(
         tmp_path / "plan.toml",

@@ -139,7 +139,7 @@ _WRITE_TASKS = (
     'mv -f -- "$1/array.tmp" "$1/array"; shift 3; done'
 )
 #: Writes the array's directory (tokens, script) and sbatches it ($1 dir, $2 tokens, $3 script).
-_SUBMIT_ARRAY = (
+SUBMIT_ARRAY_PROGRAM = (
     'set -eu; mkdir -p -- "$1"; printf "%s" "$2" > "$1/tokens"; '
     'printf "%s" "$3" > "$1/array.sbatch"; '
     'exec env -i PATH="$PATH" HOME="${HOME:-/}" ${USER:+"USER=$USER"} '
@@ -180,7 +180,9 @@ def submit_array(
 ) -> CommandResult:
     """Write the array's own directory and sbatch it; sbatch's result as it came."""
     tokens = "".join(f"{task.token} {task.comment}\n" for task in tasks)
-    return node.run(["sh", "-c", _SUBMIT_ARRAY, "altar-array-submit", array_dir, tokens, script])
+    return node.run(
+        ["sh", "-c", SUBMIT_ARRAY_PROGRAM, "altar-array-submit", array_dir, tokens, script]
+    )
 
 
 #: Prints ``<job dir> <marker or ->`` for each job dir ($@) or logs dir that exists.

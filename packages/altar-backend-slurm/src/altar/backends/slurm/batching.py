@@ -9,11 +9,12 @@ cluster's ``MaxArraySize``, ``array_max``). One sbatch then answers every task o
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from altar.backends.slurm import arrays, commands
+from altar.backends.slurm import adoption, arrays, commands
 from altar.backends.slurm.render import submission_key
 from altar.backends.slurm.runtime import CommandResult
 from altar.execution import (
@@ -64,17 +65,20 @@ class ArraySubmitter:
         self.array_max = array_max
         self.window_s = window_s
         self._size: int | None = None  # min(MaxArraySize, array_max), read once; 0: none
+        self._reading = threading.Lock()
         self._groups: dict[_Key, _Group] = {}
         self._flushing: set[asyncio.Task[None]] = set()
 
     def size(self) -> int:
-        """How many tasks one array may hold here (0 or 1: arrays are not used)."""
-        if self._size is None:
-            cluster = arrays.max_array_size(
-                self.backend.node, timeout_s=self.backend.query_timeout_s
-            )
-            self._size = min(cluster, self.array_max)
-        return self._size
+        """How many tasks one array may hold here (0 or 1: arrays are not used). Read once:
+        the submits of a ready batch ask at the same time, and one ``scontrol`` answers all."""
+        with self._reading:
+            if self._size is None:
+                cluster = arrays.max_array_size(
+                    self.backend.node, timeout_s=self.backend.query_timeout_s
+                )
+                self._size = min(cluster, self.array_max)
+            return self._size
 
     def applies(self, spec: ContainerTaskSpec) -> bool:
         """Only keyed submissions go in arrays: adoption by key is what keeps them once."""
@@ -107,7 +111,7 @@ class ArraySubmitter:
     async def _flush(self, tasks: list[_Task]) -> None:
         try:
             await self.backend.pace.wait()  # one sbatch for the whole group
-            outcomes = await self.backend._watched(lambda: self._submit_all(tasks))
+            outcomes = await self.backend.reach.watched(lambda: self._submit_all(tasks))
         except BaseException as error:  # every waiting submit learns why, none hangs
             outcomes = [error] * len(tasks)
         for task, outcome in zip(tasks, outcomes, strict=True):
@@ -144,11 +148,12 @@ class ArraySubmitter:
                 job_id = f"{ids[marked[i][0]]}_{marked[i][1]}"
                 outcomes[i] = backend._handle(job_id, task.token, task.spec)
             elif i not in marked and (dirs[i] in found or logs[i] in found):
-                single = backend._find_existing(task.spec, task.digest)
+                single = adoption.find_existing(backend, task.spec, task.digest)
                 if single is not None:
                     outcomes[i] = backend._handle(*single, task.spec)
         fresh = [i for i in range(len(tasks)) if i not in outcomes]
-        room = backend._submit_room()
+        # (one fresh task goes as a single job: sbatch's own answer is the limit's)
+        room = backend.room.free() if len(fresh) > 1 else None
         if room is not None and len(fresh) > max(1, room):
             held = fresh[max(1, room) :]
             fresh = fresh[: max(1, room)]
@@ -187,7 +192,7 @@ class ArraySubmitter:
         arrays.write_tasks(node, backend.scratch, name, members)
         result = arrays.submit_array(node, array_dir, members, script)
         if not result.ok:
-            error = _refusal(result, limited=backend._submit_limit() is not None)
+            error = _refusal(result, limited=backend.room.limit() is not None)
             if not _may_exist(error):  # refused outright: Slurm made no job of it
                 commands.remove_dir(node, array_dir)
                 for member in members:

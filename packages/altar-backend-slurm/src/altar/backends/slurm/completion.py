@@ -13,7 +13,9 @@ The controller is asked (one ``squeue`` for all the jobs no record explains) at 
 without a start record, and to notice a job that died without writing a record (a node failure,
 a cancel from outside before it started, a preemption, its script killed). Only a job this
 tracker has never seen (a handle from an earlier run) makes the first query due at once.
-Otherwise ``sacct`` is asked only for jobs gone from squeue with no record.
+Otherwise ``sacct`` is asked only for jobs gone from squeue with no record. Over a run, the
+poll's queries and the run's closing listing share one budget of one query per interval since
+the first submit, so a run's first poll query comes after two intervals.
 
 A job that ended normally (squeue shows it COMPLETED or FAILED, or sacct does once squeue forgot
 it) but whose exit record is not visible yet (a network filesystem's attribute cache) is
@@ -24,7 +26,7 @@ Nothing here is durable: a new instance starts by asking the queue about what it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 
 from altar.backends.slurm import commands
@@ -42,9 +44,9 @@ from altar.backends.slurm.classify import (
 )
 from altar.backends.slurm.render import EXIT_RECORD, START_RECORD, START_RECORD_VERSION
 from altar.backends.slurm.runtime import LoginNode
-from altar.execution import TaskFailure, TaskState
+from altar.execution import TaskFailure, TaskHandle, TaskState, TaskStatus
 
-__all__ = ["DEFAULT_EXIT_READ_TIMEOUT_S", "DEFAULT_QUEUE_INTERVAL_S", "Tracker"]
+__all__ = ["DEFAULT_EXIT_READ_TIMEOUT_S", "DEFAULT_QUEUE_INTERVAL_S", "Tracker", "status_of"]
 
 #: How often the controller may be asked about jobs no record explains (peers: Nextflow's grid
 #: executors 1 min, Snakemake's Slurm plugin 40-180 s, submitit up to 60 s).
@@ -88,6 +90,10 @@ class Tracker:
         self.query_timeout_s = query_timeout_s
         self.clock = clock
         self.queued_at: float | None = None  # when squeue was last asked by a poll
+        # The budget of job queries (sdiag's REQUEST_JOB_INFO): one per queue_interval_s since
+        # the first submit, for the poll's queries and the run's listings (see asked()).
+        self.since: float | None = None
+        self.spent = 0
         self.jobs: dict[str, _Job] = {}
         self.final: dict[str, Seen] = {}
         self.waiting_now: set[str] = set()  # jobs the squeue of this poll shows pending
@@ -98,6 +104,13 @@ class Tracker:
         self.jobs.setdefault(job_id, _Job(Observation(TaskState.PENDING)))
         if self.queued_at is None:
             self.queued_at = self.clock()
+        if self.since is None:
+            self.since = self.clock()
+
+    def asked(self) -> None:
+        """The backend listed the run's jobs (one squeue of them all): it draws on the
+        poll's budget."""
+        self.spent += 1
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -119,7 +132,15 @@ class Tracker:
             return False
         if self.queued_at is None or any(j not in self.jobs for j in asking):
             return True
-        return now - self.queued_at >= self.queue_interval_s
+        if self.queue_interval_s <= 0:
+            return True
+        if now - self.queued_at < self.queue_interval_s:
+            return False
+        # Within one job query per interval of run time, the run's closing listing
+        # (list_submissions) included: the poll's k-th query waits until k + 1 intervals
+        # have passed since the first submit, so the first comes after two.
+        since = self.since if self.since is not None else self.queued_at
+        return self.spent + 2 <= (now - since) / self.queue_interval_s
 
     # -- one poll -----------------------------------------------------------------------------
 
@@ -157,6 +178,7 @@ class Tracker:
         self.waiting_now = set()
         if self._queue_due(self.clock(), asking):
             self.queued_at = self.clock()  # when squeue is asked, not when the poll began
+            self.spent += 1
             accounting, probing = self._ask_queue(asking, jobs, records, seen, now, set(telling))
         for job_id in open_ids:
             job = self.jobs.get(job_id)
@@ -320,4 +342,33 @@ def _from_record_alone(job_id: str, record: ExitRecord) -> Observation:
             f"job {job_id} ended with status {record.status} after a signal, and Slurm no "
             "longer knows why",
         ),
+    )
+
+
+def status_of(
+    handle: TaskHandle, seen: Seen | None, *, cancelled: Container[str] = ()
+) -> TaskStatus:
+    """The task status of ``handle`` from what the poll saw of its job (None: a handle that
+    names no job of ours). A job whose scancel was accepted reads cancelled at once, while
+    Slurm still tears it down."""
+    if seen is None:
+        observation, record = missing(handle.external_id), None
+    else:
+        observation, record = seen
+        job_id = handle.external_id.split(":", 1)[0]
+        if job_id in cancelled and not observation.state.is_terminal:
+            observation = Observation(
+                TaskState.FAILED, TaskFailure("cancelled", f"job {job_id} was cancelled")
+            )
+    # The script's own start and end (compute node clock): the queue wait is not run time.
+    # Only for a finished job, whose record the poll read.
+    started = finished = None
+    if record is not None and observation.state.is_terminal:
+        started, finished = record.start, record.end
+    return TaskStatus(
+        handle,
+        observation.state,
+        observation.failure,
+        started_at=None if started is None else float(started),
+        finished_at=None if finished is None else float(finished),
     )

@@ -15,6 +15,10 @@ and exit statuses of Slurm 22.05.8 (checked against the real one on the test mac
   refuses a job beyond it as 22.05 does, and the limits query reports it; ``refuse_next``
   makes the next sbatch fail with that text (``timeout_after_sbatch``: the job is made, but
   sbatch reports ``Socket timed out``);
+- job arrays (the backend's array submit, ``--array=A-B[%M]``) as :mod:`.fake_jobs` says:
+  elements ``ID_INDEX``, a row each in ``squeue --array`` and ``sacct``, ``scancel ID_INDEX``,
+  ``max_array_size`` (``MaxArraySize``: an index at or past it is refused), and the submit
+  limit counting every element; ``--hold`` keeps a job pending;
 - with ``available = False`` every command fails as with slurmctld down; with
   ``accounting_available = False`` only ``sacct`` fails (slurmdbd down); with
   ``unreachable = True`` the node itself cannot be reached (ssh refused).
@@ -26,27 +30,39 @@ Tests script jobs through :meth:`finish`, :meth:`expire`, :meth:`oom_kill`,
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from altar.backends.slurm.commands import SUBMIT_PROGRAM, parse_duration
-from altar.backends.slurm.limits import LIMITS_PROGRAM
-from altar.backends.slurm.render import (
-    EXIT_RECORD,
-    EXIT_RECORD_VERSION,
-    INPUT_MISMATCH_STEP,
-    OOM_STEP,
-    RECORD_MARKERS,
-    START_RECORD,
-    START_RECORD_VERSION,
+from altar.backends.slurm.arrays import SUBMIT_ARRAY_PROGRAM
+from altar.backends.slurm.commands import SUBMIT_PROGRAM
+from altar.backends.slurm.fake_cluster import (
+    array_jobs_dir,
+    limits_text,
+    partition_lines,
+    placement_refusal,
+    sinfo_lines,
 )
+from altar.backends.slurm.fake_jobs import (
+    ACTIVE,
+    FakeJob,
+    named,
+    parse_array,
+    sacct_lines,
+    squeue_lines,
+)
+from altar.backends.slurm.fake_script import (
+    ReadScript,
+    logical_lines,
+    read_script,
+    sbatch_directives,
+)
+from altar.backends.slurm.fake_scripting import ScriptedJobs
+from altar.backends.slurm.limits import LIMITS_PROGRAM
 from altar.backends.slurm.runtime import CommandResult, LoginNodeUnreachableError
 from altar.backends.slurm.sdk_runtime import LocalLoginNode
 
-__all__ = ["FakeJob", "FakeLoginNode", "ReadScript", "read_script"]
+__all__ = ["FakeJob", "FakeLoginNode", "ReadScript", "logical_lines", "read_script"]
 
 CONTROLLER_DOWN = "Unable to contact slurm controller (connect failure)"
 DATABASE_DOWN = (
@@ -55,123 +71,9 @@ DATABASE_DOWN = (
     "sacct: error: Sending PersistInit msg: Connection refused\n"
     "sacct: error: Problem talking to the database: Connection refused\n"
 )
-_ACTIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
 
 
-@dataclass
-class FakeJob:
-    job_id: int
-    name: str
-    comment: str
-    work_dir: str
-    script: str
-    directives: dict[str, str | None]
-    time_limit_s: int | None
-    state: str = "RUNNING"
-    exit_code: str = "0:0"
-    raw_status: int = 0
-    steps: list[tuple[str, str, str, str]] = field(default_factory=list)  # id, name, state, exit
-    ended_at: float | None = None
-    in_queue: bool = True
-
-
-@dataclass(frozen=True)
-class ReadScript:
-    """What a batch script asks for, read back the way sbatch and a shell would."""
-
-    directives: dict[str, str | None]
-    env: dict[str, str]
-    argv: list[str]  # the container runtime's argv
-
-
-def _directives(script: str) -> dict[str, str | None]:
-    """``#SBATCH`` options up to the first command line, split with sbatch's quoting rules."""
-    out: dict[str, str | None] = {}
-    for line in script.splitlines()[1:]:
-        if not line.startswith("#"):
-            if line.strip():
-                break
-            continue
-        if not line.startswith("#SBATCH "):
-            continue
-        for word in _sbatch_words(line[len("#SBATCH ") :]):
-            option, eq, value = word.partition("=")
-            out[option] = value if eq else None
-    return out
-
-
-def _sbatch_words(text: str) -> list[str]:
-    """Split a ``#SBATCH`` line as sbatch does: quotes group, a backslash escapes the next
-    character (inside quotes too), an unquoted ``#`` ends the line."""
-    words: list[str] = []
-    word: list[str] | None = None
-    quote: str | None = None
-    chars = iter(text)
-    for ch in chars:
-        if ch == "\\":
-            word = (word or []) + [next(chars, "")]
-        elif quote is not None:
-            if ch == quote:
-                quote = None
-            else:
-                word = (word or []) + [ch]
-        elif ch in "'\"":
-            quote, word = ch, word or []
-        elif ch == "#":
-            break
-        elif ch.isspace():
-            if word is not None:
-                words.append("".join(word))
-            word = None
-        else:
-            word = (word or []) + [ch]
-    if word is not None:
-        words.append("".join(word))
-    return words
-
-
-def read_script(script: str) -> ReadScript:
-    """The container command of a script rendered by :func:`~.render.batch_script`."""
-    line = next((text for text in logical_lines(script) if _is_container_line(text)), None)
-    if line is None:
-        raise ValueError("no container command in the batch script")
-    words = shlex.split(line.removeprefix("exec ").removesuffix(" &"))
-    env: dict[str, str] = {}
-    if words[:2] == ["env", "--"]:
-        words = words[2:]
-        while words and "=" in words[0]:
-            key, _, value = words.pop(0).partition("=")
-            env[key] = value
-    return ReadScript(_directives(script), env, words)
-
-
-def _is_container_line(text: str) -> bool:
-    """The line that starts the container: ``[exec] [env -- ...] <runtime> ...``."""
-    words = text.removeprefix("exec ").split(" ", 2)
-    first = words[0]
-    if first == "env":
-        return True
-    return first in ("docker", "podman", "apptainer") and (
-        text.startswith("exec ") or text.endswith(" &")
-    )
-
-
-def logical_lines(script: str) -> list[str]:
-    """Lines of a shell script, joining those a quoted newline continues."""
-    lines: list[str] = []
-    pending = ""
-    for raw in script.splitlines():
-        pending = f"{pending}\n{raw}" if pending else raw
-        try:
-            shlex.split(pending, comments=True)
-        except ValueError:
-            continue  # an open quote: the command goes on
-        lines.append(pending)
-        pending = ""
-    return lines
-
-
-class FakeLoginNode(LocalLoginNode):
+class FakeLoginNode(ScriptedJobs, LocalLoginNode):
     """A single-node Slurm answering on this machine's filesystem (see the module doc)."""
 
     def __init__(
@@ -182,13 +84,13 @@ class FakeLoginNode(LocalLoginNode):
         gpus: dict[str | None, int] | None = None,
         min_job_age: float = 300.0,
     ) -> None:
-        super().__init__()
+        LocalLoginNode.__init__(self)
+        ScriptedJobs.__init__(self)
         self.partitions = partitions if partitions is not None else {"debug": None}
         self.default_partition = default_partition
         self.gpus = gpus if gpus is not None else {}
         self.min_job_age = min_job_age
         self.node_name = "localhost"
-        self.jobs: dict[int, FakeJob] = {}
         self.calls: list[list[str]] = []
         self.available = True
         #: The controller goes away between the backend's lookups and its sbatch: the next
@@ -204,98 +106,9 @@ class FakeLoginNode(LocalLoginNode):
         self.max_submit_jobs: int | None = None
         self.refuse_next: str | None = None
         self.timeout_after_sbatch = False
-        self.clock = 0.0
-        #: Jobs start (and write their start record) at once; False: they stay PENDING
-        #: until :meth:`start`.
-        self.start_jobs = True
+        #: The cluster's ``MaxArraySize`` (Slurm's default): an index must stay below it.
+        self.max_array_size = 1001
         self._next_id = 1
-
-    # -- scripting ----------------------------------------------------------------------------
-
-    def job(self, job_id: str | int) -> FakeJob:
-        return self.jobs[int(str(job_id).split(":", 1)[0])]
-
-    def advance(self, seconds: float) -> None:
-        self.clock += seconds
-
-    def end(self, job_id: str | int, state: str, exit_code: str, *, raw: int = 0) -> None:
-        job = self.job(job_id)
-        job.state, job.exit_code, job.raw_status = state, exit_code, raw
-        job.ended_at = self.clock
-        # As 22.05 records them: a batch step Slurm killed reads CANCELLED.
-        killed = ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL")
-        batch_state = "CANCELLED" if state in killed or state.startswith("CANCELLED") else state
-        job.steps.insert(0, (f"{job.job_id}.batch", "batch", batch_state, exit_code))
-        job.steps.append((f"{job.job_id}.extern", "extern", "COMPLETED", "0:0"))
-
-    def write_record(
-        self, job_id: str | int, status: int, *, signalled: bool = False, marker: str = ""
-    ) -> None:
-        """The script's last act: its exit record, written beside and renamed over."""
-        job = self.job(job_id)
-        path = Path(job.work_dir, EXIT_RECORD)
-        tmp = path.with_name(f"{EXIT_RECORD}.tmp")
-        tmp.write_text(
-            f"{EXIT_RECORD_VERSION} status={status} start=0 end=0 "
-            f"signalled={int(signalled)} marker={marker}\n"
-        )
-        tmp.replace(path)
-
-    def finish(
-        self, job_id: str | int, exit_code: int, *, record: bool = True, marker: str = ""
-    ) -> None:
-        """The task exited with ``exit_code``: the script writes its exit record (unless
-        ``record`` is False: a job killed before its last act), sacct keeps the code as
-        Slurm 22.05 does, 128 less above 128 (200 reads 72:0), squeue the raw status."""
-        state = "COMPLETED" if exit_code == 0 else "FAILED"
-        if record:
-            self.write_record(job_id, exit_code, marker=marker)
-        shown = exit_code - 128 if exit_code > 128 else exit_code
-        self.end(job_id, state, f"{shown}:0", raw=exit_code << 8)
-
-    def start(self, job_id: str | int) -> None:
-        """A pending job starts: RUNNING, and its script writes its start record."""
-        job = self.job(job_id)
-        job.state = "RUNNING"
-        Path(job.work_dir, START_RECORD).write_text(f"{START_RECORD_VERSION} start=0\n")
-
-    def preempt(self, job_id: str | int, *, record: int | None = None) -> None:
-        """A higher-tier job took the node (``PreemptMode=CANCEL``): PREEMPTED, the batch
-        step signalled (squeue's raw status 15). ``record``: the status the script's TERM
-        trap wrote before it was killed (a container runtime's 137/143), if it got that far."""
-        if record is not None:  # the trap marks the record signalled, as render.py's does
-            self.write_record(job_id, record, signalled=True)
-        self.end(job_id, "PREEMPTED", "0:0", raw=15)
-
-    def node_fail(self, job_id: str | int, *, boot: bool = False) -> None:
-        """The job's node went down under it (NODE_FAIL), or never booted (BOOT_FAIL)."""
-        self.end(job_id, "BOOT_FAIL" if boot else "NODE_FAIL", "0:0")
-
-    def expire(self, job_id: str | int) -> None:
-        self.end(job_id, "TIMEOUT", "0:0")
-
-    def oom_kill(self, job_id: str | int) -> None:
-        self.end(job_id, "OUT_OF_MEMORY", "0:125", raw=125)
-
-    def _marker(self, job_id: str | int, name: str) -> None:
-        job = self.job(job_id)
-        job.steps.append((f"{job.job_id}.{len(job.steps)}", name, "COMPLETED", "0:0"))
-
-    def fail_verification(self, job_id: str | int) -> None:
-        self._marker(job_id, INPUT_MISMATCH_STEP)
-        self.finish(job_id, 1, marker=RECORD_MARKERS[INPUT_MISMATCH_STEP])
-
-    def container_oom(self, job_id: str | int) -> None:
-        """docker's own memory limit killed the container: exit 137, the marker step and
-        the marked record."""
-        self._marker(job_id, OOM_STEP)
-        self.write_record(job_id, 137, marker=RECORD_MARKERS[OOM_STEP])
-        self.end(job_id, "FAILED", "137:0", raw=137 << 8)
-
-    def write_log(self, job_id: str | int, lines: Sequence[str], *, stream: str = "stdout") -> None:
-        path = Path(self.job(job_id).work_dir) / stream
-        with path.open("a") as handle:
-            handle.writelines(f"{line}\n" for line in lines)
 
     def launched(self, job_id: str | int) -> ReadScript:
         return read_script(self.job(job_id).script)
@@ -316,6 +129,8 @@ class FakeLoginNode(LocalLoginNode):
         program = argv[0]
         if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_PROGRAM]:
             return self._sbatch(argv[4], argv[5])
+        if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_ARRAY_PROGRAM]:
+            return self._sbatch_array(argv[4], argv[5], argv[6])
         if program == "sh" and list(argv[1:3]) == ["-c", LIMITS_PROGRAM]:
             return self._limits()
         handler = {
@@ -351,30 +166,25 @@ class FakeLoginNode(LocalLoginNode):
     def _limits(self) -> CommandResult:
         if not self.accounting_available:
             return CommandResult(4, "", DATABASE_DOWN)
-        enforce = "associations,limits,qos" if self.max_submit_jobs is not None else "none"
-        limit = "" if self.max_submit_jobs is None else str(self.max_submit_jobs)
-        text = (
-            f"AccountingStorageEnforce={enforce}\nClusterName=fake\n---\nroot\n---\n"
-            "fake|root|||||normal\n---\n"
-            f"normal|{limit}||\n"
-        )
-        return CommandResult(0, text, "")
+        return CommandResult(0, limits_text(self.max_submit_jobs), "")
 
     def _refuse(self, reason: str) -> CommandResult:
         return CommandResult(1, "", f"sbatch: error: Batch job submission failed: {reason}\n")
 
-    def _sbatch(self, job_dir: str, script: str) -> CommandResult:
-        # The submit program places the script before sbatch runs, whatever sbatch answers.
-        os.makedirs(job_dir, exist_ok=True)
-        Path(job_dir, "job.sbatch").write_text(script)
+    def _admit(
+        self, script: str, count: int
+    ) -> CommandResult | tuple[dict[str, str | None], int | None]:
+        """sbatch's checks of a script for ``count`` jobs: a refusal as Slurm prints it, or
+        the script's directives and time limit."""
         down = self._down("sbatch")
         if down is not None:
             return down
         if self.refuse_next is not None:
             text, self.refuse_next = self.refuse_next, None
             return CommandResult(1, "", text)
-        live = sum(1 for j in self.jobs.values() if j.state in _ACTIVE)
-        if self.max_submit_jobs is not None and live >= self.max_submit_jobs:
+        live = sum(1 for j in self.jobs.values() if j.state in ACTIVE)
+        # a QOS's MaxSubmitJobsPerUser counts every element of an array
+        if self.max_submit_jobs is not None and live + count > self.max_submit_jobs:
             return CommandResult(
                 1,
                 "",
@@ -386,22 +196,25 @@ class FakeLoginNode(LocalLoginNode):
             return CommandResult(
                 1, "", "sbatch: error: Batch script contains DOS line breaks (\\r\\n)\n"
             )
-        options = _directives(script)
-        partition = options.get("--partition") or self.default_partition
-        if partition not in self.partitions:
-            return self._refuse("Invalid partition name specified")
-        cap = self.partitions[partition]
-        requested = options.get("--time")
-        limit = parse_duration(requested) if requested else cap
-        if limit is not None and cap is not None and limit > cap:
-            return self._refuse("Requested time limit is invalid (missing or exceeds some limit)")
-        gres = options.get("--gres")
-        if gres is not None:
-            parts = gres.split(":")
-            kind, count = (parts[1] if len(parts) == 3 else None), int(parts[-1])
-            have = sum(self.gpus.values()) if kind is None else self.gpus.get(kind, 0)
-            if count > have:
-                return self._refuse("Invalid generic resource (gres) specification")
+        options = sbatch_directives(script)
+        placed = placement_refusal(
+            options,
+            partitions=self.partitions,
+            default_partition=self.default_partition,
+            gpus=self.gpus,
+        )
+        if isinstance(placed, str):
+            return self._refuse(placed)
+        return options, placed[0]
+
+    def _new_job(
+        self,
+        job_dir: str,
+        script: str,
+        options: dict[str, str | None],
+        limit: int | None,
+        **array: int | str,
+    ) -> FakeJob:
         job = FakeJob(
             job_id=self._next_id,
             name=options.get("--job-name") or "job.sbatch",
@@ -410,12 +223,15 @@ class FakeLoginNode(LocalLoginNode):
             script=script,
             directives=options,
             time_limit_s=limit,
-            state="RUNNING" if self.start_jobs else "PENDING",
+            state="PENDING",
+            held="--hold" in options,
+            **array,  # type: ignore[arg-type]
         )
         self._next_id += 1
         self.jobs[job.job_id] = job
-        if self.start_jobs:  # the script's first act: its start record
-            Path(job.work_dir, START_RECORD).write_text(f"{START_RECORD_VERSION} start=0\n")
+        return job
+
+    def _lost_answer(self, printed: str) -> CommandResult:
         if self.timeout_after_sbatch:
             self.timeout_after_sbatch = False  # the job exists; the answer was lost
             return CommandResult(
@@ -424,9 +240,61 @@ class FakeLoginNode(LocalLoginNode):
                 "sbatch: error: Batch job submission failed: Socket timed out on send/recv "
                 "operation\n",
             )
-        return CommandResult(0, f"{job.job_id}\n", "")
+        return CommandResult(0, printed, "")
+
+    def _sbatch(self, job_dir: str, script: str) -> CommandResult:
+        # The submit program places the script before sbatch runs, whatever sbatch answers.
+        os.makedirs(job_dir, exist_ok=True)
+        Path(job_dir, "job.sbatch").write_text(script)
+        admitted = self._admit(script, 1)
+        if isinstance(admitted, CommandResult):
+            return admitted
+        options, limit = admitted
+        if "--array" in options:
+            return self._refuse("fake: an array script goes through the array submit")
+        job = self._new_job(job_dir, script, options, limit)
+        if self.start_jobs and not job.held:  # the script's first act: its start record
+            self.start(job.job_id)
+        return self._lost_answer(f"{job.job_id}\n")
+
+    def _sbatch_array(self, array_dir: str, tokens: str, script: str) -> CommandResult:
+        """The array submit program: the array's directory (tokens, script), then one
+        ``sbatch`` of ``--array=A-B[%M]``; element ``i`` runs line ``i + 1``'s task in
+        that task's directory (the array script's ``cd``)."""
+        os.makedirs(array_dir, exist_ok=True)
+        Path(array_dir, "tokens").write_text(tokens)
+        Path(array_dir, "array.sbatch").write_text(script)
+        options = sbatch_directives(script)
+        spec = parse_array(options.get("--array") or "")
+        if spec is None or max(spec.indices) >= self.max_array_size:
+            return self._refuse("Invalid job array specification")
+        admitted = self._admit(script, len(spec.indices))
+        if isinstance(admitted, CommandResult):
+            return admitted
+        options, limit = admitted
+        jobs_dir = array_jobs_dir(script)
+        listed = [line.split(" ", 1)[0] for line in tokens.splitlines()]
+        array_id = self._next_id
+        self.array_limits[array_id] = spec.limit
+        for index in spec.indices:
+            token = listed[index] if index < len(listed) else ""
+            record_dir = f"{jobs_dir}/{token}" if token else array_dir
+            task_script = Path(record_dir, "job.sbatch")
+            self._new_job(
+                array_dir,
+                task_script.read_text() if task_script.is_file() else script,
+                options,
+                limit,
+                array_id=array_id,
+                index=index,
+                record_dir=record_dir,
+            )
+        self._start_throttled(array_id)
+        return self._lost_answer(f"{array_id}\n")
 
     def _visible(self, job: FakeJob) -> bool:
+        if not job.in_queue:
+            return False
         if job.ended_at is None:
             return True
         return self.clock - job.ended_at < self.min_job_age
@@ -446,30 +314,25 @@ class FakeLoginNode(LocalLoginNode):
         options = self._options(args)
         jobs = [j for j in self.jobs.values() if self._visible(j)]
         if "--states" not in options:
-            jobs = [j for j in jobs if j.state in _ACTIVE]
+            jobs = [j for j in jobs if j.state in ACTIVE]
         if "--jobs" in options:
             wanted = options["--jobs"].split(",")
-            if len(wanted) == 1 and not any(str(j.job_id) == wanted[0] for j in jobs):
+            # a lone unknown id is an error; an array's unknown index prints nothing
+            base = wanted[0].split("_", 1)[0]
+            if len(wanted) == 1 and not any(named(j, [wanted[0], base]) for j in jobs):
                 return CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified\n")
-            jobs = [j for j in jobs if str(j.job_id) in wanted]
+            jobs = [j for j in jobs if named(j, wanted)]
         if "--name" in options:
             names = options["--name"].split(",")
             jobs = [j for j in jobs if j.name in names]
         fields = [f.split(":", 1)[0] for f in options.get("--Format", "JobID:|").split(",")]
-        lines = []
-        for job in jobs:
-            values = {
-                "JobID": str(job.job_id),
-                "JobArrayID": str(job.job_id),
-                "State": job.state.split(" ", 1)[0],
-                "Reason": "None",
-                "exit_code": str(job.raw_status),
-                "Name": job.name,
-                "Comment": job.comment or "(null)",
-                "NodeList": "" if job.state == "PENDING" else self.node_name,
-                "WorkDir": job.work_dir,
-            }
-            lines.append("".join(f"{values[f]}|" for f in fields))
+        lines = squeue_lines(
+            jobs,
+            fields,
+            per_element="--array" in options,
+            node_name=self.node_name,
+            limits=self.array_limits,
+        )
         return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
 
     def _sacct(self, args: list[str]) -> CommandResult:
@@ -478,58 +341,58 @@ class FakeLoginNode(LocalLoginNode):
         options = self._options(args)
         jobs = [j for j in self.jobs.values() if j.job_id not in self.unaccounted]
         if "--jobs" in options:
-            wanted = options["--jobs"].split(",")
-            jobs = [j for j in jobs if str(j.job_id) in wanted]
+            jobs = [j for j in jobs if named(j, options["--jobs"].split(","))]
         if "--name" in options:
             names = options["--name"].split(",")
             jobs = [j for j in jobs if j.name in names]
         fields = options.get("--format", "JobID,State").split(",")
-        lines = []
-        for job in jobs:
-            rows = [(str(job.job_id), job.name, job.state, job.exit_code)]
-            if "--allocations" not in options:
-                rows += job.steps
-            for step_id, name, state, exit_code in rows:
-                values = {
-                    "JobID": step_id,
-                    "State": state,
-                    "ExitCode": exit_code,
-                    "JobName": name,
-                    "NodeList": "None assigned" if job.state == "PENDING" else self.node_name,
-                    "WorkDir": job.work_dir if step_id == str(job.job_id) else "",
-                }
-                lines.append("|".join(values[f] for f in fields))
+        lines = sacct_lines(
+            jobs,
+            fields,
+            allocations="--allocations" in options,
+            node_name=self.node_name,
+            limits=self.array_limits,
+        )
         return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
 
     def _scancel(self, args: list[str]) -> CommandResult:
         down = self._down("scancel")
         if down is not None:
             return down
-        job = self.jobs.get(int(args[0])) if args[0].isdigit() else None
-        if job is None:
+        wanted = args[0]
+        base, _, index = wanted.partition("_")
+        jobs = [j for j in self.jobs.values() if named(j, [wanted])]
+        if not jobs and not (index and any(j.array_id == int(base) for j in self.jobs.values())):
             return CommandResult(
                 1,
                 "",
-                f"scancel: error: Kill job error on job id {args[0]}: Invalid job id specified\n",
+                f"scancel: error: Kill job error on job id {wanted}: Invalid job id specified\n",
             )
-        if job.state in _ACTIVE:
-            self.end(job.job_id, "CANCELLED by 0", "0:0")
+        for job in jobs:  # an array's unknown index: nothing to do, and no error (22.05)
+            if job.state not in ACTIVE:
+                continue
+            if job.array_id is not None and job.state == "PENDING" and index:
+                # a pending element cancelled by its own id leaves no row in squeue nor sacct
+                job.in_queue, job.unaccounted = False, True
+            if job.started:  # the script's TERM trap stops the task and records it
+                self.write_record(job.shown, 143, signalled=True)
+            self.end(job.shown, "CANCELLED by 0", "0:0")
         return CommandResult(0, "", "")
 
     def _scontrol(self, args: list[str]) -> CommandResult:
         down = self._down("scontrol")
         if down is not None:
             return down
+        if args[-2:] == ["show", "config"]:
+            return CommandResult(
+                0, f"ClusterName = fake\nMaxArraySize = {self.max_array_size}\n", ""
+            )
         names = [a for a in args if not a.startswith("-") and a not in ("show", "partition")]
-        wanted = names or list(self.partitions)
-        lines = []
-        for name in wanted:
-            if name not in self.partitions:
-                return CommandResult(1, "", f"Partition {name} not found\n")
-            cap = self.partitions[name]
-            shown = "UNLIMITED" if cap is None else _slurm_time(cap)
-            default = "YES" if name == self.default_partition else "NO"
-            lines.append(f"PartitionName={name} Default={default} MaxTime={shown} State=UP")
+        lines = partition_lines(
+            names, partitions=self.partitions, default_partition=self.default_partition
+        )
+        if isinstance(lines, str):
+            return CommandResult(1, "", f"Partition {lines} not found\n")
         return CommandResult(0, "".join(f"{line}\n" for line in lines), "")
 
     def _sinfo(self, args: list[str]) -> CommandResult:
@@ -539,14 +402,9 @@ class FakeLoginNode(LocalLoginNode):
             return down
         if args != ["--noheader", "--format=%P|%G"]:
             return CommandResult(1, "", f"sinfo: fake answers one format, not {args!r}\n")
-        gres = ",".join(
-            f"gpu:{kind}:{count}" if kind else f"gpu:{count}" for kind, count in self.gpus.items()
+        return CommandResult(
+            0, sinfo_lines(list(self.partitions), self.default_partition, self.gpus), ""
         )
-        lines = [
-            f"{name}{'*' if name == self.default_partition else ''}|{gres or '(null)'}\n"
-            for name in self.partitions
-        ]
-        return CommandResult(0, "".join(lines), "")
 
     def forget(self, job_id: str | int) -> None:
         """Purge a job from the controller and the database (a lost job)."""
@@ -554,9 +412,3 @@ class FakeLoginNode(LocalLoginNode):
 
     def remove_scratch(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _slurm_time(seconds: int) -> str:
-    days, rest = divmod(seconds, 86400)
-    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{clock}" if days else clock
