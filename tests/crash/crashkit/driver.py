@@ -176,11 +176,11 @@ class Driver:
             self._fallback = "cleanup"
             return "every task settled"
         for change in changes:
-            if phase == "submit" and change.submitting:
+            if phase == "submit" and "submitting" in change.passed:
                 seen.append(f"{change.task} submitting")
-            elif phase == "poll" and change.became("running"):
+            elif phase == "poll" and "running" in change.passed:
                 seen.append(f"{change.task} running")
-            elif phase == "collect" and change.became("succeeded") and change.awaiting_collection:
+            elif phase == "collect" and "awaiting_collection" in change.passed:
                 seen.append(f"{change.task} succeeded, outputs not collected")
         self._counted += len(seen)
         if seen and self._counted >= moment.occurrence:

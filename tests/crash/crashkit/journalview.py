@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from altar.execution.state.changes import apply_changes
+from altar.execution.state.journal import Journal
 from altar.execution.state.records import Context, TaskRecord
 
 __all__ = ["Change", "JournalView"]
@@ -30,6 +31,10 @@ class Change:
     task: str
     before: dict[str, Any] | None
     after: dict[str, Any]
+    #: the moments any line between ``before`` and ``after`` made durable (``submitting``,
+    #: ``running``, ``awaiting_collection``): a tick may write several of one task's lines
+    #: between two looks, and the last alone would hide them
+    passed: frozenset[str] = field(default=frozenset())
 
     @property
     def state(self) -> str:
@@ -82,8 +87,14 @@ class JournalView:
             except (KeyError, TypeError, ValueError):
                 self._read.pop(task, None)  # a partial record (the harness's own tests)
             return dict(entry["record"])
-        assert earlier is not None, f"a change to {task} before its whole record"
-        record = apply_changes(earlier, entry, self._context)
+        try:
+            if earlier is None:
+                raise ValueError(f"a change to {task} before its whole record")
+            record = apply_changes(earlier, entry, self._context)
+        except (KeyError, TypeError, ValueError):
+            # the snapshot this view read was replaced between its reads (a fold of the log):
+            # read the task as altar does, from the whole journal as it now is
+            record = Journal.load(self.run_dir).tasks[task]
         self._read[task] = record
         return record.to_dict(self._context)
 
@@ -121,8 +132,20 @@ class JournalView:
         before = self.records.get(task)
         if before == record:
             return
-        first = changes[task].before if task in changes else before
-        changes[task] = Change(task, first, record)
+        step = Change(task, before, record)
+        moments = {
+            name
+            for name, happened in (
+                ("submitting", step.submitting),
+                ("running", step.became("running")),
+                ("awaiting_collection", step.became("succeeded") and step.awaiting_collection),
+            )
+            if happened
+        }
+        earlier = changes.get(task)
+        first = earlier.before if earlier is not None else before
+        passed = (earlier.passed if earlier is not None else frozenset()) | moments
+        changes[task] = Change(task, first, record, frozenset(passed))
         self.records[task] = record
 
     def poll(self) -> list[Change]:

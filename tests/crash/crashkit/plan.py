@@ -5,7 +5,7 @@ Layout, all derived from a seed (:func:`build_plan`):
 - 6 inputs ``inputs/w<i>.bin`` of 1-4 MiB, staged to ``models/w<i>.bin`` with their digests;
 - 30 ``fold`` tasks, each reading one staged input, 8 ``merge`` tasks reading 2-4 fold outputs
   each (so they run after them), 2 ``summary`` tasks reading 4 merge outputs each;
-- every task sleeps 0-3 s and writes ``jobs/<id>.txt`` (its id and the sha256 of what it read),
+- every task sleeps 0.5-4 s and writes ``jobs/<id>.txt`` (its id and the sha256 of what it read),
   collected to ``<workdir>/results/<id>.txt`` with a declared digest, so a wrong or missing
   output fails the run instead of passing unnoticed.
 
@@ -177,14 +177,14 @@ def build_plan(
 
     folds = [f"f{i:02d}" for i in range(N_FOLDS)]
     for i, task_id in enumerate(folds):
-        add(task_id, "fold", [weight(i % N_INPUTS)], rng.uniform(0.2, 3.0))
+        add(task_id, "fold", [weight(i % N_INPUTS)], rng.uniform(0.5, 4.0))
     merges = [f"m{k}" for k in range(N_MERGES)]
     for k, task_id in enumerate(merges):
         group = folds[4 * k : 4 * k + 4]
-        add(task_id, "merge", [output_of(f) for f in group], rng.uniform(0.0, 1.5))
+        add(task_id, "merge", [output_of(f) for f in group], rng.uniform(0.5, 2.0))
     for s in range(N_SUMMARIES):
         group = merges[4 * s : 4 * s + 4]
-        add(f"s{s}", "summary", [output_of(m) for m in group], rng.uniform(0.0, 0.5))
+        add(f"s{s}", "summary", [output_of(m) for m in group], rng.uniform(0.5, 1.5))
 
     document = {
         "description": f"crash-consistency plan (seed {seed})",

@@ -69,7 +69,7 @@ def make_schedule(
     rng = random.Random(seed)
     kill = signal.SIGKILL
     startup = [
-        Moment("startup", kill, 1, rng.uniform(0.0, 0.4) if trigger == "spawn" else 0.0, trigger)
+        Moment("startup", kill, 1, rng.uniform(0.0, 0.2) if trigger == "spawn" else 0.0, trigger)
         for trigger in (STARTUP_TRIGGERS * 3)[: counts.get("startup", 0)]
     ]
     staging = [
