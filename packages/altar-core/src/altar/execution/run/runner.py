@@ -282,6 +282,8 @@ class _Run:
 
     async def choose(self, allowed: list[TaskRecord]) -> list[TaskRecord]:
         """The tasks to submit now (asks a lane's capacity only if any may go there)."""
+        if not allowed:
+            return []  # most ticks: nothing ready, so no list of the tasks in flight
         # one backend: candidates() applied max_parallel; only submits in flight take a slot
         # a capacity report may not show yet
         states = (SUBMITTING, PENDING, RUNNING) if self.lanes.routed else (SUBMITTING,)

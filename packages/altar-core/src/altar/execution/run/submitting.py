@@ -141,22 +141,17 @@ class Submits:
 
         ``like``: only those going to the same lane as it (the other lanes' provider is up).
         """
-        lanes = self.lanes
+        lanes, lane = self.lanes, None
         if like is not None and lanes is not None and lanes.routed is not None:
             lane = lanes.lane(like)
-            kept = []
-            for record in self._queue:
-                if lanes.lane(record) == lane:
-                    self.ledger.touch(record)  # ready again
-                else:
-                    kept.append(record)
-            self._queue = deque(kept)
-            self.queued = {r.id for r in kept}
-            return
+        kept: deque[TaskRecord] = deque()
         for record in self._queue:
-            self.ledger.touch(record)  # ready again
-        self._queue.clear()
-        self.queued.clear()
+            if lanes is not None and lane is not None and lanes.lane(record) != lane:
+                kept.append(record)  # another lane's: its provider is up
+            else:
+                self.ledger.touch(record)  # ready again
+        self._queue = kept
+        self.queued = {r.id for r in kept}
 
     def _start(self, record: TaskRecord, *, durable: bool) -> None:
         last = record.last
