@@ -433,3 +433,52 @@ def test_altar_run_backend_name_keeps_that_backends_max_parallel(
     assert len(spans) == 3
     # one at a time: each submit after the one before it finished
     assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
+
+
+@pytest.mark.asyncio
+async def test_a_resumed_run_removes_the_litter_a_killed_move_left_on_the_readers_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed while staging an output on the reader's backend leaves its temporary
+    file in that backend's data root (a verification record half written: the crash harness
+    found one). The resumed run's move of that output removes it, and nothing else."""
+    import asyncio
+
+    from altar.conformance.reference import InProcessExecutionBackend
+    from altar.execution.run.routed import routed_options
+    from altar.execution.run.runner import run_plan
+
+    monkeypatch.chdir(tmp_path)
+    text = PLAN.format(gpus=1).replace("printf 'hello routed'", "sleep 0.3; printf 'hello routed'")
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+
+    def routed() -> RoutedBackend:
+        lanes: dict[str, ExecutionBackend] = {
+            "cpu": InProcessExecutionBackend(data_root=tmp_path / "cpu-root"),
+            "gpu": InProcessExecutionBackend(data_root=tmp_path / "gpu-root", gpus=1),
+        }
+        return RoutedBackend(**routed_options(plan), built=lanes)
+
+    run_dir = tmp_path / "run"
+    first = asyncio.create_task(run_plan(plan, routed(), run_dir=run_dir, poll_interval_s=0.01))
+    for _ in range(500):
+        if Journal.exists(run_dir) and Journal.load(run_dir).tasks["make"].attempts:
+            break
+        await asyncio.sleep(0.01)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    killed = 4_000_001  # an earlier process of this run, as the journal names it
+    journal = Journal.load(run_dir)
+    journal.pids = [killed, *journal.pids]
+    journal.save()
+    (tmp_path / "gpu-root").mkdir(exist_ok=True)
+    litter = tmp_path / f"gpu-root/.a.txt.sha256-verified.altar-tmp-{killed}-{'0' * 16}"
+    stranger = tmp_path / f"gpu-root/.a.txt.altar-tmp-{killed + 1}-{'0' * 16}"  # not this run's
+    litter.write_text("half")
+    stranger.write_text("other")
+    result = await run_plan(plan, routed(), run_dir=run_dir, poll_interval_s=0.01)
+    assert result.ok
+    assert (tmp_path / "gpu-root/a.txt").read_text() == "hello routed"
+    assert not litter.exists()
+    assert stranger.exists()

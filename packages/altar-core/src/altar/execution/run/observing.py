@@ -13,6 +13,7 @@ import errno
 import time
 from collections.abc import Mapping
 
+from altar.execution.atomic import sweeping_for
 from altar.execution.backend import ExecutionBackend
 from altar.execution.errors import BackendCallError, BackendUnavailableError, OutputCollectionError
 from altar.execution.gather import gather_bounded
@@ -166,7 +167,12 @@ async def collect_succeeded(
         # a provider may forget a task meanwhile (a resumed run would not find it to poll)
         ledger.flush()
     try:
-        settled = await gather_bounded([_collect_one(ledger, backend, specs, r) for r in pending])
+        # a routed run stages what it collects on the readers' backends: there too, remove
+        # what an earlier (killed) process of this run left half written
+        with sweeping_for(ledger.journal.pids):
+            settled = await gather_bounded(
+                [_collect_one(ledger, backend, specs, r) for r in pending]
+            )
     except BaseException:
         ledger.flush()
         raise
