@@ -76,11 +76,45 @@ def test_the_rule_names_each_tasks_backend() -> None:
         (_data(one={"type": "t"}, two={"type": "t", "gpu": True}), "unknown key"),
         ({**_data(one={"type": "t"}, two={"type": "t"}), "backend": {"type": "t"}}, "either"),
         ({"tasks": _data()["tasks"]}, "declares no [backends]"),
+        # a name is a label on every provider object and a word of `--backend NAME`
+        (_data(one={"type": "t"}, **{"two $(id)": {"type": "t"}}), "backend's name must"),
+        (_data(one={"type": "t"}, two={"type": "t", "fallback": "two"}), "another backend"),
+        (_data(one={"type": "t"}, two={"type": "t", "fallback": "gpu"}), "no backend 'gpu'"),
+        (
+            _data(one={"type": "t", "fallback": "two"}, two={"type": "t", "fallback": "one"}),
+            r"backends.one.fallback: fallbacks go round in a cycle \(one -> two -> one\)",
+        ),
+        (  # a task's own fallback whose backend falls back to the task's route
+            {
+                "backends": {"one": {"type": "t"}, "two": {"type": "t", "fallback": "one"}},
+                "tasks": [{**_data()["tasks"][0], "fallback": "two"}],
+            },
+            r"tasks\[0\].fallback: fallbacks go round in a cycle \(one -> two -> one\)",
+        ),
     ],
 )
 def test_bad_routing_is_a_plan_error(data: dict[str, object], message: str) -> None:
-    with pytest.raises(PlanError, match=message.replace("[", r"\[")):
+    escaped = message if "\\" in message else message.replace("[", r"\[")
+    with pytest.raises(PlanError, match=escaped):
         parse_plan(data)
+
+
+def test_a_fallback_chain_that_ends_is_followed_in_turn() -> None:
+    from altar.execution.plans.routing import reachable
+
+    backends = {
+        "spot": {"type": "t", "fallback": "hpc"},
+        "hpc": {"type": "t", "fallback": "cpu"},
+        "cpu": {"type": "t"},
+    }
+    task = {"id": "a", "kind": "k", "image": "i", "command": ["x"]}
+    plan = parse_plan({"backends": backends, "tasks": [task]})
+    assert plan.routing is not None
+    assert reachable(plan.routing, "a") == ["spot", "hpc", "cpu"]
+    # a task's own fallback into the chain, ending too
+    plan = parse_plan({"backends": backends, "tasks": [{**task, "fallback": "cpu"}]})
+    assert plan.routing is not None
+    assert reachable(plan.routing, "a") == ["spot", "cpu"]
 
 
 def test_a_backend_plan_is_unchanged() -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from altar.execution.errors import PlanError
+from altar.execution.plans.fields import _TASK_ID
 
 __all__ = [
     "BackendDecl",
@@ -94,19 +95,10 @@ def next_route(
 
 def reachable(routing: Routing, task_id: str) -> list[str]:
     """Every backend a task's attempts may go to: its route, then its fallbacks in turn."""
-    fallbacks = {d.name: d.fallback for d in routing.backends.values()}
     found = [routing.routes[task_id]]
-    while True:
-        route = next_route(
-            task_id,
-            found[-1],
-            routes=routing.routes,
-            fallbacks=routing.fallbacks,
-            backend_fallbacks=fallbacks,
-        )
-        if route in found:
-            return found
+    while (route := _next(routing, task_id, found[-1])) not in found:
         found.append(route)
+    return found
 
 
 @dataclass(frozen=True)
@@ -125,6 +117,12 @@ class CrossTransfer:
 
 def _decl(name: str, raw: Any, fail: Fail) -> tuple[BackendDecl, bool]:
     where = f"backends.{name}"
+    if not _TASK_ID.fullmatch(name):  # the rule of task ids: it is a label and a CLI word
+        raise fail(
+            where,
+            "a backend's name must start with a letter or digit and use only letters, "
+            f"digits, '.', '_' and '-'; got {name!r}",
+        )
     if not isinstance(raw, Mapping):
         raise fail(where, "must be a table")
     unknown = sorted(set(raw) - set(_DECL_KEYS))
@@ -177,6 +175,12 @@ def parse_routing(data: Mapping[str, Any], tasks: Sequence[Any], fail: Fail) -> 
     for decl in decls.values():
         if decl.fallback is not None and decl.fallback not in decls:
             raise fail(f"backends.{decl.name}.fallback", f"no backend {decl.fallback!r} ({known})")
+    for decl in decls.values():
+        chain = [decl.name]
+        while (following := decls[chain[-1]].fallback) is not None:
+            if following in chain:
+                raise fail(f"backends.{decl.name}.fallback", _cycle([*chain, following]))
+            chain.append(following)
     default = defaults[0] if defaults else next(iter(decls))
     chosen: dict[str, str] = {}
     fallbacks: dict[str, str] = {}
@@ -193,7 +197,33 @@ def parse_routing(data: Mapping[str, Any], tasks: Sequence[Any], fail: Fail) -> 
     for task_id, name in fallbacks.items():
         if name == routes[task_id]:
             raise fail(f"{where[task_id]}.fallback", f"{name!r} is the task's own backend")
-    return Routing(decls, default, routes, fallbacks)
+    routing = Routing(decls, default, routes, fallbacks)
+    for task_id in fallbacks:
+        chain = reachable(routing, task_id)
+        if _next(routing, task_id, chain[-1]) != chain[-1]:  # back to where it was: a cycle
+            raise fail(
+                f"{where[task_id]}.fallback",
+                _cycle([*chain, _next(routing, task_id, chain[-1])]),
+            )
+    return routing
+
+
+def _cycle(chain: Sequence[str]) -> str:
+    return (
+        f"fallbacks go round in a cycle ({' -> '.join(chain)}): a fallback chain must end "
+        "on a backend without one"
+    )
+
+
+def _next(routing: Routing, task_id: str, route: str) -> str:
+    fallbacks = {d.name: d.fallback for d in routing.backends.values()}
+    return next_route(
+        task_id,
+        route,
+        routes=routing.routes,
+        fallbacks=routing.fallbacks,
+        backend_fallbacks=fallbacks,
+    )
 
 
 def route_tasks(
