@@ -169,6 +169,10 @@ def test_a_routed_run_moves_outputs_and_matches_one_backend(
     assert cli.main(["run", str(plan), "--backend", "gpu", "--run-dir", str(tmp_path / "r2")]) == 0
     capsys.readouterr()
     assert cli.main(["compare", str(tmp_path / "r1"), str(tmp_path / "r2")]) == 0
+    capsys.readouterr()
+    # `altar logs` names the backend the attempt ran on, not "routed"
+    assert cli.main(["logs", str(tmp_path / "r1"), "use"]) == 1
+    assert "backend 'gpu' (in-process) does not give a task's logs" in capsys.readouterr().err
 
 
 def test_check_refuses_a_gpu_task_on_a_backend_without_gpus(

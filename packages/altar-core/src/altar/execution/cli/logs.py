@@ -73,6 +73,17 @@ def _pick(journal: Journal, task_id: str, number: int | None) -> tuple[TaskRecor
     )
 
 
+def _backend_named(journal: Journal, attempt: Attempt) -> str:
+    """The backend ``attempt`` ran on, for messages: a routed run's by its name and type."""
+    from altar.execution.run.routed import LABEL_ROUTE
+
+    route = attempt.handle.labels.get(LABEL_ROUTE) if attempt.handle is not None else None
+    lanes = journal.backend_options.get("backends") if journal.backend_type == "routed" else None
+    if route is not None and isinstance(lanes, dict) and isinstance(lanes.get(route), dict):
+        return f"{route!r} ({lanes[route].get('type')})"
+    return repr(journal.backend_type)
+
+
 def _journal_tail(record: TaskRecord, attempt: Attempt) -> Fetched:
     last = attempt is record.attempts[-1]
     text = (record.detail if last else None) or (attempt.failure.detail if attempt.failure else "")
@@ -141,12 +152,16 @@ async def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if fetched.source != "task_logs" and not fetched.stderr:
         err.write(
             f"altar: no output of task {record.id!r} attempt {attempt.number} is left: backend "
-            f"{journal.backend_type!r} does not give a task's logs, and keeps only the log "
-            "tail of a failed attempt\n"
+            f"{_backend_named(journal, attempt)} does not give a task's logs, and keeps only "
+            "the log tail of a failed attempt\n"
         )
         return EXIT_FAILED
     if fetched.source != "task_logs":
-        what = "the journal" if fetched.source == "journal" else f"backend {journal.backend_type!r}"
+        what = (
+            "the journal"
+            if fetched.source == "journal"
+            else f"backend {_backend_named(journal, attempt)}"
+        )
         err.write(f"altar: {what} keeps only the log tail of a failed attempt; showing it\n")
     _write(out, fetched.stdout)
     _write(err, fetched.stderr)

@@ -83,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("run", help="run a plan (resume it with the same --run-dir)")
     p.add_argument("plan", metavar="PLAN", help="plan file (.toml or .json)")
-    p.add_argument("--backend", metavar="TYPE", help="backend to use instead of the plan's")
+    p.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="a [backends.NAME] of the plan, or a backend type, to run every task on",
+    )
     p.add_argument(
         "--option",
         metavar="KEY=VALUE",
@@ -123,7 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("check", help="check a plan against its backend; run nothing")
     p.add_argument("plan", metavar="PLAN", help="plan file (.toml or .json)")
-    p.add_argument("--backend", metavar="TYPE", help="backend to use instead of the plan's")
+    p.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="a [backends.NAME] of the plan, or a backend type, to run every task on",
+    )
     p.add_argument(
         "--option",
         metavar="KEY=VALUE",
