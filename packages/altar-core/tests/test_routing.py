@@ -520,3 +520,91 @@ async def test_a_resumed_run_removes_the_litter_a_killed_move_left_on_the_reader
     assert (tmp_path / "gpu-root/a.txt").read_text() == "hello routed"
     assert not litter.exists()
     assert stranger.exists()
+
+
+NOTHING_MOVES = """
+[backends.cpu]
+type = "in-process"
+options = { data_root = "cpu-root" }
+
+[backends.gpu]
+type = "in-process"
+options = { data_root = "gpu-root" }
+
+[[tasks]]
+id = "a"
+kind = "k"
+image = "busybox:latest"
+command = ["sh", "-c", "cat {altar:mount_root}/ref.txt > {altar:mount_root}/a.txt"]
+inputs = [{ uri = "ref.txt", logical_path = "ref.txt" }]
+outputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]
+
+[[tasks]]
+id = "b"
+kind = "k"
+image = "busybox:latest"
+command = ["sh", "-c", "cat {altar:mount_root}/a.txt > {altar:mount_root}/b.txt"]
+inputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]
+outputs = [{ uri = "out/b.txt", logical_path = "b.txt" }]
+
+[[tasks]]
+id = "c"
+kind = "k"
+backend = "gpu"
+image = "busybox:latest"
+command = ["sh", "-c", "echo c > {altar:mount_root}/c.txt"]
+outputs = [{ uri = "out/c.txt", logical_path = "c.txt" }]
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_plan_whose_routing_moves_nothing_stages_nothing_on_the_other_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reader runs on its producer's backend and the plan input is read on "cpu" only:
+    the counting stagers see the input staged on "cpu" once and nothing at all on "gpu"."""
+    from altar.conformance.reference import InProcessExecutionBackend
+    from altar.execution.run.routed import routed_options, transfer_summary
+    from altar.execution.run.runner import run_plan
+
+    class CountingInProcess(InProcessExecutionBackend):
+        def __init__(self, **options: object) -> None:
+            super().__init__(**options)  # type: ignore[arg-type]
+            self.staged: list[str] = []
+
+        async def stage_inputs(self, transfers: list[Transfer]) -> None:
+            self.staged += [t.logical_path for t in transfers]
+            await super().stage_inputs(transfers)
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ref.txt").write_text("reference")
+    plan = parse_plan(_load_text(NOTHING_MOVES), base_dir=tmp_path)
+    assert plan.routing is not None
+    assert cross_transfers(plan.routing, plan.tasks) == []
+    lanes = {
+        "cpu": CountingInProcess(data_root=tmp_path / "cpu-root"),
+        "gpu": CountingInProcess(data_root=tmp_path / "gpu-root"),
+    }
+    routed = RoutedBackend(**routed_options(plan), built=lanes)
+    result = await run_plan(plan, routed, run_dir=tmp_path / "run", poll_interval_s=0.01)
+    assert result.ok
+    assert (tmp_path / "out/b.txt").read_text() == "reference"
+    assert (lanes["cpu"].staged, lanes["gpu"].staged) == (["ref.txt"], [])
+    assert not (tmp_path / "gpu-root/ref.txt").exists()
+    assert transfer_summary(routed) == {"files": 0, "bytes": 0, "planned": []}
+
+
+def test_altar_run_of_a_routing_that_moves_nothing_says_zero_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ref.txt").write_text("reference")
+    plan = tmp_path / "plan.toml"
+    plan.write_text(NOTHING_MOVES)
+    assert cli.main(["run", str(plan), "--dry-run"]) == 0
+    assert "transfers: none" in capsys.readouterr().out
+    assert cli.main(["run", str(plan), "--run-dir", str(tmp_path / "r")]) == 0
+    assert "moved 0 byte(s) in 0 file(s) between backends" in capsys.readouterr().out
+    assert cli.main(["run", str(plan), "--run-dir", str(tmp_path / "r2"), "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)["transfers"]
+    assert (moved["files"], moved["bytes"], moved["planned"]) == (0, 0, [])

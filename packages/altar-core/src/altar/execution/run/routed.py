@@ -50,9 +50,13 @@ LABEL_ROUTE = "altar.route"
 
 def routed_options(plan: Any) -> dict[str, Any]:
     """The ``routed`` backend's options for a plan with a routing (pure)."""
-    from altar.execution.plans.routing import cross_transfers
+    from altar.execution.plans.routing import cross_transfers, reachable
 
     routing = plan.routing
+    readers: dict[str, set[str]] = {}  # logical path -> every backend a reader may run on
+    for task in plan.tasks:
+        for transfer in task.spec.inputs:
+            readers.setdefault(transfer.logical_path, set()).update(reachable(routing, task.id))
     moves = [
         {"uri": m.uri, "logical_path": m.logical_path, "source": m.source, "target": m.target}
         for m in cross_transfers(routing, plan.tasks)
@@ -72,6 +76,7 @@ def routed_options(plan: Any) -> dict[str, Any]:
         "producers": {
             out.uri: routing.routes[task.id] for task in plan.tasks for out in task.spec.outputs
         },
+        "readers": {path: sorted(routes) for path, routes in readers.items()},
     }
     if any(d.fallback for d in routing.backends.values()) or routing.fallbacks:
         options["fallbacks"] = dict(routing.fallbacks)
@@ -119,6 +124,7 @@ class RoutedBackend(ExecutionBackend):
         producers: Mapping[str, str] | None = None,
         fallbacks: Mapping[str, str] | None = None,
         owners: Mapping[str, str] | None = None,
+        readers: Mapping[str, list[str]] | None = None,
         built: Mapping[str, ExecutionBackend] | None = None,
     ) -> None:
         from altar.execution.registry import create_backend
@@ -149,6 +155,9 @@ class RoutedBackend(ExecutionBackend):
         }
         self.fallbacks = dict(fallbacks or {})  # task id -> its own fallback
         self.owners = dict(owners or {})  # output uri -> the task producing it (with fallbacks)
+        #: logical path -> the backends its readers may run on (None: every backend, as
+        #: for a journal written before the routed backend knew them)
+        self.readers = {p: set(r) for p, r in readers.items()} if readers is not None else None
         self.ran: dict[str, str] = {}  # task id -> the route its latest attempt went to
         self.moved_bytes = 0
         self.moved_files = 0
@@ -294,10 +303,18 @@ class RoutedBackend(ExecutionBackend):
         return sorted({m["target"] for m in self.moves if m["logical_path"] == logical_path})
 
     async def stage_inputs(self, transfers: list[Transfer]) -> None:
-        # a plan input goes to every backend: which tasks read it is the runner's to know,
-        # and staging an unread file costs a copy, never a wrong result
-        for backend in self.lanes.values():
-            await backend.stage_inputs(transfers)
+        # an input goes only to the backends its readers may run on (their routes and
+        # fallbacks): a reference read on the workstation is never copied to a GPU cloud;
+        # one no task is known to read goes everywhere (a copy too many, never a wrong result)
+        for route, backend in self.lanes.items():
+            wanted = [t for t in transfers if route in self._read_on(t.logical_path)]
+            if wanted:
+                await backend.stage_inputs(wanted)
+
+    def _read_on(self, logical_path: str) -> set[str] | dict[str, ExecutionBackend]:
+        if self.readers is None or logical_path not in self.readers:
+            return self.lanes
+        return self.readers[logical_path]
 
     async def collect_outputs(self, transfers: list[Transfer]) -> None:
         """Collect from the producing backend, then stage what other backends read."""
