@@ -199,11 +199,13 @@ class Counting(ExecutionBackend):
         self.staged: list[Transfer] = []
         self.collected: list[Transfer] = []
         self.down = False
+        self.polls = 0
 
     async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
         return TaskHandle(self.name, spec.labels["altar.task"], dict(spec.labels))
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        self.polls += 1
         if self.down:
             raise BackendUnavailableError("down")
         return [TaskStatus(h, TaskState.RUNNING) for h in handles]
@@ -270,6 +272,43 @@ async def test_one_backend_down_holds_back_only_its_tasks() -> None:
     lanes["one"].down = True
     with pytest.raises(BackendUnavailableError):
         await routed.poll([b])
+
+
+@pytest.mark.asyncio
+async def test_a_backend_found_down_rests_so_polls_of_the_others_do_not_wait_for_it() -> None:
+    """An unreachable slurmctld takes squeue about 18 s to report: asked at every poll, it
+    would slow every tick of the run. Found down, a backend is not asked again for 1 s, then
+    2 s, ... (up to 30 s); the first poll after it answers again reads it."""
+    from altar.execution.run.routed import DOWN_BACKOFF_S
+
+    routed, lanes = _routed([], {})
+    now = [100.0]
+    routed.clock = lambda: now[0]
+    a = await routed.submit(ContainerTaskSpec("k", "i", ["x"], labels={"altar.task": "a"}))
+    b = await routed.submit(ContainerTaskSpec("k", "i", ["x"], labels={"altar.task": "b"}))
+    lanes["two"].down = True
+    for _ in range(3):
+        statuses = await routed.poll([a, b])
+    assert (lanes["one"].polls, lanes["two"].polls) == (3, 1)
+    assert routed.resting("two")
+    assert not routed.resting("one")
+    assert DOWN_BACKOFF_S[0] == 1.0
+    now[0] += 1.5  # its rest is over: asked again, still down, rests 2 s
+    await routed.poll([a, b])
+    now[0] += 1.5
+    await routed.poll([a, b])
+    assert lanes["two"].polls == 2
+    lanes["two"].down = False
+    now[0] += 1.0
+    statuses = await routed.poll([a, b])
+    assert lanes["two"].polls == 3
+    assert [s.state for s in statuses] == [TaskState.RUNNING, TaskState.RUNNING]
+    assert not routed.resting("two")
+    lanes["two"].down = True
+    for _ in range(2):  # polled alone, a backend is always asked: the runner backs off
+        with pytest.raises(BackendUnavailableError):
+            await routed.poll([b])
+    assert lanes["two"].polls == 5
 
 
 @pytest.mark.asyncio
@@ -373,7 +412,7 @@ def test_a_fallback_plans_the_moves_either_backend_may_need(tmp_path: Path) -> N
     assert plan.routing is not None
     moves = {(m.source, m.target, m.fallback) for m in cross_transfers(plan.routing, plan.tasks)}
     assert moves == {("cpu", "gpu", False), ("gpu", "cpu", True)}
-    from altar.execution.run.routed import routing_lines
+    from altar.execution.plans.routing import routing_lines
 
     lines = routing_lines(plan)
     assert "transfer a.txt: make@cpu -> use@gpu (size known after the run)" in lines

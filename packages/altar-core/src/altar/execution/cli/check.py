@@ -57,7 +57,7 @@ def print_check(report: CheckReport, plan: Plan, as_json: bool, out: TextIO, err
         data["sweeps"] = [sweep.to_dict() for sweep in plan.sweeps]
         data["outputs_dir"] = plan.outputs_dir
         if plan.routing is not None:
-            from altar.execution.run.routed import routing_dict
+            from altar.execution.plans.routing import routing_dict
 
             data["routing"] = routing_dict(plan)
         out.write(json.dumps(data, indent=2) + "\n")
@@ -77,7 +77,7 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.outputs_dir is not None:
         lines.append(f"outputs: relative output uris go below outputs_dir = {plan.outputs_dir!r}")
     if plan.routing is not None:
-        from altar.execution.run.routed import routing_lines
+        from altar.execution.plans.routing import routing_lines
 
         lines += routing_lines(plan)
     return lines

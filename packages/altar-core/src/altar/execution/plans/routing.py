@@ -28,6 +28,7 @@ fallback (:func:`next_route`); a failure of the task itself never moves it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,8 @@ __all__ = [
     "parse_routing",
     "reachable",
     "route_tasks",
+    "routing_dict",
+    "routing_lines",
 ]
 
 _DECL_KEYS = ("default", "fallback", "for_gpu", "max_parallel", "options", "type")
@@ -276,3 +279,53 @@ def cross_transfers(routing: Routing, tasks: Sequence[Any]) -> list[CrossTransfe
                             )
                         )
     return moves
+
+
+# -- what --dry-run shows (pure) ------------------------------------------------------
+
+
+def _known_size(uri: str) -> int | None:
+    from altar.execution.uris import local_path_or_none
+
+    path = local_path_or_none(uri)
+    try:
+        return os.stat(path).st_size if path is not None else None
+    except OSError:
+        return None  # not produced yet: the size is known only after the run
+
+
+def routing_dict(plan: Any) -> dict[str, Any]:
+    """Each task's backend and the transfers the routing implies (``--dry-run --json``)."""
+    return {
+        "routes": dict(plan.routing.routes),
+        "transfers": [
+            {
+                "uri": m.uri,
+                "logical_path": m.logical_path,
+                "from": f"{m.producer}@{m.source}",
+                "to": f"{m.reader}@{m.target}",
+                "bytes": _known_size(m.uri),
+                "fallback": m.fallback,
+            }
+            for m in cross_transfers(plan.routing, plan.tasks)
+        ],
+    }
+
+
+def routing_lines(plan: Any) -> list[str]:
+    """``--dry-run``'s lines: each backend's tasks, then each transfer between backends."""
+    data = routing_dict(plan)
+    lines = []
+    for route in plan.routing.backends:
+        tasks = [t for t, r in data["routes"].items() if r == route]
+        kind = plan.routing.backends[route].type
+        lines.append(f"backend {route} ({kind}): {len(tasks)} task(s)")
+    for move in data["transfers"]:
+        size = "size known after the run" if move["bytes"] is None else f"{move['bytes']} bytes"
+        when = ", only on a fallback" if move["fallback"] else ""
+        lines.append(
+            f"transfer {move['logical_path']}: {move['from']} -> {move['to']} ({size}{when})"
+        )
+    if not data["transfers"]:
+        lines.append("transfers: none (every reader runs on its producer's backend)")
+    return lines

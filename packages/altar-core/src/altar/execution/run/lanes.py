@@ -255,16 +255,23 @@ class Lanes:
         hold = self.holds[name]
         if hold.closed(now):
             return []
+        routed = self.routed
+        if routed is not None and routed.resting(name):
+            return []  # found unreachable lately: not asked again until its rest is over
         records = list(records)
         where = f"{name}: capacity" if name != ONE else "capacity"
         try:
             capacity = await backend.capacity()
         except BackendUnavailableError as error:
             self._emit("backend_unavailable", f"{where}: {one_line(error)}")
+            if routed is not None:
+                routed.found_down(name, error)
             return []
         except Exception as error:
             submitted = submitted or bool(records)
             raise call_error(backend, where, error, submitted=submitted) from error
+        if routed is not None:
+            routed.found_up(name)
         chosen = scheduling.choose(
             ready,
             records=records,

@@ -12,13 +12,16 @@ which the reader's stager checks again. :attr:`RoutedBackend.moved_bytes` counts
 
 One backend's outage: a poll of its handles that raises ``BackendUnavailableError`` reports
 their last status seen (nothing new), so the other backends' tasks go on; a capacity report
-leaves it out.
+leaves it out. That backend then rests (:data:`DOWN_BACKOFF_S`): neither polled nor asked for
+capacity until the rest is over, so a backend that takes long to say it is down does not slow
+every poll of the run.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -46,6 +49,11 @@ __all__ = [
 
 #: The named backend an attempt went to, added to the handles the routed backend returns.
 LABEL_ROUTE = "altar.route"
+
+#: After a poll finds one backend unreachable, its handles are not asked again for this long,
+#: doubling on each further failure up to the second value (seconds): an unreachable
+#: slurmctld takes squeue about 18 s to report, and every poll of the run would wait for it.
+DOWN_BACKOFF_S = (1.0, 30.0)
 
 
 def routed_options(plan: Any) -> dict[str, Any]:
@@ -162,6 +170,9 @@ class RoutedBackend(ExecutionBackend):
         self.moved_bytes = 0
         self.moved_files = 0
         self._last: dict[tuple[str, str], TaskStatus] = {}
+        self.clock: Callable[[], float] = time.monotonic
+        #: route -> (when it may be asked again, the backoff, the error it gave)
+        self._down: dict[str, tuple[float, float, BackendUnavailableError]] = {}
 
     # -- dispatch -----------------------------------------------------------------------
 
@@ -202,6 +213,23 @@ class RoutedBackend(ExecutionBackend):
         if task is not None:
             self.ran[task] = self._route_of_handle(handle)
 
+    def resting(self, route: str, now: float | None = None) -> bool:
+        """True while ``route`` was found unreachable lately and is not to be asked again."""
+        entry = self._down.get(route)
+        return entry is not None and (self.clock() if now is None else now) < entry[0]
+
+    def found_down(self, route: str, error: BackendUnavailableError) -> None:
+        """``route`` could not be reached: rest it, twice as long as the last time."""
+        if self.resting(route):
+            return
+        wait = DOWN_BACKOFF_S[0]
+        if route in self._down:
+            wait = min(self._down[route][1] * 2, DOWN_BACKOFF_S[1])
+        self._down[route] = (self.clock() + wait, wait, error)
+
+    def found_up(self, route: str) -> None:
+        self._down.pop(route, None)
+
     def _group(self, handles: list[TaskHandle]) -> dict[str, list[int]]:
         groups: dict[str, list[int]] = {}
         for index, handle in enumerate(handles):
@@ -222,17 +250,22 @@ class RoutedBackend(ExecutionBackend):
         out: list[TaskStatus | None] = [None] * len(handles)
         down: BackendUnavailableError | None = None
         groups = self._group(handles)
+        now = self.clock()
         for route, indexes in groups.items():
             try:
+                if len(groups) > 1 and self.resting(route, now):
+                    raise self._down[route][2]  # found down lately: not asked again yet
                 statuses = await self.lanes[route].poll([handles[i] for i in indexes])
             except BackendUnavailableError as error:
                 if len(groups) == 1:
                     raise
+                self.found_down(route, error)
                 down = error
                 for i in indexes:  # nothing new from a backend that cannot be reached
                     key = (handles[i].backend, handles[i].external_id)
                     out[i] = self._last.get(key, TaskStatus(handles[i], TaskState.PENDING))
                 continue
+            self.found_up(route)
             for i, status in zip(indexes, statuses, strict=True):
                 self.note(handles[i])
                 self._last[(handles[i].backend, handles[i].external_id)] = status
@@ -422,52 +455,3 @@ def transfer_summary(backend: ExecutionBackend) -> dict[str, Any] | None:
 
 def moved_line(moved: Mapping[str, Any]) -> str:
     return f"moved {moved['bytes']} byte(s) in {moved['files']} file(s) between backends"
-
-
-def _known_size(uri: str) -> int | None:
-    from altar.execution.uris import local_path_or_none
-
-    path = local_path_or_none(uri)
-    try:
-        return os.stat(path).st_size if path is not None else None
-    except OSError:
-        return None  # not produced yet: the size is known only after the run
-
-
-def routing_dict(plan: Any) -> dict[str, Any]:
-    """Each task's backend and the transfers the routing implies (``--dry-run --json``)."""
-    from altar.execution.plans.routing import cross_transfers
-
-    return {
-        "routes": dict(plan.routing.routes),
-        "transfers": [
-            {
-                "uri": m.uri,
-                "logical_path": m.logical_path,
-                "from": f"{m.producer}@{m.source}",
-                "to": f"{m.reader}@{m.target}",
-                "bytes": _known_size(m.uri),
-                "fallback": m.fallback,
-            }
-            for m in cross_transfers(plan.routing, plan.tasks)
-        ],
-    }
-
-
-def routing_lines(plan: Any) -> list[str]:
-    """``--dry-run``'s lines: each backend's tasks, then each transfer between backends."""
-    data = routing_dict(plan)
-    lines = []
-    for route in plan.routing.backends:
-        tasks = [t for t, r in data["routes"].items() if r == route]
-        kind = plan.routing.backends[route].type
-        lines.append(f"backend {route} ({kind}): {len(tasks)} task(s)")
-    for move in data["transfers"]:
-        size = "size known after the run" if move["bytes"] is None else f"{move['bytes']} bytes"
-        when = ", only on a fallback" if move["fallback"] else ""
-        lines.append(
-            f"transfer {move['logical_path']}: {move['from']} -> {move['to']} ({size}{when})"
-        )
-    if not data["transfers"]:
-        lines.append("transfers: none (every reader runs on its producer's backend)")
-    return lines
