@@ -99,3 +99,82 @@ def _handles(run_dir: Path) -> int:
     except (OSError, ValueError, JournalError):
         return 0  # not written yet
     return sum(1 for r in tasks.values() for a in r.attempts if a.handle is not None)
+
+
+@pytest.mark.docker
+def test_status_and_cancel_of_a_routed_run_reach_both_backends(
+    docker_host: str, tmp_path: Path
+) -> None:
+    """A task in a container on local Docker and one on the in-process backend, both running:
+    ``altar status`` shows each on its backend, ``altar cancel`` ends both, nothing is left."""
+    import time
+    import uuid
+
+    marker = f"routed-cancel-{uuid.uuid4().hex[:12]}"
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f"""
+[backends.cpu]
+type = "local"
+options = {{ network = "none" }}
+
+[backends.host]
+type = "in-process"
+
+[[tasks]]
+id = "boxed"
+kind = "k"
+image = "busybox:latest"
+command = ["sh", "-c", "sleep 120; echo {marker}"]
+resources = {{ cpu = 0.25, memory_gb = 0.0625 }}
+
+[[tasks]]
+id = "hosted"
+kind = "k"
+backend = "host"
+image = "busybox:latest"
+command = ["sh", "-c", "sleep 120; echo {marker}"]
+"""
+    )
+    run_dir = tmp_path / "run"
+    argv = [ALTAR, "run", str(plan), "--run-dir", str(run_dir)]
+    runner = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _handles(run_dir) < 2:
+            time.sleep(0.1)
+        assert _handles(run_dir) == 2
+        status = _altar("status", str(run_dir), "--json", cwd=tmp_path)
+        tasks = {t["id"]: t for t in json.loads(status.stdout)["tasks"]}
+        assert {t: tasks[t]["status"] for t in tasks} == {"boxed": "running", "hosted": "running"}
+        cancelled = _altar("cancel", str(run_dir), cwd=tmp_path)
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        runner.wait(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    journal = Journal.load(run_dir)
+    assert {t: r.state for t, r in journal.tasks.items()} == {
+        "boxed": "cancelled",
+        "hosted": "cancelled",
+    }
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=altar.run={journal.run_id}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert left.stdout.strip() == ""
+    alive = [
+        p for p in Path("/proc").iterdir()
+        if p.name.isdigit() and marker.encode() in _cmdline(p)
+    ]  # fmt: skip
+    assert alive == []
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""  # gone meanwhile

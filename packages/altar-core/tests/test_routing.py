@@ -190,6 +190,18 @@ def test_dry_run_prints_the_transfers(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not (tmp_path / "out").exists()
 
 
+def test_dry_run_gives_a_transfers_size_when_the_file_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/a.txt").write_text("hello routed")  # made by an earlier run, say
+    assert cli.main(["run", str(_plan(tmp_path)), "--dry-run"]) == 0
+    assert "transfer a.txt: make@cpu -> use@gpu (12 bytes)" in capsys.readouterr().out
+    assert cli.main(["run", str(_plan(tmp_path)), "--dry-run", "--json"]) == 0
+    [move] = json.loads(capsys.readouterr().out)["routing"]["transfers"]
+    assert (move["from"], move["to"], move["bytes"]) == ("make@cpu", "use@gpu", 12)
+
+
 class Counting(ExecutionBackend):
     """A lane that records each call, and can be made unreachable."""
 
