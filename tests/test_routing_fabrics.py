@@ -5,15 +5,22 @@ slurmctld, containers on the same Docker engine), and the summary runs on the in
 backend. Outputs move local -> slurm -> in-process, digests checked on both hops. The same
 plan with ``--backend local`` gives the same results (``altar compare``). Small on purpose:
 two folds, so two Slurm jobs on the shared node.
+
+And one backend's outage on real Slurm: slurmctld made unreachable for the Slurm lane (its
+commands read a slurm.conf naming a port nobody listens on) while the in-process lane's tasks
+go on; one Slurm job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,7 +93,7 @@ data_root = {q(str(work / "cluster data"))}
 
 [backends.host]
 type = "in-process"
-options = {{ data_root = {q(str(work / "host data"))} }}
+options = {{ data_root = {q(str(work / "host-data"))} }}
 
 [[tasks]]
 id = "prepare"
@@ -158,3 +165,135 @@ def test_cpu_steps_on_local_folds_on_slurm_and_the_summary_in_process_equal_one_
     )
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert json.loads(compared.stdout)["differences"] == []
+
+
+class _Outage:
+    """The real login node (``sbatch``/``squeue`` on this machine), which while ``down`` runs
+    every Slurm command against a ``slurm.conf`` naming a port no slurmctld listens on: the
+    real clients then answer "Unable to contact slurm controller", as when it is down."""
+
+    remote = False
+
+    def __init__(self, conf: Path, bad: Path) -> None:
+        from altar.backends.slurm.sdk_runtime import LocalLoginNode
+
+        text = conf.read_text()
+        lines = [
+            line
+            for line in text.splitlines()
+            if not line.startswith(("SlurmctldPort", "MessageTimeout", "TCPTimeout"))
+        ]
+        bad.write_text(
+            "\n".join([*lines, "SlurmctldPort=1", "MessageTimeout=1", "TCPTimeout=1"]) + "\n"
+        )
+        self.bad = bad
+        self.inner = LocalLoginNode()
+        self.down = False
+        self.refused = 0  # commands that found it down
+
+    def run(self, argv: Sequence[str]) -> Any:
+        if not self.down:
+            return self.inner.run(argv)
+        self.refused += 1
+        return self.inner.run(["env", f"SLURM_CONF={self.bad}", *argv])
+
+    def push(self, local: str, remote: str) -> None:
+        self.inner.push(local, remote)
+
+    def pull(self, remote: str, local: str) -> None:
+        self.inner.pull(remote, local)
+
+
+@pytest.mark.asyncio
+async def test_slurm_unreachable_mid_run_holds_back_only_its_tasks_and_they_finish_on_return(
+    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
+) -> None:
+    """Issue 26: slurmctld cannot be reached once the first Slurm job is submitted; the
+    in-process backend's tasks go on and finish meanwhile; when it answers again the same run
+    finishes the Slurm tasks, each once."""
+    import asyncio
+    import time
+    import tomllib
+
+    from altar.backends.slurm import SlurmExecutionBackend
+    from altar.conformance.reference import InProcessExecutionBackend
+    from altar.execution.plans.plan import parse_plan
+    from altar.execution.run.routed import RoutedBackend, routed_options
+    from altar.execution.run.runner import run_plan
+    from altar.execution.state.journal import Journal
+
+    host = "".join(
+        f'[[tasks]]\nid = "h{n}"\nkind = "h"\nimage = "busybox:latest"\n'
+        f'command = ["sh", "-c", "sleep 0.5; echo h{n} > {{altar:path:h{n}.txt}}"]\n'
+        f'outputs = [{{ uri = "out/h{n}.txt", logical_path = "h{n}.txt" }}]\n\n'
+        for n in range(3)
+    )
+    hpc = "".join(
+        f'[[tasks]]\nid = "s{n}"\nkind = "s"\nbackend = "hpc"\nimage = "busybox:latest"\n'
+        f'command = ["sh", "-c", "echo s{n} > {{altar:path:s{n}.txt}}"]\n'
+        f'outputs = [{{ uri = "out/s{n}.txt", logical_path = "s{n}.txt" }}]\n'
+        "resources = { cpu = 0.5, memory_gb = 0.125 }\ntimeout_s = 120\n\n"
+        for n in range(1)  # one job: the cluster is one node shared with every test
+    )
+    text = (
+        '[backends.host]\ntype = "in-process"\nmax_parallel = 1\n\n'
+        '[backends.hpc]\ntype = "slurm"\nmax_parallel = 1\n\n' + host + hpc
+    )
+    plan = parse_plan(tomllib.loads(text), base_dir=tmp_path)
+    node = _Outage(Path(slurm_cluster["conf"]), tmp_path / "unreachable.conf")
+    slurm = SlurmExecutionBackend(
+        container_runtime="docker",
+        runtime_options=["-H", docker_host],
+        partition=slurm_cluster["partition"],
+        data_root=str(tmp_path / "cluster data"),
+        runtime=node,
+    )
+    lanes = {
+        "host": InProcessExecutionBackend(data_root=tmp_path / "host-data"),
+        "hpc": slurm,
+    }
+    routed = RoutedBackend(**routed_options(plan), built=lanes)
+    run_dir = tmp_path / "run"
+    run = asyncio.create_task(
+        run_plan(plan, routed, run_dir=run_dir, poll_interval_s=0.1, max_poll_interval_s=0.5)
+    )
+
+    def journal() -> Journal | None:
+        return Journal.load(run_dir) if Journal.exists(run_dir) else None
+
+    try:
+        down_at = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not run.done():
+            seen = journal()
+            if down_at is None and seen and any(a.handle for a in seen.tasks["s0"].attempts):
+                node.down, down_at = True, time.time()  # the Slurm job is in
+            if down_at is not None and all((tmp_path / f"out/h{n}.txt").exists() for n in range(3)):
+                break
+            await asyncio.sleep(0.05)
+        assert down_at is not None, "s0 was never submitted"
+        assert all((tmp_path / f"out/h{n}.txt").exists() for n in range(3))  # the other lane
+        assert not run.done()
+        seen = journal()
+        assert seen is not None
+        submits = [seen.tasks[f"h{n}"].attempts[-1].submitted_at or 0.0 for n in range(3)]
+        assert max(submits) >= down_at  # host submits went on while Slurm was down
+        await asyncio.sleep(1.0)  # a few polls that find Slurm down
+        assert node.refused > 0
+        assert not (tmp_path / "out/s0.txt").exists()
+        node.down = False
+        result = await asyncio.wait_for(asyncio.shield(run), 300)  # the node's queue may be long
+    finally:
+        node.down = False
+        if not run.done():  # a failed test leaves no job on the shared node
+            run.cancel()
+            with contextlib.suppress(BaseException):
+                await run
+            for record in Journal.load(run_dir).tasks.values():
+                for attempt in record.attempts:
+                    if attempt.handle is not None and attempt.finished_at is None:
+                        await routed.cancel(attempt.handle)
+    assert result.ok, [(t.id, t.status, t.detail) for t in result.tasks]
+    assert (tmp_path / "out/s0.txt").read_text() == "s0\n"
+    done = Journal.load(run_dir)
+    assert {t: len(r.attempts) for t, r in done.tasks.items()} == dict.fromkeys(done.tasks, 1)
