@@ -659,3 +659,41 @@ def test_altar_run_of_a_routing_that_moves_nothing_says_zero_bytes(
     assert cli.main(["run", str(plan), "--run-dir", str(tmp_path / "r2"), "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)["transfers"]
     assert (moved["files"], moved["bytes"], moved["planned"]) == (0, 0, [])
+
+
+@pytest.mark.asyncio
+async def test_listing_for_the_orphan_sweep_asks_every_backend_or_none() -> None:
+    """The orphan sweep lists every backend's objects of the run, each labelled with its
+    route; if one backend cannot list, nobody may sweep on a partial list."""
+
+    class Listing(Counting):
+        def __init__(self, found: list[TaskHandle] | None) -> None:
+            super().__init__()
+            self.found = found
+            self.cancelled: list[str] = []
+
+        async def list_submissions(self, run: str) -> list[TaskHandle] | None:
+            return self.found
+
+        async def cancel(self, handle: TaskHandle) -> None:
+            self.cancelled.append(handle.external_id)
+
+    one = TaskHandle("counting", "x1", {"altar.task": "a"})
+    two = TaskHandle("counting", "x2", {"altar.task": "gone"})  # no task of the plan: orphan
+    lanes = {"one": Listing([one]), "two": Listing([two])}
+    routed = RoutedBackend(
+        backends={name: {"type": "counting"} for name in lanes},
+        routes={"a": "one"},
+        default="one",
+        built=lanes,
+    )
+    listed = await routed.list_submissions("run")
+    assert listed is not None
+    assert [(h.external_id, h.labels[LABEL_ROUTE]) for h in listed] == [
+        ("x1", "one"),
+        ("x2", "two"),
+    ]
+    await routed.cancel(listed[1])  # goes to the backend that listed it, not the default
+    assert (lanes["one"].cancelled, lanes["two"].cancelled) == ([], ["x2"])
+    lanes["two"].found = None
+    assert await routed.list_submissions("run") is None
