@@ -6,9 +6,9 @@ backend. Outputs move local -> slurm -> in-process, digests checked on both hops
 plan with ``--backend local`` gives the same results (``altar compare``). Small on purpose:
 two folds, so two Slurm jobs on the shared node.
 
-And one backend's outage on real Slurm: slurmctld made unreachable for the Slurm lane (its
-commands read a slurm.conf naming a port nobody listens on) while the in-process lane's tasks
-go on; one Slurm job.
+And one backend's outage on real Slurm: the login node made unreachable for the Slurm lane (its
+commands started through a program that is not there, so the real login-node runtime fails)
+while the in-process lane's tasks go on; one Slurm job.
 """
 
 from __future__ import annotations
@@ -168,25 +168,17 @@ def test_cpu_steps_on_local_folds_on_slurm_and_the_summary_in_process_equal_one_
 
 
 class _Outage:
-    """The real login node (``sbatch``/``squeue`` on this machine), which while ``down`` runs
-    every Slurm command against a ``slurm.conf`` naming a port no slurmctld listens on: the
-    real clients then answer "Unable to contact slurm controller", as when it is down."""
+    """The real login node (``sbatch``/``squeue`` on this machine) that, while ``down``, starts
+    every command through a program that is not there (an ssh binary gone, a wrong path): the
+    real :class:`LocalLoginNode` then raises ``LoginNodeUnreachableError``, so neither Slurm
+    nor the jobs' records on the cluster can be read, as when the login node is down."""
 
     remote = False
 
-    def __init__(self, conf: Path, bad: Path) -> None:
+    def __init__(self, missing: Path) -> None:
         from altar.backends.slurm.sdk_runtime import LocalLoginNode
 
-        text = conf.read_text()
-        lines = [
-            line
-            for line in text.splitlines()
-            if not line.startswith(("SlurmctldPort", "MessageTimeout", "TCPTimeout"))
-        ]
-        bad.write_text(
-            "\n".join([*lines, "SlurmctldPort=1", "MessageTimeout=1", "TCPTimeout=1"]) + "\n"
-        )
-        self.bad = bad
+        self.missing = str(missing)
         self.inner = LocalLoginNode()
         self.down = False
         self.refused = 0  # commands that found it down
@@ -195,7 +187,7 @@ class _Outage:
         if not self.down:
             return self.inner.run(argv)
         self.refused += 1
-        return self.inner.run(["env", f"SLURM_CONF={self.bad}", *argv])
+        return self.inner.run([self.missing, *argv])
 
     def push(self, local: str, remote: str) -> None:
         self.inner.push(local, remote)
@@ -208,9 +200,9 @@ class _Outage:
 async def test_slurm_unreachable_mid_run_holds_back_only_its_tasks_and_they_finish_on_return(
     tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
 ) -> None:
-    """Issue 26: slurmctld cannot be reached once the first Slurm job is submitted; the
+    """Issue 26: the Slurm login node cannot be reached once the Slurm job is submitted; the
     in-process backend's tasks go on and finish meanwhile; when it answers again the same run
-    finishes the Slurm tasks, each once."""
+    finishes the Slurm task, every task in one attempt."""
     import asyncio
     import time
     import tomllib
@@ -240,7 +232,7 @@ async def test_slurm_unreachable_mid_run_holds_back_only_its_tasks_and_they_fini
         '[backends.hpc]\ntype = "slurm"\nmax_parallel = 1\n\n' + host + hpc
     )
     plan = parse_plan(tomllib.loads(text), base_dir=tmp_path)
-    node = _Outage(Path(slurm_cluster["conf"]), tmp_path / "unreachable.conf")
+    node = _Outage(tmp_path / "no-such-ssh")
     slurm = SlurmExecutionBackend(
         container_runtime="docker",
         runtime_options=["-H", docker_host],

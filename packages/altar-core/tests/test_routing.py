@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 from pathlib import Path
@@ -697,3 +698,82 @@ async def test_listing_for_the_orphan_sweep_asks_every_backend_or_none() -> None
     assert (lanes["one"].cancelled, lanes["two"].cancelled) == ([], ["x2"])
     lanes["two"].found = None
     assert await routed.list_submissions("run") is None
+
+
+@pytest.mark.asyncio
+async def test_resumed_while_one_backend_is_down_its_running_task_stays_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh process (a resume, ``altar status``) has seen no status of the down backend's
+    tasks: it keeps the journal's state for them (running, not "pending"), while the other
+    backend's task finishes; once the backend is back the task finishes too."""
+    import asyncio
+
+    from altar.conformance.reference import InProcessExecutionBackend
+    from altar.execution.cli.status import _poll as status_poll
+    from altar.execution.run.routed import routed_options
+    from altar.execution.run.runner import run_plan
+
+    class Flaky(InProcessExecutionBackend):
+        down = False
+
+        async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+            if self.down:
+                raise BackendUnavailableError("gpu pool unreachable")
+            return await super().poll(handles)
+
+    monkeypatch.chdir(tmp_path)
+    text = (
+        PLAN.format(gpus=1)
+        .replace('inputs = [{ uri = "out/a.txt", logical_path = "a.txt" }]\n', "")
+        .replace("cat {altar:mount_root}/a.txt", "sleep 1.5; echo solo")
+        .replace("printf 'hello routed'", "sleep 0.5; printf 'hello routed'")
+    )
+    plan = parse_plan(_load_text(text), base_dir=tmp_path)
+    flaky = Flaky(data_root=tmp_path / "gpu-root", gpus=1)
+
+    def routed() -> RoutedBackend:
+        lanes: dict[str, ExecutionBackend] = {
+            "cpu": InProcessExecutionBackend(data_root=tmp_path / "cpu-root"),
+            "gpu": flaky,
+        }
+        return RoutedBackend(**routed_options(plan), built=lanes)
+
+    run_dir = tmp_path / "run"
+    first = asyncio.create_task(run_plan(plan, routed(), run_dir=run_dir, poll_interval_s=0.01))
+    for _ in range(500):
+        if Journal.exists(run_dir) and Journal.load(run_dir).tasks["use"].state == "running":
+            break
+        await asyncio.sleep(0.01)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert Journal.load(run_dir).tasks["use"].state == "running"
+    flaky.down = True
+    # what `altar status` shows: the journal's state for "use", and says why
+    err = io.StringIO()
+    polled = await status_poll(routed(), Journal.load(run_dir), err, warn=True)
+    assert "use" not in polled
+    assert "1 task(s) are on a backend that did not answer" in err.getvalue()
+    states: list[str] = []
+    second = asyncio.create_task(
+        run_plan(
+            plan,
+            routed(),
+            run_dir=run_dir,
+            poll_interval_s=0.01,
+            on_event=lambda e: states.append(e.message),
+        )
+    )
+    for _ in range(500):
+        if (tmp_path / "out/a.txt").exists():
+            break
+        await asyncio.sleep(0.01)
+    assert (tmp_path / "out/a.txt").read_text() == "hello routed"  # the other backend's
+    await asyncio.sleep(0.2)
+    assert Journal.load(run_dir).tasks["use"].state == "running"
+    assert "use pending" not in states
+    flaky.down = False
+    result = await asyncio.wait_for(second, 30)
+    assert result.ok
+    assert (tmp_path / "out/b.txt").read_text().strip() == "solo"

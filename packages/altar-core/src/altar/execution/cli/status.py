@@ -124,7 +124,19 @@ async def _poll(
     if len(statuses) != len(records):
         err.write("altar: the backend's poll answered for other tasks, showing the journal only\n")
         return {}
-    return {record.id: status for record, status in zip(records, statuses, strict=True)}
+    from altar.execution.run.routed import unanswered
+
+    found = {
+        record.id: status
+        for record, status in zip(records, statuses, strict=True)
+        if not unanswered(backend, status.handle)
+    }
+    if warn and len(found) < len(records):
+        err.write(
+            f"altar: {len(records) - len(found)} task(s) are on a backend that did not answer: "
+            "showing the journal for them\n"
+        )
+    return found
 
 
 def _summary_line(

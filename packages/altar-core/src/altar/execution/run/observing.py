@@ -20,7 +20,7 @@ from altar.execution.gather import gather_bounded
 from altar.execution.run.budget import RetryBudget
 from altar.execution.run.ledger import Ledger
 from altar.execution.run.results import one_line
-from altar.execution.run.routed import note_attempt
+from altar.execution.run.routed import note_attempt, unanswered
 from altar.execution.state.journal import (
     FAILED,
     PENDING,
@@ -104,6 +104,8 @@ async def poll_open(
     for record, status in zip(open_records, statuses, strict=True):
         attempt = record.attempts[-1]
         new = status.state.value
+        if unanswered(backend, status.handle):
+            continue  # its backend is down and this process never saw it: no news
         # against the task's state, not the attempt's: a journal written by an older
         # runner stopped mid-poll may hold a finished attempt of a task still open
         if new == record.state:

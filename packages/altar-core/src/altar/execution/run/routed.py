@@ -110,6 +110,15 @@ def lanes_of(backend: ExecutionBackend, task_id: str) -> list[tuple[str | None, 
     return [(route, backend.lanes[route]) for route in backend.reachable(task_id)]
 
 
+def unanswered(backend: ExecutionBackend, handle: TaskHandle) -> bool:
+    """True when the last poll of a routed backend could not reach ``handle``'s backend and
+    had no status of it to repeat: its status says nothing (keep the journal's state)."""
+    return (
+        isinstance(backend, RoutedBackend)
+        and (handle.backend, handle.external_id) in backend.unanswered
+    )
+
+
 def note_attempt(backend: ExecutionBackend, handle: TaskHandle | None) -> None:
     """Tell a routed backend where an attempt ran (before its outputs are collected)."""
     if handle is not None and isinstance(backend, RoutedBackend):
@@ -173,6 +182,9 @@ class RoutedBackend(ExecutionBackend):
         self.clock: Callable[[], float] = time.monotonic
         #: route -> (when it may be asked again, the backoff, the error it gave)
         self._down: dict[str, tuple[float, float, BackendUnavailableError]] = {}
+        #: the handles the last poll could not ask and had seen no status of (a resumed run,
+        #: ``altar status``): their statuses are placeholders, see :func:`unanswered`
+        self.unanswered: set[tuple[str, str]] = set()
 
     # -- dispatch -----------------------------------------------------------------------
 
@@ -247,6 +259,7 @@ class RoutedBackend(ExecutionBackend):
         return handle
 
     async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        self.unanswered = set()
         out: list[TaskStatus | None] = [None] * len(handles)
         down: BackendUnavailableError | None = None
         groups = self._group(handles)
@@ -263,6 +276,8 @@ class RoutedBackend(ExecutionBackend):
                 down = error
                 for i in indexes:  # nothing new from a backend that cannot be reached
                     key = (handles[i].backend, handles[i].external_id)
+                    if key not in self._last:  # never seen by this process: no news at all
+                        self.unanswered.add(key)
                     out[i] = self._last.get(key, TaskStatus(handles[i], TaskState.PENDING))
                 continue
             self.found_up(route)
