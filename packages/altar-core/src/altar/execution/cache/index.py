@@ -89,8 +89,11 @@ class IndexRow:
 
 
 def _triple(value: Any) -> Triple:
-    if type(value) is list and len(value) == 3 and all(type(n) is int for n in value):
-        return (value[0], value[1], value[2])
+    # read 10,000 times by a 10,000-task cached run: unrolled
+    if type(value) is list and len(value) == 3:
+        size, mtime, inode = value
+        if type(size) is int and type(mtime) is int and type(inode) is int:
+            return (size, mtime, inode)
     raise TypeError("not three integers")
 
 
