@@ -7,7 +7,7 @@ import subprocess
 import sys
 import weakref
 
-from altar.execution.state.bulk import collector_paused, long_lived
+from altar.execution.state.bulk import FREEZE_AT, collector_paused, long_lived
 
 
 class _Node:
@@ -31,14 +31,19 @@ def test_long_lived_freezes_what_is_alive_and_unfreezes_at_its_end() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_a_paused_step_inside_long_lived_freezes_its_survivors() -> None:
+def test_a_bulk_step_inside_long_lived_freezes_its_survivors_a_small_one_not() -> None:
     with long_lived():
         frozen = gc.get_freeze_count()
         with collector_paused():
-            kept = [[n] for n in range(1000)]  # 1,001 tracked containers
+            kept = [[n] for n in range(2 * FREEZE_AT)]  # twice as many tracked containers
         assert gc.isenabled()
-        assert gc.get_freeze_count() >= frozen + 1000
+        assert gc.get_freeze_count() >= frozen + 2 * FREEZE_AT
+        frozen = gc.get_freeze_count()
+        with collector_paused():
+            few = [[n] for n in range(10)]
+        assert gc.get_freeze_count() == frozen
         assert kept
+        assert few
     assert gc.get_freeze_count() == 0
 
 
@@ -54,8 +59,10 @@ def test_a_cycle_that_became_garbage_while_frozen_is_collected_after() -> None:
     with long_lived():
         with collector_paused():
             ref = _cycle()  # garbage as the step ends, frozen with its survivors
+            kept = [[n] for n in range(2 * FREEZE_AT)]
         gc.collect()
         assert ref() is not None  # frozen: the collector does not look at it
+        assert kept
     gc.collect()
     assert ref() is None
 
