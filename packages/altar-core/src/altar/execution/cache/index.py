@@ -141,16 +141,17 @@ class CacheIndex:
 
         ``object_path(digest)`` names an object's file.
         """
-        row = self.row(hex_)
+        row = self._rows[hex_] if hex_ in self._rows else self.row(hex_)
         if row is None:
             return None
         try:
-            if stat_triple(os.stat(manifest)) != row.manifest:
+            st = os.stat(manifest)
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != row.manifest:
                 raise OSError("the manifest changed")
             for digest, triple in row.objects.items():
                 st = os.stat(object_path(digest))
                 if (
-                    stat_triple(st) != triple
+                    (st.st_size, st.st_mtime_ns, st.st_ino) != triple
                     or st.st_mode & 0o222
                     or not stat_module.S_ISREG(st.st_mode)
                 ):
