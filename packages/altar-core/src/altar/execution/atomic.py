@@ -59,13 +59,17 @@ def fsync_directory(directory: StrPath) -> None:
             os.close(fd)
 
 
-def atomic_write(path: StrPath, data: bytes | Iterable[bytes], *, mode: int = 0o600) -> int:
+def atomic_write(
+    path: StrPath, data: bytes | Iterable[bytes], *, mode: int = 0o600, durable: bool = True
+) -> int:
     """Replace ``path`` with ``data``: temporary file beside it, fsync, rename, fsync the directory.
 
     ``data`` may be chunks, written as they come (a 100,000-task journal snapshot is never
     whole in memory). Returns the bytes written. On any error the temporary file is removed
     and ``path`` keeps its previous content. A process killed midway leaves at most one
     ``.<name>.altar-tmp-<pid>-<hex>`` file, which :func:`remove_stale_temporaries` recognises.
+    ``durable=False`` skips both fsyncs, for a file a reader can tell is stale and do without
+    (a power cut may leave the old file, the new one, or an empty one; a kill, old or new).
     """
     path = Path(path)
     tmp = temp_path(path)
@@ -79,7 +83,8 @@ def atomic_write(path: StrPath, data: bytes | Iterable[bytes], *, mode: int = 0o
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
@@ -89,7 +94,8 @@ def atomic_write(path: StrPath, data: bytes | Iterable[bytes], *, mode: int = 0o
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
     return size
 
 

@@ -89,8 +89,11 @@ class IndexRow:
 
 
 def _triple(value: Any) -> Triple:
-    if type(value) is list and len(value) == 3 and all(type(n) is int for n in value):
-        return (value[0], value[1], value[2])
+    # read 10,000 times by a 10,000-task cached run: unrolled
+    if type(value) is list and len(value) == 3:
+        size, mtime, inode = value
+        if type(size) is int and type(mtime) is int and type(inode) is int:
+            return (size, mtime, inode)
     raise TypeError("not three integers")
 
 
@@ -138,16 +141,17 @@ class CacheIndex:
 
         ``object_path(digest)`` names an object's file.
         """
-        row = self.row(hex_)
+        row = self._rows[hex_] if hex_ in self._rows else self.row(hex_)
         if row is None:
             return None
         try:
-            if stat_triple(os.stat(manifest)) != row.manifest:
+            st = os.stat(manifest)
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != row.manifest:
                 raise OSError("the manifest changed")
             for digest, triple in row.objects.items():
                 st = os.stat(object_path(digest))
                 if (
-                    stat_triple(st) != triple
+                    (st.st_size, st.st_mtime_ns, st.st_ino) != triple
                     or st.st_mode & 0o222
                     or not stat_module.S_ISREG(st.st_mode)
                 ):

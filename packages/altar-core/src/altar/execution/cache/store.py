@@ -174,7 +174,8 @@ class CacheStore:
         Through the index when its row holds (a stat of the manifest and one of each object),
         else the slow way: the manifest read and verified, its row kept for :meth:`flush_index`.
         """
-        row = self.index.fresh(key.hex, self._entry_file(key.hex), self._object_file)
+        hex_ = key.hex
+        row = self.index.fresh(hex_, self._entry_file(hex_), self._object_file)
         if row is not None:
             return CacheEntry(key.digest, key.fields, row.outputs, row.origin, row.created_at), []
         found = self._read(key.digest)

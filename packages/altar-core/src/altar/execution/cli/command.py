@@ -29,7 +29,7 @@ from altar.execution.errors import (
 )
 from altar.execution.registry import create_backend, default_registry
 from altar.execution.run.routed import moved_line, transfer_summary
-from altar.execution.state.bulk import collector_paused
+from altar.execution.state.bulk import collector_paused, skip_collection_at_exit
 
 # Each command imports what it runs on (the runner, the journal, plans, asyncio, JSON) when it
 # runs: `altar backends` and `altar --help` must not pay for the rest (issue 24, start-up).
@@ -473,6 +473,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``altar`` command line; returns the exit status."""
     out, err = sys.stdout, sys.stderr
+    skip_collection_at_exit()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

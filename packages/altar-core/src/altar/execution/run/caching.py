@@ -305,7 +305,7 @@ class RunCache:
         for record, key, places in candidates:
             entry, dropped = self.store.lookup(key)
             problems = [f"cached entry dropped: {problem}" for problem in dropped]
-            if entry is not None and (places is None or set(places) - set(entry.outputs)):
+            if entry is not None and (places is None or not places.keys() <= entry.outputs.keys()):
                 entry = None
             if entry is not None and places is not None:
                 try:

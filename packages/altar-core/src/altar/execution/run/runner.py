@@ -80,6 +80,7 @@ from altar.execution.run.results import (
 from altar.execution.run.routed import resolver_for
 from altar.execution.run.staging import stage_run
 from altar.execution.run.submitting import SUBMIT_WINDOW, Submits
+from altar.execution.state.bulk import long_lived
 from altar.execution.state.journal import (
     IN_DOUBT,
     PENDING,
@@ -481,7 +482,8 @@ async def run_plan(
             clock=clock,
             cache=plan.cache if cache is True else cache or None,
         )
-        return await run.run()
+        with long_lived():  # the plan and the journal, out of the collector's passes
+            return await run.run()
 
 
 def run_plan_sync(plan: Plan, backend: ExecutionBackend, **kwargs: Any) -> RunResult:

@@ -54,6 +54,7 @@ from altar.execution.state.records import (
     FAILED,
     FINAL_STATES,
     IN_DOUBT,
+    JOURNAL_JSON,
     PENDING,
     QUEUED,
     RUNNING,
@@ -200,7 +201,7 @@ class Journal:
                 continue  # marked, but nothing changed since its last line
             seq += 1
             entry = {"seq": seq, "task": task_id, **body}
-            lines.append(json.dumps(entry, separators=(",", ":"), default=str))
+            lines.append(JOURNAL_JSON.encode(entry))
         if not lines:
             self._changed.clear()
             return
@@ -259,13 +260,13 @@ class Journal:
 
     def _snapshot_chunks(self) -> Iterator[bytes]:
         """:meth:`to_dict` as JSON, ``SNAPSHOT_CHUNK`` tasks at a time (same bytes as whole)."""
-        head = json.dumps(self._head(), separators=(",", ":"), default=str)
+        head = JOURNAL_JSON.encode(self._head())
         yield head[:-1].encode() + b',"tasks":{'
         records = iter(self.tasks.items())
         comma = b""
         context = self.context
         while part := {k: r.to_dict(context) for k, r in islice(records, SNAPSHOT_CHUNK)}:
-            yield comma + json.dumps(part, separators=(",", ":"), default=str)[1:-1].encode()
+            yield comma + JOURNAL_JSON.encode(part)[1:-1].encode()
             comma = b","
         yield b"}}"
 

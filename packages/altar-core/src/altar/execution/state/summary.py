@@ -3,8 +3,9 @@
 The journal writes ``summary.json`` after each snapshot. It names the snapshot it was made
 from (size, mtime and inode of ``journal.json``), so a reader can tell whether it is exact: it
 is, while that snapshot is still the one on disk and the log beside it is empty. Otherwise
-(an older altar's run, a run killed after appending to its log, a run going on) the reader
-falls back to loading the journal. A summary that cannot be written costs nothing but speed.
+(an older altar's run, a run killed after appending to its log, a run going on, a summary a
+power cut lost: it is not fsynced) the reader falls back to loading the journal. A summary
+that cannot be written costs nothing but speed.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def write_summary(journal: Journal) -> None:
         "created_at": journal.created_at,
         "counts": ordered_counts(row_state(r, None, budget) for r in journal.tasks.values()),
     }
-    atomic_write(journal.run_dir / SUMMARY_NAME, json.dumps(data).encode())
+    # not fsynced: a summary a power cut lost or emptied fails read_summary's checks, and the
+    # reader loads the journal instead (the journal's snapshot is what is durable)
+    atomic_write(journal.run_dir / SUMMARY_NAME, json.dumps(data).encode(), durable=False)
 
 
 def read_summary(run_dir: Path, *, journal_name: str, log_name: str) -> dict[str, Any] | None:
