@@ -156,6 +156,10 @@ class RunResult:
         return {state: n for state, n in counts.items() if n}
 
     def to_dict(self) -> dict[str, Any]:
+        return {**self.head_dict(), "tasks": [task.to_dict() for task in self.tasks]}
+
+    def head_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without its tasks."""
         return {
             "run_dir": str(self.run_dir),
             "backend": self.backend,
@@ -163,7 +167,6 @@ class RunResult:
             "ok": self.ok,
             "elapsed_s": self.elapsed_s,
             "counts": self.counts(),
-            "tasks": [task.to_dict() for task in self.tasks],
         }
 
 
