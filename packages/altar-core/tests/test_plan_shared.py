@@ -54,6 +54,8 @@ def test_a_plan_read_from_its_file_equals_the_one_parsed_eagerly(tmp_path):
     assert specs[1].image is specs[2].image
     assert specs[1].resources is specs[2].resources  # the shared default, frozen
     assert specs[0].resources.cpu == 2
+    assert specs[1].inputs is specs[2].outputs  # none: one empty list
+    assert specs[1].inputs == []
 
 
 def test_consume_drops_each_task_table_and_leaves_the_rest(tmp_path):

@@ -20,7 +20,7 @@ def _result(n: int) -> RunResult:
             "failed" if i % 50 == 7 else "succeeded",
             1,
             reason="exit_1" if i % 50 == 7 else None,
-            detail="line one\nthe tail \"quoted\"\n" if i % 50 == 7 else None,
+            detail='line one\nthe tail "quoted"\n' if i % 50 == 7 else None,
             exit_code=1 if i % 50 == 7 else 0,
             duration_s=0.5,
             external_id=f"x-{i}",
@@ -52,7 +52,7 @@ def test_a_large_run_prints_groups_failures_first_and_how_to_drill_down():
     assert len(group_lines) == 6
     assert group_lines[0].startswith("kind1 fold=")  # t7, t57, ... failed: kind1
     assert "failed: 20 (the last 5 lines of each failure)" in text
-    assert "    the tail \"quoted\"" in text
+    assert '    the tail "quoted"' in text
     assert "1 task(s) started again after a submit whose answer never arrived" in text
     assert "every task: altar status '/runs/my run' --all; one group: --group 'kind1 fold=" in text
     assert len(text) < 4000

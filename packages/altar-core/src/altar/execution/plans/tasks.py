@@ -80,14 +80,17 @@ class Shared:
     """Equal values of one plan's tasks, held once (issue 24: a 100,000-task plan of a few
     images, kinds and label sets held each of them 100,000 times).
 
-    Texts are interned, and label and env tables with equal items are one dict (nothing
-    changes a plan's spec in place: a submit gets a copy with the run's labels). A value of
-    the wrong type is returned as it is, for the spec's checks to refuse with their message.
+    Texts are interned, label and env tables with equal items are one dict, and tasks without
+    inputs, outputs or env share one empty list or dict (nothing changes a plan's spec in
+    place: a submit gets a copy with the run's labels, a new output uri a new list). A value
+    of the wrong type is returned as it is, for the spec's checks to refuse with their message.
     """
 
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
         self._tables: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        self.no_transfers: list[Transfer] = []
+        self.no_env: dict[str, str] = {}
 
     def text(self, value: Any) -> Any:
         return self._texts.setdefault(value, value) if isinstance(value, str) else value
@@ -210,6 +213,9 @@ def _parse_task(
         items = raw.get(key, [])
         if not isinstance(items, list):
             raise fail(f"{where}.{key}", f"must be a list of tables, got {_kind(items)}")
+        if not items and shared is not None:
+            values[key] = shared.no_transfers  # most tasks of a large plan have none
+            continue
         values[key] = [
             _parse_transfer(
                 item,
@@ -294,6 +300,7 @@ def _checked_fields(
         for key in ("labels", "env"):
             if key in values:
                 values[key] = shared.table(values[key])
+        values.setdefault("env", shared.no_env)
     return values
 
 

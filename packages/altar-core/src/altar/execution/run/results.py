@@ -83,7 +83,7 @@ class RunEvent:
     bytes_total: int | None = None  # staging_progress only; None while a size is unknown
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskResult:
     """The outcome of one task (or its current state, from ``run_status``).
 
