@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from altar.execution.labels import submission_key
 from altar.execution.state.journal import Journal
 from altar.execution.state.records import Attempt, TaskRecord
@@ -101,3 +102,30 @@ def test_lines_after_the_first_of_an_append_carry_no_seq_and_replay_in_order(tmp
     (tmp_path / "journal.json").write_text(json.dumps(snapshot))
     assert Journal.load(tmp_path).tasks["c"].state == "running"
     assert Journal.load(tmp_path).tasks["b"].state == "queued"  # the snapshot's, not line 5's
+
+
+def test_a_snapshot_that_fails_leaves_a_version_3_journal_writing_its_keys(tmp_path, monkeypatch):
+    from altar.execution.errors import JournalError
+    from altar.execution.state import journal as journal_module
+
+    journal = _journal(tmp_path)
+    journal.tasks["a"].state = "queued"
+    journal.save()
+    snapshot = json.loads((tmp_path / "journal.json").read_text())
+    snapshot["version"] = 3
+    (tmp_path / "journal.json").write_text(json.dumps(snapshot))
+    old = Journal.load(tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(journal_module, "atomic_write", full)
+    with pytest.raises(JournalError, match="free space and resume"):
+        old.save()
+    assert not old.derived_keys  # the version 3 snapshot is still the one on disk
+    record = old.tasks["a"]
+    key = submission_key(old.run_id, "a", 1)
+    record.attempts.append(Attempt(number=1, key=key))
+    old.mark(record)
+    old.flush()
+    assert Journal.load(tmp_path).tasks["a"].attempts[0].key == key

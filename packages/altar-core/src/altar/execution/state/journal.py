@@ -285,7 +285,9 @@ class Journal:
     def save(self) -> None:
         """Write a snapshot of everything and empty the log (JournalError if that fails)."""
         self.updated_at = time.time()
-        self.derived_keys = True  # the snapshot is of this version, and so is the log after it
+        # the snapshot is of this version, and so is the log after it; a snapshot that was
+        # not written leaves the older one, whose log must go on as it was written
+        older, self.derived_keys = self.derived_keys, True
         try:
             # the log is made before the snapshot, so the directory fsync that makes the
             # snapshot's name durable makes the log's durable too: a fsync'd append to a log
@@ -294,6 +296,7 @@ class Journal:
             with collector_paused():  # the chunks' dicts are no garbage to hunt for
                 size = atomic_write(self.path, self._snapshot_chunks())
         except OSError as error:
+            self.derived_keys = older
             raise self._write_error(error) from error
         with contextlib.suppress(OSError):
             write_summary(self)  # before the log is emptied: a kill between leaves it inexact
