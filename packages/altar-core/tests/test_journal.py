@@ -46,7 +46,7 @@ async def test_incompatible_or_damaged_journals(tmp_path, provider, fake_backend
     data = json.loads(path.read_text())
     data["version"] = 99
     path.write_text(json.dumps(data))
-    expected = "is journal version 99, but this altar reads versions 1, 2 and 3;"
+    expected = "is journal version 99, but this altar reads versions 1, 2, 3 and 4;"
     with pytest.raises(JournalError, match=expected):
         await run_plan(simple_plan("a"), backend, run_dir=tmp_path / "r")
     path.write_text('{"format": "something-else"}')

@@ -145,7 +145,7 @@ def test_a_log_line_holds_only_what_changed_and_handles_leave_out_what_the_run_i
     assert list(reread.tasks["a"].attempts[0].handle.labels) == list(labels)  # in its order
     journal.save()  # the snapshot's handles are as compact
     snapshot = json.loads((tmp_path / "journal.json").read_text())
-    assert snapshot["version"] == 3
+    assert snapshot["version"] == 4
     assert snapshot["tasks"]["a"]["attempts"][0]["handle"]["implied"] == 15
     assert snapshot["tasks"]["a"]["attempts"][0]["key"] == "k1"
     assert "state" not in snapshot["tasks"]["a"]["attempts"][0]  # the task's

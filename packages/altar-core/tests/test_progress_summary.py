@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from altar.execution.run import progress
 from altar.execution.run.progress import (
     PROGRESS_LOG,
     SUMMARY_INTERVAL_S,
@@ -55,3 +56,23 @@ def test_a_small_plan_prints_every_task_line(tmp_path):
     printer.close()
     assert len(stream.getvalue().splitlines()) == 2 * n
     assert not (tmp_path / PROGRESS_LOG).exists()
+
+
+def test_the_task_log_stops_at_its_bound_and_then_logs_the_summaries(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "TASK_LOG_LINES", 100)
+    n = SUMMARY_THRESHOLD + 50
+    for live in (False, True):
+        log = tmp_path / f"{live}.log"
+        stream = io.StringIO()
+        printer = ProgressPrinter(stream, total=n, live=live, task_log=log)
+        for event in events(n):
+            printer(event)
+        printer.close()
+        logged = log.read_text().splitlines()
+        assert logged[99].endswith("t49 succeeded in 1.0s")  # the first 100 task lines
+        assert logged[100].startswith("(more than 100 per-task lines: only summaries follow;")
+        summaries = logged[101:]
+        assert summaries
+        assert all(" of 250; " in line for line in summaries)
+        assert len(summaries) <= n / SUMMARY_INTERVAL_S
+        assert "failed: exit_1" in stream.getvalue()  # a failure still prints

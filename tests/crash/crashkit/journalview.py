@@ -67,6 +67,7 @@ class JournalView:
         self.snapshot: dict[str, Any] = {}
         self._snapshot_key: tuple[int, int] | None = None
         self._offset = 0
+        self._line_seq: int | None = None  # the seq of the log's last line read
         self._seq = 0  # the last change applied (the snapshot's seq covers the log below it)
         self._task_seq: dict[str, int] = {}  # the seq of each task's record as applied
         self._read: dict[str, TaskRecord] = {}  # the records as altar reads them back
@@ -74,7 +75,8 @@ class JournalView:
     @property
     def _context(self) -> Context:
         backend = (self.snapshot.get("backend") or {}).get("type", "")
-        return Context(str(self.snapshot.get("run_id") or ""), str(backend))
+        derived = int(self.snapshot.get("version") or 0) >= 4  # keys the run derives left out
+        return Context(str(self.snapshot.get("run_id") or ""), str(backend), derived)
 
     def _record(self, task: str, entry: dict[str, Any]) -> dict[str, Any]:
         """The whole record after a snapshot's record or a log line (version 3: what changed)."""
@@ -159,6 +161,7 @@ class JournalView:
             return list(changes.values())
         if st.st_size < self._offset:
             self._offset = 0  # emptied: the runner folded the log into a new snapshot
+            self._line_seq = None
         if st.st_size > self._offset:
             with open(self.log_path, "rb") as log:
                 log.seek(self._offset)
@@ -168,9 +171,11 @@ class JournalView:
             for line in complete.splitlines():
                 try:
                     entry = json.loads(line)
-                    seq = int(entry["seq"])
+                    # version 4: a line after the first of an append follows its previous one
+                    seq = int(entry["seq"]) if "seq" in entry else (self._line_seq or 0) + 1
                 except (ValueError, KeyError, TypeError):
                     continue  # a torn line (the writer was killed): the runner ignores it too
+                self._line_seq = seq
                 if seq <= self._seq:
                     continue  # already in the snapshot
                 self._seq = seq

@@ -55,12 +55,16 @@ def is_submission_key(value: str) -> bool:
     return len(value) == 32 and all(c in "0123456789abcdef" for c in value)
 
 
+#: The first attempt numbers as text, one object each (a label of every provider object).
+_NUMBERS = tuple(str(n) for n in range(16))
+
+
 def submission_labels(run: str, task: str, attempt: int, key: str | None = None) -> dict[str, str]:
     """The four reserved labels of one submission (``key`` defaults to :func:`submission_key`)."""
     return {
         LABEL_RUN: run,
         LABEL_TASK: task,
-        LABEL_ATTEMPT: str(attempt),
+        LABEL_ATTEMPT: _NUMBERS[attempt] if 0 <= attempt < len(_NUMBERS) else str(attempt),
         LABEL_SUBMISSION: key if key is not None else submission_key(run, task, attempt),
     }
 

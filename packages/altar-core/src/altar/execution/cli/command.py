@@ -169,14 +169,13 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from altar.execution.plans.checking import check_plan
     from altar.execution.plans.plan import load_plan
     from altar.execution.report import EventRecorder
+    from altar.execution.run.closing import format_outcome, write_result_json
     from altar.execution.run.progress import (
         PROGRESS_LOG,
         QUIET,
         WARNINGS,
         ProgressPrinter,
-        format_failures,
         format_summary,
-        format_table,
         use_colour,
     )
     from altar.execution.run.retrying import reopen_failed_in
@@ -268,14 +267,12 @@ async def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         printer.close()
     moved = transfer_summary(backend)  # a routed run: bytes moved between backends
     if args.json:
-        _print_json({**result.to_dict(), **({"transfers": moved} if moved else {})}, out)
+        write_result_json(result, out, {"transfers": moved} if moved else {})
     elif args.quiet:
         out.write(format_summary(result, earlier_s=earlier) + "\n")
     else:
-        out.write(format_table(result.tasks, colour=use_colour(out)) + "\n")
-        failures = format_failures(result.tasks)
-        if failures:
-            out.write("\n" + failures + "\n")
+        labels = {task.id: task.spec.labels for task in plan.tasks}
+        out.write(format_outcome(result, labels, colour=use_colour(out)) + "\n")
         out.write("\n" + format_summary(result, earlier_s=earlier) + "\n")
         if moved:
             out.write(moved_line(moved) + "\n")

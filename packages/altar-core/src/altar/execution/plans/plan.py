@@ -57,6 +57,7 @@ from altar.execution.plans.routing import Routing, parse_routing
 from altar.execution.plans.sweeps import MAX_TASKS, Sweep, is_sweep
 from altar.execution.plans.tasks import (
     PlanTask,
+    Shared,
     _parse_sweep,
     _parse_task,
     default_task_id,
@@ -196,11 +197,13 @@ def _load_plan(path: Path) -> Plan:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise PlanError(f"{name}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    del raw  # a large plan's bytes, its text and its tables are not held all at once
+    shared = Shared()
     try:
         if path.suffix.lower() == ".toml":
             data: Any = tomllib.loads(text)
         else:
-            data = json.loads(text)
+            data = json.loads(text, object_hook=shared.hook)
     except tomllib.TOMLDecodeError as error:
         raise PlanError(f"{name}: invalid TOML: {error}") from None
     except json.JSONDecodeError as error:
@@ -209,11 +212,25 @@ def _load_plan(path: Path) -> Plan:
         ) from None
     except RecursionError:
         raise PlanError(f"{name}: nested too deeply to be a plan") from None
-    return parse_plan(data, source=name, base_dir=path.resolve().parent)
+    del text
+    base_dir = path.resolve().parent
+    return parse_plan(data, source=name, base_dir=base_dir, consume=True, shared=shared)
 
 
-def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None) -> Plan:
-    """Validate plan data already parsed from TOML or JSON."""
+def parse_plan(
+    data: Any,
+    *,
+    source: str = "plan",
+    base_dir: Path | None = None,
+    consume: bool = False,
+    shared: Shared | None = None,
+) -> Plan:
+    """Validate plan data already parsed from TOML or JSON.
+
+    ``consume``: the caller gives ``data`` up, and each task's table is dropped from its
+    ``tasks`` list once parsed (a 100,000-task plan is then never held twice at once).
+    ``shared``: the :class:`~.tasks.Shared` values the data was read with (default: new).
+    """
 
     def fail(where: str, message: str) -> PlanError:
         return PlanError(f"{source}: {where}: {message}" if where else f"{source}: {message}")
@@ -244,14 +261,21 @@ def parse_plan(data: Any, *, source: str = "plan", base_dir: Path | None = None)
         problems.append(str(error))
     tasks: list[PlanTask] = []
     sweeps: list[Sweep] = []
+    shared = shared or Shared()
     for index, item in enumerate(raw_tasks):
         try:
             if is_sweep(item):
-                sweeps.append(_parse_sweep(item, index, base_dir, fail, tasks, outputs_base))
+                sweep = _parse_sweep(item, index, base_dir, fail, tasks, outputs_base, shared)
+                sweeps.append(sweep)
             else:
-                tasks.append(_parse_task(item, index, base_dir, fail, outputs_base=outputs_base))
+                task = _parse_task(
+                    item, index, base_dir, fail, outputs_base=outputs_base, shared=shared
+                )
+                tasks.append(task)
         except PlanError as error:
             problems.append(str(error))
+        if consume:
+            raw_tasks[index] = None
     if len(tasks) > MAX_TASKS:
         problems.append(
             str(

@@ -54,7 +54,7 @@ def default_task_id(kind: str, index: int) -> str:
     return f"{slug}-{index}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlanTask:
     """One task of a plan: a unique ``id``, its spec, and ids it must run after.
 
@@ -70,6 +70,63 @@ class PlanTask:
     cache: bool = True  # ``cache = false``: never looked up or stored
     backend: str | None = None  # ``backend = "NAME"``: one of the plan's [backends.NAME]
     fallback: str | None = None  # ``fallback = "NAME"``: where it goes after provider endings
+
+
+#: The spec's resources when a task names none: one frozen object for every such task.
+NO_RESOURCES = ResourceRequest()
+
+
+class Shared:
+    """Equal values of one plan's tasks, held once (issue 24: a 100,000-task plan of a few
+    images, kinds and label sets held each of them 100,000 times).
+
+    Texts are interned, label and env tables with equal items are one dict, and tasks without
+    inputs, outputs or env share one empty list or dict (nothing changes a plan's spec in
+    place: a submit gets a copy with the run's labels, a new output uri a new list). A value
+    of the wrong type is returned as it is, for the spec's checks to refuse with their message.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self._tables: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        self.no_transfers: list[Transfer] = []
+        self.no_env: dict[str, str] = {}
+
+    def text(self, value: Any) -> Any:
+        return self._texts.setdefault(value, value) if isinstance(value, str) else value
+
+    def texts(self, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        text = self.text
+        return [text(item) for item in value]
+
+    def hook(self, table: dict[str, Any]) -> dict[str, Any]:
+        """A JSON decoder's ``object_hook``: each table's texts held once as it is read, so the
+        plan's duplicates are dropped before the next task is read."""
+        text = self.text
+        for key, value in table.items():
+            if isinstance(value, str):
+                table[key] = text(value)
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, str):
+                        value[i] = text(item)
+            elif key in ("labels", "env"):
+                table[key] = self.table(value)
+        return table
+
+    def table(self, value: Any) -> Any:
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            return value
+        items = tuple(value.items())
+        found = self._tables.get(items)
+        if found is None:
+            text = self.text
+            found = self._tables[items] = {text(k): text(v) for k, v in items}
+        return found
 
 
 def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fail) -> Transfer:
@@ -114,6 +171,7 @@ def _parse_sweep(
     fail: Fail,
     tasks: list[PlanTask],
     outputs_base: str | Path | None,
+    shared: Shared | None = None,
 ) -> Sweep:
     """Append the tasks of the sweep ``raw`` (``tasks[index]``) to ``tasks``; return the sweep."""
     where = f"tasks[{index}]"
@@ -121,7 +179,9 @@ def _parse_sweep(
     sweep, expanded = expand_sweep(raw, where, fail)
     for label, item in expanded:
         tasks.append(
-            _parse_task(item, index, base_dir, fail, where=label, outputs_base=outputs_base)
+            _parse_task(
+                item, index, base_dir, fail, where=label, outputs_base=outputs_base, shared=shared
+            )
         )
     return sweep
 
@@ -141,17 +201,21 @@ def _parse_task(
     *,
     where: str | None = None,
     outputs_base: str | Path | None = None,
+    shared: Shared | None = None,
 ) -> PlanTask:
     origin = where
     where = where or f"tasks[{index}]"
     if not isinstance(raw, Mapping):
         raise fail(where, f"must be a table, got {_kind(raw)}")
     _check_task_keys(raw, where, fail)
-    values = _checked_fields(raw, where, fail)
+    values = _checked_fields(raw, where, fail, shared)
     for key in ("inputs", "outputs"):
         items = raw.get(key, [])
         if not isinstance(items, list):
             raise fail(f"{where}.{key}", f"must be a list of tables, got {_kind(items)}")
+        if not items and shared is not None:
+            values[key] = shared.no_transfers  # most tasks of a large plan have none
+            continue
         values[key] = [
             _parse_transfer(
                 item,
@@ -171,6 +235,8 @@ def _parse_task(
                 )
     if "resources" in raw:
         values["resources"] = _parse_resources(raw["resources"], f"{where}.resources", fail)
+    elif shared is not None:
+        values["resources"] = NO_RESOURCES
     if "plugin_identity" in raw:
         try:  # it is journaled and hashed as JSON; a TOML date, for one, is not JSON
             json.dumps(raw["plugin_identity"], allow_nan=False)
@@ -214,14 +280,27 @@ def _parse_task(
 _SPEC_FIELDS = ("kind", "image", "command", "labels", "env", "timeout_s", "avoid_hosts")
 
 
-def _checked_fields(raw: Mapping[str, Any], where: str, fail: Fail) -> dict[str, Any]:
-    """The task's spec fields as given (``avoid_hosts`` as a tuple), not yet checked."""
+def _checked_fields(
+    raw: Mapping[str, Any], where: str, fail: Fail, shared: Shared | None = None
+) -> dict[str, Any]:
+    """The task's spec fields as given (``avoid_hosts`` as a tuple), not yet checked;
+    with ``shared``, their texts and tables held once for the whole plan."""
     values: dict[str, Any] = {}
     for key in _SPEC_FIELDS:
         if key in raw:
             value = raw[key]
             listed = key == "avoid_hosts" and isinstance(value, list)
             values[key] = tuple(value) if listed else value
+    if shared is not None:
+        for key in ("kind", "image"):
+            if key in values:
+                values[key] = shared.text(values[key])
+        if "command" in values:
+            values["command"] = shared.texts(values["command"])
+        for key in ("labels", "env"):
+            if key in values:
+                values[key] = shared.table(values[key])
+        values.setdefault("env", shared.no_env)
     return values
 
 

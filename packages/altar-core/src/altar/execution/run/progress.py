@@ -22,6 +22,7 @@ __all__ = [
     "PROGRESS_LOG",
     "QUIET",
     "SUMMARY_THRESHOLD",
+    "TASK_LOG_LINES",
     "WARNINGS",
     "ProgressPrinter",
     "format_counts",
@@ -102,6 +103,10 @@ SUMMARY_INTERVAL_S = 10.0
 PROGRESS_LOG = "progress.log"
 #: The per-task lines a large plan sends to its task log instead of the stream.
 PER_TASK = frozenset({"submitted", "state", "succeeded", "cached"})
+#: The task log holds at most this many per-task lines, then one line saying so, and from
+#: then on the summary lines only (issue 24: two lines per task were 74 bytes a task of a
+#: 100,000-task run; ``altar status`` shows every task from the journal).
+TASK_LOG_LINES = 10_000
 
 
 def format_duration(seconds: float | None) -> str:
@@ -280,6 +285,7 @@ class ProgressPrinter:
         # a large plan's per-task lines go to this file (opened once the run directory exists)
         self.task_log = task_log if total > SUMMARY_THRESHOLD else None
         self._log: TextIO | None = None
+        self._logged = 0  # per-task lines written to the task log
         self._summarized = 0.0  # elapsed_s of the last plain summary line
         # a resumed run's time before this process: the clock and the ETA count its history
         self.earlier_s = earlier_s
@@ -315,9 +321,12 @@ class ProgressPrinter:
         if line is not None and self.task_log is not None and event.kind in PER_TASK:
             self._to_log(line)
             line = None
-            if not self.live and event.elapsed_s - self._summarized >= SUMMARY_INTERVAL_S:
+            if event.elapsed_s - self._summarized >= SUMMARY_INTERVAL_S:
                 self._summarized = event.elapsed_s
-                line = self._summary(event)
+                summary = self._summary(event)
+                if self._logged > TASK_LOG_LINES:
+                    self._to_log(summary, per_task=False)
+                line = None if self.live else summary
         if self.live:
             self._clear()
             if line is not None:
@@ -340,7 +349,16 @@ class ProgressPrinter:
             f"{self.total}; {eta} (each task's lines: {self.task_log})"
         )
 
-    def _to_log(self, line: str) -> None:
+    def _to_log(self, line: str, *, per_task: bool = True) -> None:
+        if per_task:
+            self._logged += 1
+            if self._logged > TASK_LOG_LINES + 1:
+                return
+            if self._logged > TASK_LOG_LINES:
+                line = (
+                    f"(more than {TASK_LOG_LINES} per-task lines: only summaries follow; "
+                    "altar status shows every task)"
+                )
         if self._log is None:
             assert self.task_log is not None
             if not self.task_log.parent.is_dir():

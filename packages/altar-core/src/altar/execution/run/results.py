@@ -83,7 +83,7 @@ class RunEvent:
     bytes_total: int | None = None  # staging_progress only; None while a size is unknown
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskResult:
     """The outcome of one task (or its current state, from ``run_status``).
 
@@ -156,6 +156,10 @@ class RunResult:
         return {state: n for state, n in counts.items() if n}
 
     def to_dict(self) -> dict[str, Any]:
+        return {**self.head_dict(), "tasks": [task.to_dict() for task in self.tasks]}
+
+    def head_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without its tasks."""
         return {
             "run_dir": str(self.run_dir),
             "backend": self.backend,
@@ -163,7 +167,6 @@ class RunResult:
             "ok": self.ok,
             "elapsed_s": self.elapsed_s,
             "counts": self.counts(),
-            "tasks": [task.to_dict() for task in self.tasks],
         }
 
 

@@ -100,10 +100,11 @@ __all__ = [
 
 JOURNAL_FORMAT = "altar-run-journal"
 #: 2 (issue 24): compact records, log lines without what a run never changes; 3: log lines
-#: of only what changed (:mod:`.changes`), handles without the labels the run implies. 1 and 2
-#: read too; an altar that reads only 1 and 2 refuses a version 3 journal with its reason.
-JOURNAL_VERSION = 3
-READ_VERSIONS = (1, 2, 3)
+#: of only what changed (:mod:`.changes`), handles without the labels the run implies; 4:
+#: without the submission keys the run derives (:class:`.records.Context`). Older versions
+#: read too; an altar that reads only 1 to 3 refuses a version 4 journal with its reason.
+JOURNAL_VERSION = 4
+READ_VERSIONS = (1, 2, 3, 4)
 #: The log is folded into a snapshot once it holds this many times the snapshot's bytes.
 COMPACT_RATIO = 4
 #: ... and holds this many bytes per task: a run's own lines (about 0.5 KB per task) are then
@@ -149,6 +150,9 @@ class Journal:
     pids: list[int] = field(default_factory=list)
     #: Provider objects of this run the journal did not own, cancelled and cleaned up.
     removed: list[dict[str, Any]] = field(default_factory=list)
+    #: Keys the run derives are left out (version 4); False for a journal of an older
+    #: version until its next snapshot, so lines appended to its log read back as written.
+    derived_keys: bool = True
     #: Tasks that changed in the plan before they were ever submitted (not saved: the run's
     #: start announces them, and their new spec digest is saved with the journal).
     edited: list[str] = field(default_factory=list, repr=False)
@@ -168,7 +172,7 @@ class Journal:
 
     @property
     def context(self) -> Context:
-        return Context(self.run_id, self.backend_type)
+        return Context(self.run_id, self.backend_type, self.derived_keys)
 
     def _track(self) -> None:
         """Print every task that may still change (a settled one is written whole if it does)."""
@@ -186,7 +190,7 @@ class Journal:
         """Append every marked task to the log and fsync it (JournalError if that fails)."""
         if not self._changed:
             return
-        lines = []
+        lines: list[str] = []
         seq = self.seq
         context = self.context
         for task_id in self._changed:
@@ -200,7 +204,9 @@ class Journal:
             if body is None:
                 continue  # marked, but nothing changed since its last line
             seq += 1
-            entry = {"seq": seq, "task": task_id, **body}
+            # version 4: a line after the first of an append has the seq after its previous
+            # line's, and says none (about 12 bytes of each of a task's four lines)
+            entry = {"task": task_id, **body} if lines else {"seq": seq, "task": task_id, **body}
             lines.append(JOURNAL_JSON.encode(entry))
         if not lines:
             self._changed.clear()
@@ -280,6 +286,9 @@ class Journal:
     def save(self) -> None:
         """Write a snapshot of everything and empty the log (JournalError if that fails)."""
         self.updated_at = time.time()
+        # the snapshot is of this version, and so is the log after it; a snapshot that was
+        # not written leaves the older one, whose log must go on as it was written
+        older, self.derived_keys = self.derived_keys, True
         try:
             # the log is made before the snapshot, so the directory fsync that makes the
             # snapshot's name durable makes the log's durable too: a fsync'd append to a log
@@ -288,6 +297,7 @@ class Journal:
             with collector_paused():  # the chunks' dicts are no garbage to hunt for
                 size = atomic_write(self.path, self._snapshot_chunks())
         except OSError as error:
+            self.derived_keys = older
             raise self._write_error(error) from error
         with contextlib.suppress(OSError):
             write_summary(self)  # before the log is emptied: a kill between leaves it inexact
@@ -339,7 +349,8 @@ class Journal:
             backend = data["backend"]
             # a journal of altar-core 0.4 has none: it gets one now, kept from its next save
             run_id = str(data.get("run_id") or uuid.uuid4().hex)
-            context = Context(run_id, backend["type"])
+            derived = version >= 4
+            context = Context(run_id, backend["type"], derived)
             tasks = data["tasks"]
             journal = cls(
                 run_dir=Path(run_dir),
@@ -359,6 +370,7 @@ class Journal:
                 run_id=run_id,
                 pids=[int(pid) for pid in data.get("pids") or []],
                 removed=list(data.get("removed") or []),
+                derived_keys=derived,
             )
             journal.snapshot_bytes = len(raw)
             journal._replay()

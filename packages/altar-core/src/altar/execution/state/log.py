@@ -52,7 +52,8 @@ def replay(path: Path, tasks: dict[str, TaskRecord], seq: int, context: Context)
     """Apply the log at ``path`` onto ``tasks`` (the snapshot's, at ``seq``); None if no log.
 
     Lines of a seq the snapshot already holds are skipped; a line naming a task the run does
-    not have is a JournalError (another run's log).
+    not have is a JournalError (another run's log). A line without a seq (version 4: every
+    line of an append but its first) has the seq after its previous line's.
     """
     try:
         raw = path.read_bytes()
@@ -61,6 +62,7 @@ def replay(path: Path, tasks: dict[str, TaskRecord], seq: int, context: Context)
     except OSError as error:
         raise JournalError(f"cannot read {path}: {error.strerror or error}") from error
     offset = good_end = lines = 0
+    previous: int | None = None  # the seq of the line before, whether applied or not
     for line in raw.split(b"\n"):
         end = min(offset + len(line) + 1, len(raw))  # past this line's newline, if any
         offset += len(line) + 1
@@ -68,7 +70,13 @@ def replay(path: Path, tasks: dict[str, TaskRecord], seq: int, context: Context)
             continue
         try:
             entry = json.loads(line)
-            line_seq, task_id = int(entry["seq"]), entry["task"]
+            if "seq" in entry:
+                line_seq = int(entry["seq"])
+            elif previous is not None:
+                line_seq = previous + 1
+            else:
+                raise ValueError("a first line without a seq")
+            task_id = entry["task"]
             earlier = tasks.get(task_id)
             if "record" in entry:  # a whole record (every line of versions 1 and 2)
                 record = TaskRecord.from_dict(task_id, entry["record"], earlier, context)
@@ -79,6 +87,7 @@ def replay(path: Path, tasks: dict[str, TaskRecord], seq: int, context: Context)
         except (ValueError, KeyError, TypeError):
             break  # a line torn by a crash: only ever the last one
         good_end = end
+        previous = line_seq
         if line_seq <= seq:
             continue  # already in the snapshot
         if record is None:

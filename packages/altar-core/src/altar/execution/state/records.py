@@ -16,6 +16,7 @@ from altar.execution.labels import (
     LABEL_SUBMISSION,
     LABEL_TASK,
     RESERVED_LABEL_PREFIX,
+    submission_key,
 )
 from altar.execution.types import ContainerTaskSpec, TaskFailure, TaskHandle, spec_to_dict
 
@@ -66,10 +67,22 @@ def spec_digest(spec: ContainerTaskSpec) -> str:
 
 @dataclass(frozen=True)
 class Context:
-    """What a journal knows that its handles need not repeat (journal version 3)."""
+    """What a journal knows that its handles need not repeat (journal version 3).
+
+    ``derived_keys`` (journal version 4): an attempt whose key is the one
+    :func:`~altar.execution.labels.submission_key` derives from the run id, task and number
+    leaves it out, and one read without a key gets that one back.
+    """
 
     run_id: str
     backend: str
+    derived_keys: bool = False
+
+    def derived_key(self, task_id: str, number: int) -> str | None:
+        """The key an attempt left out (None where keys are not derived, or for no task)."""
+        if not self.derived_keys or not task_id or number < 1:
+            return None
+        return submission_key(self.run_id, task_id, number)
 
 
 #: Labels the runner derives (bit, name): a version 3 handle leaves them out and says so in
@@ -225,7 +238,12 @@ class Attempt:
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
-        if self.key is not None and (
+        if context is not None and context.derived_keys:
+            # version 4: a key the run derives is not stored (about 45 bytes a task, twice);
+            # no key at all says so (an attempt of a journal from before keys)
+            if self.key != context.derived_key(task_id, self.number):
+                data["key"] = self.key
+        elif self.key is not None and (
             context is not None  # version 3: the handle's submission label is implied instead
             or not (self.handle and self.handle.labels.get(LABEL_SUBMISSION) == self.key)
         ):
@@ -248,7 +266,10 @@ class Attempt:
         raw = data.get("handle")
         failure = data.get("failure")
         number = data["number"]
-        key = data.get("key")
+        if "key" in data or context is None:
+            key = data.get("key")
+        else:  # version 4 leaves out the key the run derives (version 3: there was none)
+            key = context.derived_key(task_id, number)
         if raw == 1:
             if earlier is None or earlier.handle is None:
                 raise ValueError(f"attempt {number}: its handle was never written")
