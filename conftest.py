@@ -167,6 +167,14 @@ def reference_files(pytestconfig: pytest.Config) -> ReferenceFiles:
 # A test marked `serial` (it restarts slurmctld, say) would break the Slurm calls of tests running
 # beside it, so an xdist worker never runs one: `scripts/test` runs them in a second pytest run of
 # their own, after the parallel run. A plain `pytest` (no -n) runs them in order like any test.
+#
+# --- Slow modules first ---------------------------------------------------------------------------
+# `--dist loadgroup` hands out the xdist groups first (largest first), then single tests in
+# collection order, and a worker ends its share with whatever it was handed last: a two-minute
+# test collected near the end (tests/ comes last) keeps one worker busy while the other has
+# nothing left to do. So under xdist the modules holding a `slow` test come first (in their
+# collection order, each module's tests still together, so module fixtures are set up once),
+# and the end of the run is made of short tests that the two workers share out evenly.
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -176,6 +184,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if serial:
         config.hook.pytest_deselected(items=serial)
         items[:] = [item for item in items if not item.get_closest_marker("serial")]
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
 
 
 # --- xdist_group under pytest >= 9.2 -------------------------------------------------------------

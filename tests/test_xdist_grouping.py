@@ -1,4 +1,5 @@
-"""``--dist loadgroup`` keeps each ``xdist_group`` on one worker (what ``scripts/test`` relies on).
+"""``--dist loadgroup`` keeps each ``xdist_group`` on one worker (what ``scripts/test`` relies on),
+and the modules holding a ``slow`` test are handed out first (the root ``conftest.py``).
 
 A generated suite runs under ``pytest -n 2 --dist loadgroup`` in a subprocess, with the repo's
 root ``conftest.py`` loaded as a plugin (``-p conftest``), as it is for every test in the repo.
@@ -65,13 +66,15 @@ GROUPS = {
 ALL = set().union(*GROUPS.values()) | {"free1", "free2"}
 
 
-def _run_suite(tmp_path: Path) -> dict[str, str]:
-    """Run the generated suite with two loadgroup workers; return test name -> worker id."""
+def _run_suite(
+    tmp_path: Path, suite_files: dict[str, str] = SUITE, workers: int = 2, record: str = _RECORD
+) -> dict[str, str]:
+    """Run the generated suite with loadgroup workers; return test name -> worker id."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "pytest.ini").write_text("[pytest]\n")
-    for name, body in SUITE.items():
-        (suite / name).write_text(_RECORD + textwrap.dedent(body))
+    (suite / "pytest.ini").write_text("[pytest]\nmarkers = slow: takes long\n")
+    for name, body in suite_files.items():
+        (suite / name).write_text(record + textwrap.dedent(body))
     out = tmp_path / "out"
     out.mkdir()
     # The outer run may itself be an xdist worker: none of its pytest variables may leak in.
@@ -79,7 +82,7 @@ def _run_suite(tmp_path: Path) -> dict[str, str]:
     env["GROUPING_OUT"] = str(out)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider"]
-    argv += ["-n", "2", "--dist", "loadgroup", "-q", "--rootdir", str(suite), str(suite)]
+    argv += ["-n", str(workers), "--dist", "loadgroup", "-q", "--rootdir", str(suite), str(suite)]
     proc = subprocess.run(
         argv, cwd=suite, env=env, capture_output=True, text=True, check=False, timeout=600
     )
@@ -96,3 +99,43 @@ def test_loadgroup_runs_each_group_on_one_worker(tmp_path: Path) -> None:
     for group, names in GROUPS.items():
         workers = {ran[name] for name in names}
         assert len(workers) == 1, f"group {group!r} spread over {sorted(workers)}: {ran}"
+
+
+# Each test appends its name to one file: with one worker, the order the tests ran in.
+ORDERED = {
+    "test_a_fast.py": """
+        def test_fast1(): record("fast1")
+        def test_fast2(): record("fast2")
+    """,
+    "test_b_slow.py": """
+        def test_beside_slow(): record("beside_slow")
+
+        @pytest.mark.slow
+        def test_slow(): record("slow")
+    """,
+    "test_c_grouped.py": """
+        @pytest.mark.xdist_group("g")
+        def test_g1(): record("g1")
+
+        @pytest.mark.xdist_group("g")
+        def test_g2(): record("g2")
+
+        def test_last(): record("last")
+    """,
+}
+_APPEND = """\
+import os
+from pathlib import Path
+
+import pytest
+
+def record(name):
+    with (Path(os.environ["GROUPING_OUT"]) / "order").open("a") as out:
+        out.write(name + "\\n")
+"""
+
+
+def test_groups_then_slow_modules_then_the_rest(tmp_path: Path) -> None:
+    ran = _run_suite(tmp_path, ORDERED, workers=1, record=_APPEND)
+
+    assert ran["order"].split() == ["g1", "g2", "beside_slow", "slow", "fast1", "fast2", "last"]

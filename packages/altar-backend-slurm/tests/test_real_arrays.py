@@ -12,6 +12,8 @@ from altar.backends.slurm import SlurmExecutionBackend
 from altar.execution import ContainerTaskSpec, ResourceRequest, TaskHandle, TaskStatus
 from altar.execution.labels import submission_labels
 
+from .queue_filling import LOW_PRIORITY, QUEUE_FILLING
+
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
 
 TASKS = 100
@@ -38,6 +40,7 @@ async def _all_ended(backend: SlurmExecutionBackend, handles: list[TaskHandle]) 
         await asyncio.sleep(1)
 
 
+@QUEUE_FILLING
 @pytest.mark.asyncio
 async def test_an_array_of_100_reads_a_failure_an_oom_and_a_cancel_exactly(
     tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
@@ -48,6 +51,7 @@ async def test_an_array_of_100_reads_a_failure_an_oom_and_a_cancel_exactly(
         container_runtime="docker",
         runtime_options=["-H", docker_host],
         queue_interval_s=5,
+        extra_directives=LOW_PRIORITY,  # 100 queued jobs: other tests' jobs go first
     )
     run = f"arrays-{os.getpid()}-{time.monotonic_ns()}"
     special = {

@@ -39,6 +39,8 @@ from altar.execution import (
 )
 from altar.execution.labels import submission_labels
 
+from .queue_filling import LOW_PRIORITY, QUEUE_FILLING
+
 pytestmark = [pytest.mark.slurm, pytest.mark.docker]
 
 WAIT_S = 300  # a whole-node job may wait behind other tests' jobs on the 2-CPU node
@@ -238,10 +240,17 @@ def _altar(*args: str) -> list[str]:
     return [altar, *args]
 
 
+def _toml(value: Any) -> str:
+    """A TOML value: JSON's strings, numbers and arrays are TOML's; a table is inline."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
 def _plan(path: Path, options: dict[str, Any], tasks: list[str], **top: Any) -> Path:
-    lines = [f"{key} = {json.dumps(value)}" for key, value in top.items()]
+    lines = [f"{key} = {_toml(value)}" for key, value in top.items()]
     lines += ["", "[backend]", 'type = "slurm"', "", "[backend.options]"]
-    lines += [f"{key} = {json.dumps(value)}" for key, value in options.items()]
+    lines += [f"{key} = {_toml(value)}" for key, value in options.items()]
     path.write_text("\n".join(lines) + "\n\n" + "\n".join(tasks))
     return path
 
@@ -390,6 +399,7 @@ def test_a_task_on_a_node_set_down_is_run_again_once_the_node_returns(
     assert "2 (1 node lost)" in status, status
 
 
+@QUEUE_FILLING
 @pytest.mark.slow
 def test_many_tasks_under_a_20_job_qos_all_succeed_with_no_retry_used(
     tmp_path: Path, docker_host: str, site: Site
@@ -398,7 +408,8 @@ def test_many_tasks_under_a_20_job_qos_all_succeed_with_no_retry_used(
     data_root = tmp_path / "cluster data"
     plan = _plan(
         tmp_path / "plan.toml",
-        _options(data_root, docker_host, site, qos=site.limited_qos),
+        # 20 jobs always queued for the whole run: other tests' jobs go first
+        _options(data_root, docker_host, site, qos=site.limited_qos, extra_directives=LOW_PRIORITY),
         [_task(f"t{i:03d}", ["true"]) for i in range(count)],
         max_retries=0,
         max_provider_retries=0,
