@@ -746,6 +746,47 @@ async def test_submits_to_an_unreachable_provider_back_off(tmp_path, provider, f
 
 
 @pytest.mark.asyncio
+async def test_a_submit_refused_during_a_poll_is_not_retried_in_the_same_tick(
+    tmp_path, provider, fake_backend_class
+):
+    # The refusal of a's submit lands while the next tick's poll (of b) is in flight, as it
+    # can on a loaded machine: that tick must not submit a again at once, nor reset the backoff.
+    provider.script = {"a": ["unavailable"] * 8 + ["ok"]}
+    provider.duration = 40
+    tries: list[float] = []
+    polling = asyncio.Event()
+
+    class RefusedDuringPoll(fake_backend_class):
+        async def submit(self, spec):
+            if spec.labels.get("task") == "a" and len(tries) < 8:
+                polling.clear()
+                await polling.wait()  # the refusal comes back during the next poll
+            if spec.labels.get("task") == "a":
+                tries.append(asyncio.get_running_loop().time())
+            return await super().submit(spec)
+
+        async def poll(self, handles):
+            polling.set()
+            await asyncio.sleep(0.002)
+            return await super().poll(handles)
+
+    result = await asyncio.wait_for(
+        run_plan(
+            simple_plan("a", "b"),
+            RefusedDuringPoll(provider=provider),
+            run_dir=tmp_path / "r",
+            poll_interval_s=0.005,
+            max_poll_interval_s=0.04,
+        ),
+        20,
+    )
+    assert result.ok
+    gaps = [later - earlier for earlier, later in itertools.pairwise(tries)]
+    assert len(gaps) == 8
+    assert min(gaps[5:]) >= 0.03, gaps  # backed off to max_poll_interval_s
+
+
+@pytest.mark.asyncio
 async def test_collecting_from_an_unreachable_provider_is_not_a_busy_loop(
     tmp_path, provider, fake_backend_class
 ):

@@ -380,8 +380,9 @@ class _Run:
                     if collected:
                         await self.cache.store_collected(just_collected)
                     await self.cache.release_finished()
-                # what the poll freed and made ready is submitted in this same tick
-                batch = await self.choose(await self.candidates())
+                # what the poll freed and made ready is submitted in this same tick, unless a
+                # submit found the provider down meanwhile: the next tick waits that out
+                batch = [] if self.submits.refused else await self.choose(await self.candidates())
                 self.submits.launch(batch)
                 self.frontier.take(batch)
                 self.skip_blocked()
