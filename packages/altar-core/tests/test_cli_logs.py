@@ -167,3 +167,18 @@ def test_no_logs_left_is_one_line_and_exit_1(
         "altar: no output of task 'fold-0' attempt 1 is left: backend 'fake' does not give a "
         "task's logs, and keeps only the log tail of a failed attempt\n"
     )
+
+
+def test_an_attempt_that_wrote_nothing_says_so_and_exits_0(
+    fake_registry, plan_file, tmp_path, capsys, monkeypatch
+):
+    run_dir = tmp_path / "r"
+    assert run_cli(["run", plan_file, "--run-dir", run_dir], capsys)[0] == 0
+
+    async def empty(backend, record, attempt):
+        return cli_logs.Fetched("", "", "task_logs")
+
+    monkeypatch.setattr(cli_logs, "_fetch", empty)
+    code, out, err = run_cli(["logs", run_dir, "fold-1"], capsys)
+    assert (code, out) == (0, "")
+    assert err == "altar: task 'fold-1' attempt 1 wrote no output\n"

@@ -166,7 +166,10 @@ async def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _write(out, fetched.stdout)
     _write(err, fetched.stderr)
     if not args.follow or backend is None or attempt.handle is None:
-        return EXIT_OK if (fetched.stdout or fetched.stderr) else EXIT_FAILED
+        if not (fetched.stdout or fetched.stderr):
+            # the backend gave the logs, and they are empty: an answer, not a failure
+            err.write(f"altar: task {record.id!r} attempt {attempt.number} wrote no output\n")
+        return EXIT_OK
     shown = fetched
     while fetched.source == "task_logs" and not await _finished(backend, attempt.handle):
         await asyncio.sleep(FOLLOW_INTERVAL_S)
