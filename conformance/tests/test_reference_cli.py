@@ -65,6 +65,37 @@ def test_a_plan_runs_its_commands_as_local_processes_by_default(
         assert not (elsewhere / "data").exists()
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ('options = { slots = "many" }', "slots must be a whole number of 1 or more, got 'many'"),
+        ("options = { slots = 0 }", "slots must be a whole number of 1 or more, got 0"),
+        ("options = { gpus = true }", "gpus must be zero or more, got True"),
+        ("options = { max_timeout_s = 1.5 }", "max_timeout_s must be a positive number"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_refused_by_check_before_anything_runs(
+    tmp_path: Path, options: str, named: str
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.format(options=options))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALTAR_")}
+    for command in (["check", str(plan)], ["run", str(plan), "--run-dir", str(tmp_path / "r")]):
+        result = subprocess.run(
+            [_altar(), *command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert named in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _crash_plan(tasks: int) -> str:
     parts = ['max_parallel = 6\n[backend]\ntype = "in-process"\noptions = { data_root = "data" }\n']
     for i in range(tasks):

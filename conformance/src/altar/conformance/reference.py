@@ -65,6 +65,13 @@ COMMAND_RUNTIME = "command"
 LOG_TAIL_LINES = 20
 
 
+def _whole(name: str, value: object, least: int, what: str = "") -> None:
+    """Refuse an option that is not a whole number of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        wanted = what or ("zero or more" if least == 0 else f"a whole number of {least} or more")
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+
+
 class InProcessExecutionBackend(ExecutionBackend):
     """Runs each task on this machine: the reference backend.
 
@@ -98,12 +105,11 @@ class InProcessExecutionBackend(ExecutionBackend):
         slots: int = 4,
         fabric: InProcessFabric | ProcessFabric | None = None,
     ) -> None:
-        if gpus < 0:
-            raise ValueError(f"gpus must be zero or more, got {gpus}")
-        if max_timeout_s is not None and max_timeout_s < 1:
-            raise ValueError(
-                f"max_timeout_s must be a positive number of seconds, got {max_timeout_s}"
-            )
+        # options come from a plan's TOML: a wrong type is refused here, before anything runs
+        _whole("gpus", gpus, 0)
+        _whole("slots", slots, 1)
+        if max_timeout_s is not None:
+            _whole("max_timeout_s", max_timeout_s, 1, "a positive number of seconds")
         self.runtime: Runtime | Literal["command"] | None
         if runtime == COMMAND_RUNTIME:
             self.runtime = "command"
