@@ -311,3 +311,36 @@ async def test_the_runner_submits_n_ready_tasks_in_arrays_of_up_to_max_array_siz
     calls = _sbatches(node)
     assert len(calls) == sbatches, [c[2][:20] for c in calls]  # window 64: 2 and 10
     assert len(calls) <= tasks / 100 + 1
+
+
+def test_an_array_of_max_array_size_with_long_comments_is_written_in_parts(
+    request: pytest.FixtureRequest, slurm: tuple[LoginNode, str | None], tmp_path: Path
+) -> None:
+    """501 tasks' tokens (about 150 KB with their comments) exceed one command's argument
+    (MAX_ARG_STRLEN, 128 KiB): they are written in parts, then renamed whole before sbatch."""
+    node, _ = slurm  # the default QOS: no submit limit
+    if isinstance(node, FakeLoginNode):
+        node.max_submit_jobs = None
+    root = tmp_path
+    comment = "altar/1;spec=" + "ab" * 32 + ";labels=" + "x%3Dy%26" * 25
+    tasks = [arrays.ArrayTask(f"t{i:04d}", "#!/bin/sh\ntrue\n", comment) for i in range(501)]
+    name = arrays.array_name([t.token for t in tasks])
+    array_dir = root / "arrays" / name
+    script = arrays.array_script(
+        name=name,
+        array_dir=str(array_dir),
+        jobs_dir=str(root / "jobs"),
+        shared=[("--hold", None), ("--mem", "16M")],
+        size=len(tasks),
+    )
+    arrays.write_tasks(node, str(root / "jobs"), name, tasks)
+    result = arrays.submit_array(node, str(array_dir), tasks, script)
+    assert result.ok, result.stderr
+    if _SUBMITTED in request.node.stash:
+        request.node.stash[_SUBMITTED].append(result.stdout.strip())
+    listed = arrays.tokens_of(node, str(array_dir))
+    assert listed == [(t.token, comment) for t in tasks]
+    assert len("".join(f"{t} {c}\n" for t, c in listed)) > 128 * 1024
+    assert not (array_dir / "tokens.part").exists()
+    found = arrays.existing(node, [str(root / "jobs" / t.token) for t in tasks])
+    assert found == {str(root / "jobs" / t.token): (name, i) for i, t in enumerate(tasks)}
