@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 from altar.backends.slurm import SlurmExecutionBackend, arrays, commands
+from altar.backends.slurm.arrays import SUBMIT_ARRAY_PROGRAM
+from altar.backends.slurm.commands import SUBMIT_PROGRAM
 from altar.backends.slurm.fake import FakeLoginNode
 from altar.backends.slurm.runtime import CommandResult, LoginNode
 from altar.backends.slurm.sdk_runtime import LocalLoginNode
 from altar.execution import ContainerTaskSpec, ProviderLimitError, ResourceRequest
 from altar.execution.labels import submission_labels
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 
 @pytest.fixture(params=["fake", "slurm"])
@@ -263,3 +267,80 @@ async def test_an_array_takes_what_the_limit_leaves_and_holds_the_rest(tmp_path:
     held = [o for o in outcomes if isinstance(o, ProviderLimitError)]
     assert (len(submitted), len(held)) == (20, 10)
     assert len(node.elements(1)) == 20  # never a refused sbatch: the array fits the limit
+
+
+def _sbatches(node: FakeLoginNode) -> list[list[str]]:
+    """The sbatch calls the backend made (one per single job, one per array)."""
+    programs = (SUBMIT_PROGRAM, SUBMIT_ARRAY_PROGRAM)
+    return [c for c in node.calls if c[:2] == ["sh", "-c"] and c[2] in programs]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("tasks", "sbatches"), [(120, 1), (600, 2)])
+async def test_the_runner_submits_n_ready_tasks_in_arrays_of_up_to_max_array_size(
+    tmp_path: Path, tasks: int, sbatches: int
+) -> None:
+    """The runner keeps an array's worth of submits in flight for Slurm (its submit window),
+    so N ready tasks cost ceil(N / MaxArraySize) sbatch calls, not N / 64."""
+    node = FakeLoginNode()
+    node.max_array_size = 501  # as scripts/services configures the test cluster
+    backend = SlurmExecutionBackend(
+        data_root=tmp_path / "data", container_runtime="docker", runtime=node
+    )
+    specs = [
+        ContainerTaskSpec(kind="trivial", image="busybox:latest", command=["true", str(i)])
+        for i in range(tasks)
+    ]
+    plan = plan_from_specs(specs, backend_type="slurm")
+
+    async def finish_running() -> None:
+        while True:  # every job the fake started ends at once, as a trivial task would
+            for job in list(node.jobs.values()):
+                if job.state == "RUNNING":
+                    node.finish(job.job_id if job.array_id is None else job.shown, 0)
+            await asyncio.sleep(0.05)
+
+    finisher = asyncio.ensure_future(finish_running())
+    try:
+        result = await run_plan(
+            plan, backend, run_dir=tmp_path / "run", poll_interval_s=0.05, max_poll_interval_s=0.1
+        )
+    finally:
+        finisher.cancel()
+    assert result.ok, result.counts()
+    calls = _sbatches(node)
+    assert len(calls) == sbatches, [c[2][:20] for c in calls]  # window 64: 2 and 10
+    assert len(calls) <= tasks / 100 + 1
+
+
+def test_an_array_of_max_array_size_with_long_comments_is_written_in_parts(
+    request: pytest.FixtureRequest, slurm: tuple[LoginNode, str | None], tmp_path: Path
+) -> None:
+    """501 tasks' tokens (about 150 KB with their comments) exceed one command's argument
+    (MAX_ARG_STRLEN, 128 KiB): they are written in parts, then renamed whole before sbatch."""
+    node, _ = slurm  # the default QOS: no submit limit
+    if isinstance(node, FakeLoginNode):
+        node.max_submit_jobs = None
+    root = tmp_path
+    comment = "altar/1;spec=" + "ab" * 32 + ";labels=" + "x%3Dy%26" * 25
+    tasks = [arrays.ArrayTask(f"t{i:04d}", "#!/bin/sh\ntrue\n", comment) for i in range(501)]
+    name = arrays.array_name([t.token for t in tasks])
+    array_dir = root / "arrays" / name
+    script = arrays.array_script(
+        name=name,
+        array_dir=str(array_dir),
+        jobs_dir=str(root / "jobs"),
+        shared=[("--hold", None), ("--mem", "16M")],
+        size=len(tasks),
+    )
+    arrays.write_tasks(node, str(root / "jobs"), name, tasks)
+    result = arrays.submit_array(node, str(array_dir), tasks, script)
+    assert result.ok, result.stderr
+    if _SUBMITTED in request.node.stash:
+        request.node.stash[_SUBMITTED].append(result.stdout.strip())
+    listed = arrays.tokens_of(node, str(array_dir))
+    assert listed == [(t.token, comment) for t in tasks]
+    assert len("".join(f"{t} {c}\n" for t, c in listed)) > 128 * 1024
+    assert not (array_dir / "tokens.part").exists()
+    found = arrays.existing(node, [str(root / "jobs" / t.token) for t in tasks])
+    assert found == {str(root / "jobs" / t.token): (name, i) for i, t in enumerate(tasks)}

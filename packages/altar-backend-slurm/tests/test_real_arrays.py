@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from altar.backends.slurm import SlurmExecutionBackend
+from altar.backends.slurm import CommandResult, LocalLoginNode, SlurmExecutionBackend
+from altar.backends.slurm.arrays import SUBMIT_ARRAY_PROGRAM
+from altar.backends.slurm.commands import SUBMIT_PROGRAM
 from altar.execution import ContainerTaskSpec, ResourceRequest, TaskHandle, TaskStatus
 from altar.execution.labels import submission_labels
+from altar.execution.plans.plan import plan_from_specs
+from altar.execution.run.runner import run_plan
 
 from .queue_filling import LOW_PRIORITY, QUEUE_FILLING
 
@@ -98,3 +103,42 @@ async def test_an_array_of_100_reads_a_failure_an_oom_and_a_cancel_exactly(
     await backend.cleanup(handles[50:])
     assert not list((tmp_path / "data" / ".altar-slurm" / "jobs").iterdir())
     assert not list((tmp_path / "data" / ".altar-slurm" / "arrays").iterdir())
+
+
+class _CountingNode(LocalLoginNode):
+    """This machine's login node, keeping the sbatch calls (single jobs and arrays)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sbatches: list[str] = []
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        if list(argv[:2]) == ["sh", "-c"] and argv[2] in (SUBMIT_PROGRAM, SUBMIT_ARRAY_PROGRAM):
+            self.sbatches.append(argv[2])
+        return super().run(argv)
+
+
+@QUEUE_FILLING
+@pytest.mark.asyncio
+async def test_the_runner_submits_80_ready_tasks_with_one_sbatch(
+    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str]
+) -> None:
+    """More ready tasks than the runner's default submit window (64) go as one array: the
+    Slurm backend opens the window to its array_max (adoption by key keeps them once)."""
+    node = _CountingNode()
+    backend = SlurmExecutionBackend(
+        data_root=str(tmp_path / "data"),
+        partition=slurm_cluster["partition"],
+        container_runtime="docker",
+        runtime_options=["-H", docker_host],
+        extra_directives=LOW_PRIORITY,  # 80 queued jobs: other tests' jobs go first
+        runtime=node,
+    )
+    image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
+    specs = [
+        ContainerTaskSpec(kind="trivial", image=image, command=["true", str(i)]) for i in range(80)
+    ]
+    plan = plan_from_specs(specs, backend_type="slurm")
+    result = await run_plan(plan, backend, run_dir=tmp_path / "run")
+    assert result.ok, result.counts()
+    assert node.sbatches == [SUBMIT_ARRAY_PROGRAM]  # the default window would take 2

@@ -13,18 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from .queue_filling import NICE, QUEUE_FILLING
+
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.slow]
 
 TASKS = 3
 
 
-def _plan(path: Path, image: str) -> Path:
+def _plan(path: Path, image: str, count: int) -> Path:
+    # a few sleeping tasks, or many trivial ones (one array, the runner's window wide open)
+    command = '["sleep", "15"]' if count == TASKS else '["true"]'
     tasks = "".join(
         f'[[tasks]]\nid = "t{i}"\nkind = "sleep"\nimage = "{image}"\n'
-        f'command = ["sleep", "15"]\nlabels = {{ n = "{i}" }}\n\n'
-        for i in range(TASKS)
+        f'command = {command}\nlabels = {{ n = "{i}" }}\n\n'
+        for i in range(count)
     )
-    path.write_text(f'max_parallel = {TASKS}\n\n[backend]\ntype = "slurm"\n\n{tasks}')
+    path.write_text(f'max_parallel = {count}\n\n[backend]\ntype = "slurm"\n\n{tasks}')
     return path
 
 
@@ -51,14 +55,23 @@ def _marked(jobs_dir: Path) -> bool:
     return any(jobs_dir.glob("*/array"))
 
 
-@pytest.mark.parametrize("kill_when", ["queued", "array-marked", "arrays-off"])
+@pytest.mark.parametrize(
+    ("kill_when", "count"),
+    [
+        ("queued", TASKS),
+        ("array-marked", TASKS),
+        ("arrays-off", TASKS),
+        pytest.param("queued", 200, marks=QUEUE_FILLING),
+    ],
+)
 def test_a_runner_killed_during_submit_resumes_without_a_second_job(
-    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str], kill_when: str
+    tmp_path: Path, docker_host: str, slurm_cluster: dict[str, str], kill_when: str, count: int
 ) -> None:
     """Killed once Slurm has a job, or once an array's markers are written (before or just
-    after its sbatch), or with arrays off: the resumed run adopts, never submits twice."""
+    after its sbatch), or with arrays off: the resumed run adopts, never submits twice. With
+    200 ready tasks all go in one array (the runner's window is Slurm's array_max)."""
     image = os.environ.get("ALTAR_TEST_IMAGE", "busybox:latest")
-    plan = _plan(tmp_path / "plan.toml", image)
+    plan = _plan(tmp_path / "plan.toml", image, count)
     data_root = tmp_path / "data"
     scratch = f"{data_root}/.altar-slurm/"  # single jobs' dirs (jobs/) and arrays' (arrays/)
     altar = shutil.which("altar", path=os.path.dirname(sys.executable)) or "altar"
@@ -69,6 +82,8 @@ def test_a_runner_killed_during_submit_resumes_without_a_second_job(
         "--option", f"partition={json.dumps(slurm_cluster['partition'])}",
         "--option", f"data_root={json.dumps(str(data_root))}",
         *(["--option", "arrays=false"] if kill_when == "arrays-off" else []),
+        # a queue of 200: other tests' jobs go first
+        *(["--option", f'extra_directives={{ --nice = "{NICE}" }}'] if count > TASKS else []),
     ]  # fmt: skip
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -85,7 +100,8 @@ def test_a_runner_killed_during_submit_resumes_without_a_second_job(
     resumed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     deadline = time.monotonic() + 60
-    while len(jobs := _our_jobs(scratch)) < TASKS and time.monotonic() < deadline:
+    while len(jobs := _our_jobs(scratch)) < count and time.monotonic() < deadline:
         time.sleep(1)  # accounting learns of the last end a moment later
-    assert len(jobs) == TASKS, f"expected one job per task, Slurm ran {jobs}"
+    assert len(jobs) == count, f"expected one job per task, Slurm ran {jobs}"
     assert {state for _, state in jobs} == {"COMPLETED"}
+    assert _queued(scratch) == 0  # nothing left behind on the shared node

@@ -281,3 +281,29 @@ async def test_killed_inside_the_fallbacks_submit_resumes_it_on_the_fallback_onc
     assert _routes(run_dir, "fold") == ["spot", "hpc"]
     assert (spot.executions("fold"), hpc.executions("fold")) == (1, 1)
     assert [t.attempts for t in result.tasks if t.id == "fold"] == [2]
+
+
+def test_a_routed_run_takes_the_narrowest_submit_window_of_its_lanes() -> None:
+    from .conftest import AdoptingFakeBackend
+
+    class Wide(AdoptingFakeBackend):
+        submit_window = 500
+
+    class Narrow(AdoptingFakeBackend):
+        submit_window = 100
+
+    def routed(lanes: dict[str, FakeBackend]) -> RoutedBackend:
+        return RoutedBackend(
+            backends={name: {"type": "fake"} for name in lanes},
+            routes={},
+            default=next(iter(lanes)),
+            built=lanes,
+        )
+
+    wide, narrow = Wide(provider=FakeProvider()), Narrow(provider=FakeProvider())
+    assert routed({"a": wide, "b": narrow}).submit_window == 100
+    # a lane that keeps the driver's window, or does not adopt, keeps it for the whole run
+    assert (
+        routed({"a": wide, "b": AdoptingFakeBackend(provider=FakeProvider())}).submit_window is None
+    )
+    assert routed({"a": wide, "b": FakeBackend(provider=FakeProvider())}).submit_window is None

@@ -179,3 +179,58 @@ async def test_submits_stay_within_the_window_and_each_key_is_durable_before_its
     assert len(fsyncs) < 120, len(fsyncs)
     lines = (tmp_path / "run" / "journal.log").read_text().splitlines()
     assert all(json.loads(line)["task"] for line in lines)
+
+
+class Gathering(ExecutionBackend):
+    """Adopts by key and answers submits in gathered batches: it opens a wider window."""
+
+    name: ClassVar[str] = "gathering"
+    input_digest_verification: ClassVar[Any] = "staging"
+    poll_interval_s: ClassVar[float] = 0.0
+    adopts_submissions: ClassVar[bool] = True
+    submit_window: ClassVar[int | None] = 40
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.most = 0
+
+    async def submit(self, spec: ContainerTaskSpec) -> TaskHandle:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)  # the batch gathers while the submits wait
+        self.in_flight -= 1
+        return TaskHandle(self.name, spec.labels[LABEL_SUBMISSION], dict(spec.labels))
+
+    async def poll(self, handles: list[TaskHandle]) -> list[TaskStatus]:
+        return [TaskStatus(h, TaskState.SUCCEEDED) for h in handles]
+
+
+class NotAdopting(Gathering):
+    """Asks for the same wide window but cannot adopt: an in-doubt submit may run twice."""
+
+    name: ClassVar[str] = "not-adopting"
+    adopts_submissions: ClassVar[bool] = False
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("backend_type", "most"), [(Gathering, 40), (NotAdopting, 5)])
+async def test_a_backend_that_adopts_by_key_opens_its_own_window_and_no_other(
+    tmp_path, monkeypatch, backend_type, most
+):
+    from altar.execution.run import runner
+
+    monkeypatch.setattr(runner, "SUBMIT_WINDOW", 5)
+    spec = ContainerTaskSpec(kind="k", image="busybox", command=["true"])
+    plan = Plan(backend_type.name, {}, [PlanTask(f"t{i}", spec) for i in range(100)])
+    backend = backend_type()
+    result = await run_plan(plan, backend, run_dir=tmp_path / "run", **FAST)
+    assert result.ok
+    assert backend.most == most  # the backend's window, used and never exceeded
+
+
+def test_submit_window_honours_a_backend_window_only_with_adoption():
+    from altar.execution.backend import submit_window
+
+    assert submit_window(Gathering(), 64) == 40
+    assert submit_window(NotAdopting(), 64) == 64
+    assert submit_window(Watching(Path("unused")), 64) == 64  # None: the driver's own

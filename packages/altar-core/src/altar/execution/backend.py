@@ -23,6 +23,7 @@ __all__ = [
     "ExecutionBackend",
     "poll_interval_cap",
     "poll_sequentially",
+    "submit_window",
 ]
 
 EXECUTION_BACKEND_GROUP = "altar.execution_backends"
@@ -59,6 +60,13 @@ class ExecutionBackend(ABC):
     #: whatever state (created: start it; running; finished: adopt it, never replace it),
     #: instead of launching another. See :mod:`altar.execution.labels`.
     adopts_submissions: ClassVar[bool] = False
+    #: The most submits a driver keeps in flight at once for this backend; None (the default)
+    #: leaves the driver's own window (the runner's ``SUBMIT_WINDOW``, 64). That window bounds
+    #: how many attempts a crash leaves in doubt, which only a backend that adopts by key
+    #: (``adopts_submissions``) never runs twice: the runner honours a wider window only then.
+    #: A backend that answers concurrent submits with one provider call (Slurm's job arrays)
+    #: opens it so one call can take a whole batch. See :func:`submit_window`.
+    submit_window: ClassVar[int | None] = None
     #: Modules the backend imports only on first use (its provider SDK); the registry checks
     #: them with importlib.util.find_spec, so ``altar backends`` can give the install hint
     #: without importing them.
@@ -232,3 +240,13 @@ def poll_interval_cap(
     if cap is None:
         return driver_cap
     return max(poll_interval_s, min(driver_cap, float(cap)))
+
+
+def submit_window(backend: ExecutionBackend, driver_window: int) -> int:
+    """How many submits a driver keeps in flight at once for ``backend``: the backend's own
+    ``submit_window`` if it adopts by key (an in-doubt submit is then adopted, never run
+    twice, however many there are), else the driver's own ``driver_window``."""
+    own = getattr(backend, "submit_window", None)
+    if own is None or not backend.adopts_submissions:
+        return driver_window
+    return max(1, int(own))

@@ -138,10 +138,19 @@ _WRITE_TASKS = (
     'printf "%s" "$2" > "$1/job.sbatch"; printf "%s %s\\n" "$name" "$3" > "$1/array.tmp"; '
     'mv -f -- "$1/array.tmp" "$1/array"; shift 3; done'
 )
-#: Writes the array's directory (tokens, script) and sbatches it ($1 dir, $2 tokens, $3 script).
+#: Appends a part of the array's ``tokens`` ($1 dir, $2 ``new`` to start it afresh, $3 text):
+#: a large array's tokens do not fit one command (``MAX_ARG_STRLEN``), so they come in parts.
+_WRITE_TOKENS = (
+    'set -eu; mkdir -p -- "$1"; if [ "$2" = new ]; then : > "$1/tokens.part"; fi; '
+    'printf "%s" "$3" >> "$1/tokens.part"'
+)
+#: Writes the array's directory (the last part of its tokens, its script) and sbatches it
+#: ($1 dir, $2 ``new`` or ``more``, $3 the tokens' last part, $4 script). ``tokens`` appears
+#: whole (a rename) before the sbatch, so an element never reads half of it.
 SUBMIT_ARRAY_PROGRAM = (
-    'set -eu; mkdir -p -- "$1"; printf "%s" "$2" > "$1/tokens"; '
-    'printf "%s" "$3" > "$1/array.sbatch"; '
+    'set -eu; mkdir -p -- "$1"; if [ "$2" = new ]; then : > "$1/tokens.part"; fi; '
+    'printf "%s" "$3" >> "$1/tokens.part"; mv -f -- "$1/tokens.part" "$1/tokens"; '
+    'printf "%s" "$4" > "$1/array.sbatch"; '
     'exec env -i PATH="$PATH" HOME="${HOME:-/}" ${USER:+"USER=$USER"} '
     '${SLURM_CONF:+"SLURM_CONF=$SLURM_CONF"} sbatch --parsable "$1/array.sbatch"'
 )
@@ -178,11 +187,30 @@ def _run_write(node: LoginNode, name: str, words: list[str]) -> None:
 def submit_array(
     node: LoginNode, array_dir: str, tasks: Sequence[ArrayTask], script: str
 ) -> CommandResult:
-    """Write the array's own directory and sbatch it; sbatch's result as it came."""
-    tokens = "".join(f"{task.token} {task.comment}\n" for task in tasks)
+    """Write the array's own directory and sbatch it; sbatch's result as it came (an outage
+    while writing the first parts of its tokens raises, as sbatch's would)."""
+    parts = _parts([f"{task.token} {task.comment}\n" for task in tasks])
+    for number, part in enumerate(parts[:-1]):
+        mode = "new" if number == 0 else "more"
+        result = node.run(["sh", "-c", _WRITE_TOKENS, "altar-array-tokens", array_dir, mode, part])
+        if not result.ok:
+            return result
+    mode = "new" if len(parts) == 1 else "more"
     return node.run(
-        ["sh", "-c", SUBMIT_ARRAY_PROGRAM, "altar-array-submit", array_dir, tokens, script]
+        ["sh", "-c", SUBMIT_ARRAY_PROGRAM, "altar-array-submit", array_dir, mode, parts[-1], script]
     )
+
+
+def _parts(lines: Sequence[str]) -> list[str]:
+    """``lines`` joined in parts of at most ``_WRITE_BUDGET`` characters (at least one)."""
+    parts: list[str] = []
+    part = ""
+    for line in lines:
+        if part and len(part) + len(line) > _WRITE_BUDGET:
+            parts.append(part)
+            part = ""
+        part += line
+    return [*parts, part]
 
 
 #: Prints ``<job dir> <marker or ->`` for each job dir ($@) or logs dir that exists.
@@ -195,8 +223,20 @@ _MARKERS = (
 def existing(node: LoginNode, paths: Sequence[str]) -> dict[str, tuple[str, int] | None]:
     """Of ``paths`` (job and logs directories), those that exist: path -> its array marker
     (array name, index), or None when it has none. One command for all."""
-    if not paths:
-        return {}
+    found: dict[str, tuple[str, int] | None] = {}
+    batch: list[str] = []
+    size = 0
+    for path in [*paths, None]:  # as few commands as fit (one for a few hundred tasks)
+        if batch and (path is None or size + len(path) + 3 > _WRITE_BUDGET):
+            found.update(_markers(node, batch))
+            batch, size = [], 0
+        if path is not None:
+            batch.append(path)
+            size += len(path) + 3
+    return found
+
+
+def _markers(node: LoginNode, paths: list[str]) -> dict[str, tuple[str, int] | None]:
     result = node.run(["sh", "-c", _MARKERS, "altar-markers", *paths])
     if not result.ok:
         commands.raise_outage("reading array markers", result)

@@ -130,7 +130,7 @@ class FakeLoginNode(ScriptedJobs, LocalLoginNode):
         if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_PROGRAM]:
             return self._sbatch(argv[4], argv[5])
         if program == "sh" and list(argv[1:3]) == ["-c", SUBMIT_ARRAY_PROGRAM]:
-            return self._sbatch_array(argv[4], argv[5], argv[6])
+            return self._sbatch_array(argv[4], argv[5], argv[6], argv[7])
         if program == "sh" and list(argv[1:3]) == ["-c", LIMITS_PROGRAM]:
             return self._limits()
         handler = {
@@ -257,11 +257,15 @@ class FakeLoginNode(ScriptedJobs, LocalLoginNode):
             self.start(job.job_id)
         return self._lost_answer(f"{job.job_id}\n")
 
-    def _sbatch_array(self, array_dir: str, tokens: str, script: str) -> CommandResult:
-        """The array submit program: the array's directory (tokens, script), then one
-        ``sbatch`` of ``--array=A-B[%M]``; element ``i`` runs line ``i + 1``'s task in
-        that task's directory (the array script's ``cd``)."""
+    def _sbatch_array(self, array_dir: str, mode: str, last: str, script: str) -> CommandResult:
+        """The array submit program: the array's directory (the last part of its tokens,
+        after those written before; its script), then one ``sbatch`` of ``--array=A-B[%M]``;
+        element ``i`` runs line ``i + 1``'s task in that task's directory (the array
+        script's ``cd``)."""
         os.makedirs(array_dir, exist_ok=True)
+        part = Path(array_dir, "tokens.part")
+        tokens = (part.read_text() if mode != "new" and part.is_file() else "") + last
+        part.unlink(missing_ok=True)
         Path(array_dir, "tokens").write_text(tokens)
         Path(array_dir, "array.sbatch").write_text(script)
         options = sbatch_directives(script)

@@ -159,6 +159,10 @@ class RoutedBackend(ExecutionBackend):
         # a keyed resubmit is answered with the first submit's task only if every lane does so
         adopts = all(lane.adopts_submissions for lane in self.lanes.values())
         setattr(self, "adopts_submissions", adopts)  # noqa: B010 (a ClassVar of the contract)
+        # one window for every lane's submits: the narrowest any lane allows
+        own = [lane.submit_window for lane in self.lanes.values()]
+        window = None if not adopts or None in own else min(w for w in own if w is not None)
+        setattr(self, "submit_window", window)  # noqa: B010 (a ClassVar of the contract)
         self.routes = dict(routes)
         self.default = default
         self.moves = [dict(m) for m in moves or ()]

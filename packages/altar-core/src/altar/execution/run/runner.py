@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from altar.execution.atomic import sweeping_for
-from altar.execution.backend import ExecutionBackend, poll_interval_cap
+from altar.execution.backend import ExecutionBackend, poll_interval_cap, submit_window
 from altar.execution.cache.settings import CacheSettings
 from altar.execution.errors import (
     BackendCallError,
@@ -175,7 +175,7 @@ class _Run:
             budget=budget,
             grace_s=SUBMIT_GRACE_S,
             on_news=self._news,
-            window=SUBMIT_WINDOW,
+            window=submit_window(backend, SUBMIT_WINDOW),  # wider if it adopts by key
             lanes=self.lanes,
         )
         self._landed = False  # a submit landed with news since the tick began

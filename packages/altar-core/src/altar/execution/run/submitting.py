@@ -42,7 +42,8 @@ __all__ = ["SUBMIT_WINDOW", "Submits"]
 
 #: The most submits in flight at once, by default. It bounds the crash window: at any instant at
 #: most this many attempts are journaled ``submitting`` without a handle, which a backend that
-#: can neither list nor adopt may run twice on resume (each marked ``reexecuted``).
+#: can neither list nor adopt may run twice on resume (each marked ``reexecuted``). A backend
+#: that adopts by key may open it wider (``ExecutionBackend.submit_window``).
 SUBMIT_WINDOW = 64
 # what a submit's task returns: refused (the provider is down), a handle, a failure
 _REFUSED, _HANDLE, _FAILED = 0, 1, 2
