@@ -44,9 +44,13 @@ def test_a_compact_handle_expands_to_an_equal_one_with_the_same_label_order():
         assert back.plugin_identity is identity
         assert type(attempt.handle_form) is tuple  # held compact
         assert dataclasses.replace(attempt) == attempt
+        assert attempt.handle_key == ("fake", "id-1")
+        assert attempt.external_id == "id-1"
     empty = TaskHandle("fake", "id-2")
     assert expand_handle(compact_handle(empty)) == empty
     assert Attempt(1).handle is None
+    assert Attempt(1).handle_key is None
+    assert Attempt(1).external_id is None
 
 
 def test_a_handle_that_is_not_a_plain_one_is_kept_as_it_is():
@@ -57,6 +61,7 @@ def test_a_handle_that_is_not_a_plain_one_is_kept_as_it_is():
     special = Special("fake", "id-1", {"a": "1"})
     attempt = Attempt(1, handle=special)
     assert attempt.handle is special
+    assert attempt.handle_key == ("fake", "id-1")
     odd = TaskHandle("fake", "id-2", labels=_Labels(a="1"))
     assert Attempt(1, handle=odd).handle is odd
 

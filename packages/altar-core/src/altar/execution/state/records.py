@@ -222,6 +222,22 @@ class Attempt:
         return _HANDLE_SLOT.__get__(self, Attempt)
 
     @property
+    def handle_key(self) -> tuple[str, str] | None:
+        """The handle's ``(backend, external_id)``, without building the handle (None if none)."""
+        form = _HANDLE_SLOT.__get__(self, Attempt)
+        if form is None:
+            return None
+        if type(form) is tuple:
+            return (form[0], form[1])
+        return (form.backend, form.external_id)
+
+    @property
+    def external_id(self) -> str | None:
+        """The handle's external id, without building the handle (None while there is none)."""
+        key = self.handle_key
+        return key[1] if key is not None else None
+
+    @property
     def duration_s(self) -> float | None:
         start = self.started_at or self.submitted_at
         if start is None or self.finished_at is None:
