@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from typing import Any
 
 import pytest
@@ -44,6 +46,9 @@ def test_a_compact_handle_expands_to_an_equal_one_with_the_same_label_order():
         assert back.plugin_identity is identity
         assert type(attempt.handle_form) is tuple  # held compact
         assert dataclasses.replace(attempt) == attempt
+        for copied in (pickle.loads(pickle.dumps(attempt)), copy.deepcopy(attempt)):
+            assert copied == attempt
+            assert type(copied.handle_form) is tuple
         assert attempt.handle_key == ("fake", "id-1")
         assert attempt.external_id == "id-1"
     empty = TaskHandle("fake", "id-2")
