@@ -30,7 +30,7 @@ from altar.execution.state.journal import (
     lock_is_held,
     run_lock,
 )
-from altar.execution.types import TaskFailure
+from altar.execution.types import TaskFailure, TaskHandle
 
 __all__ = [
     "CANCELS_AT_ONCE",
@@ -109,27 +109,50 @@ async def cancel_one(
     return True
 
 
+#: Handles per ``cleanup`` call: the journal holds handles compact (``compact_handle``), and a
+#: call over every task of a 100,000-task run would build them all at once (about 45 MB).
+CLEANUP_BATCH = 10_000
+
+
 async def cleanup_finished(ledger: Ledger, backend: ExecutionBackend) -> None:
-    """``cleanup`` every handle of every finished task not cleaned yet (one call)."""
+    """``cleanup`` every handle of every finished task not cleaned yet (a call per
+    :data:`CLEANUP_BATCH` handles: ``cleanup`` is idempotent, so one that fails midway leaves
+    every task to clean again by a later run)."""
     # a backend that names tasks by spec hands out one external_id for every attempt
-    unique = {
-        (attempt.handle.backend, attempt.handle.external_id): attempt.handle
-        for record in ledger.records.values()
-        if record.final and not record.cleaned  # a task whose cancel failed may still run
-        for attempt in record.attempts
-        if attempt.handle is not None
-    }
-    handles = list(unique.values())
-    if handles:
-        try:
-            await backend.cleanup(handles)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            ledger.emit("cleanup_failed", f"cleanup: {one_line(error)}")
-            return
+    seen: dict[str, set[str]] = {}  # external ids by backend (no key tuple per handle)
+    batch: list[TaskHandle] = []
+    for record in ledger.records.values():
+        if not record.final or record.cleaned:  # a task whose cancel failed may still run
+            continue
+        for attempt in record.attempts:
+            handle = attempt.handle
+            if handle is None:
+                continue
+            ids = seen.setdefault(handle.backend, set())
+            if handle.external_id in ids:
+                continue
+            ids.add(handle.external_id)
+            batch.append(handle)
+            if len(batch) >= CLEANUP_BATCH and not await _cleanup(ledger, backend, batch):
+                return
+    if batch and not await _cleanup(ledger, backend, batch):
+        return
     for record in ledger.records.values():
         record.cleaned = record.final  # one still running (its cancel failed): a later run
+
+
+async def _cleanup(ledger: Ledger, backend: ExecutionBackend, batch: list[TaskHandle]) -> bool:
+    """One ``cleanup`` call over ``batch`` (emptied); False if it failed (and was said)."""
+    try:
+        await backend.cleanup(list(batch))
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:
+        ledger.emit("cleanup_failed", f"cleanup: {one_line(error)}")
+        return False
+    finally:
+        batch.clear()
+    return True
 
 
 async def cancel_run(run_dir: str | Path, backend: ExecutionBackend | None = None) -> str:

@@ -87,10 +87,10 @@ async def reconcile(ledger: Ledger, backend: ExecutionBackend, run_id: str) -> R
         return outcome
     outcome.listed = True
     owned = {
-        (attempt.handle.backend, attempt.handle.external_id)
+        held
         for record in ledger.records.values()
         for attempt in record.attempts
-        if attempt.handle is not None
+        if (held := attempt.handle_key) is not None
     }
     waiting = _in_doubt(ledger.records)
     upcoming = _upcoming(ledger.records, run_id)

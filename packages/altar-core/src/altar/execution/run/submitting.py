@@ -130,6 +130,8 @@ class Submits:
             self.queued.discard(record.id)
             self._start(record, durable=durable)
             started = True
+        if started and not self._queue:
+            self.queued = set()  # a set keeps its table when emptied: 8 MB after 100,000 tasks
         return started
 
     @property

@@ -18,9 +18,11 @@ from typing import Any
 
 from altar.execution.labels import LABEL_SUBMISSION
 from altar.execution.state.records import (
+    _HANDLE_SLOT,
     Attempt,
     Context,
     TaskRecord,
+    expand_handle,
     failure_to_dict,
     handle_from_dict,
     handle_to_dict,
@@ -70,7 +72,8 @@ def print_of(record: TaskRecord) -> Print:
         record.cached,
     ]
     for a in record.attempts:
-        values += (a.number, a.state, a.handle, a.failure, a.submitted_at, a.started_at)
+        # the handle as held (a tuple): compared without building a handle
+        values += (a.number, a.state, a.handle_form, a.failure, a.submitted_at, a.started_at)
         values += (a.finished_at, a.key, a.reexecuted, a.adopted)
     return tuple(values)
 
@@ -84,7 +87,9 @@ def _encode(name: str, value: Any, record: TaskRecord, attempt: Attempt, context
     if value is None:
         return None
     if name == "handle":
-        return handle_to_dict(value, record.id, attempt.number, context, attempt.key)
+        handle = expand_handle(value)
+        assert handle is not None  # (None is returned above)
+        return handle_to_dict(handle, record.id, attempt.number, context, attempt.key)
     if name == "failure":
         return failure_to_dict(value)
     return value
@@ -234,5 +239,8 @@ def _copy(obj: Any, changes: dict[str, Any]) -> Any:
     """A shallow copy of a record or attempt with ``changes`` set (no __post_init__ to run)."""
     copy = object.__new__(type(obj))
     for name in obj.__dataclass_fields__:
+        if name == "handle" and name not in changes:
+            _HANDLE_SLOT.__set__(copy, obj.handle_form)  # as held: no handle built and undone
+            continue
         setattr(copy, name, changes[name] if name in changes else getattr(obj, name))
     return copy

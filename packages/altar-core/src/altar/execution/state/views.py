@@ -73,12 +73,10 @@ def group_threshold(default: int = GROUP_THRESHOLD, environ: Mapping[str, str] =
 def user_labels(record: TaskRecord) -> Mapping[str, str]:
     """The labels ``record``'s last submitted attempt carried (the plan's, and altar's own
     ``altar.*``, which grouping leaves out), else none. Not a copy: do not change it."""
-    attempts = record.attempts
-    if attempts and attempts[-1].handle is not None:
-        return attempts[-1].handle.labels  # the common case, without a loop
-    for attempt in reversed(attempts):
-        if attempt.handle is not None:
-            return attempt.handle.labels
+    for attempt in reversed(record.attempts):  # the last, most often
+        handle = attempt.handle  # (built from the journal's compact form: once)
+        if handle is not None:
+            return handle.labels
     return {}
 
 
