@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,33 @@ async def test_a_second_run_executes_nothing_and_ends_with_the_same_results(
     # prep's output is read by score on the backend's volume: it was staged there
     staged = [t.logical_path for call in volume.stage_calls for t in call]
     assert "jobs/prep.txt" in staged
+
+
+@pytest.mark.asyncio
+async def test_a_re_run_in_place_serves_its_hits_without_touching_their_files(
+    tmp_path, volume, fake_backend_class
+):
+    await run(tmp_path, volume, fake_backend_class, "run1", plan_data(tmp_path))
+    for path in (tmp_path / "results").iterdir():
+        path.unlink()
+    await run(tmp_path, volume, fake_backend_class, "run2", plan_data(tmp_path))  # linked
+    results = sorted((tmp_path / "results").iterdir())
+    store = CacheStore(tmp_path / "store")
+    objects = [store.object_path(sha256_file(p)) for p in results]
+    before = [
+        (os.stat(p).st_ino, os.stat(o).st_ctime_ns, os.stat(o).st_nlink)
+        for p, o in zip(results, objects, strict=True)
+    ]
+    again, _ = await run(tmp_path, volume, fake_backend_class, "run3", plan_data(tmp_path))
+    assert [t.status for t in again.tasks] == ["cached", "cached"]
+    assert volume.submits == {"prep": 1, "score": 1}
+    # no link made or removed: each object's ctime and link count are as they were
+    after = [
+        (os.stat(p).st_ino, os.stat(o).st_ctime_ns, os.stat(o).st_nlink)
+        for p, o in zip(results, objects, strict=True)
+    ]
+    assert after == before
+    assert sorted((tmp_path / "results").iterdir()) == results  # nothing left beside them
 
 
 @pytest.mark.asyncio

@@ -57,6 +57,48 @@ def test_serving_onto_an_earlier_hits_link_leaves_nothing_beside_it(tmp_path):
     assert dest.read_bytes() == b"scores\n"
 
 
+def test_a_re_run_in_place_links_nothing_where_the_object_already_is(tmp_path, monkeypatch):
+    store = CacheStore(tmp_path / "store")
+    path, digest = output(tmp_path, b"scores\n")
+    entry = store.put(a_key(), {"jobs/o.txt": (path, digest)})
+    dest = tmp_path / "results" / "o.txt"
+    store.materialize(entry, {"jobs/o.txt": dest})  # the first run serving it
+    before = os.stat(store.object_path(digest))
+    links = []
+    real_link = os.link
+    monkeypatch.setattr(os, "link", lambda *a, **k: links.append(a) or real_link(*a, **k))
+    store.materialize(entry, {"jobs/o.txt": dest})  # the plan re-run where it ran
+    assert links == []
+    after = os.stat(store.object_path(digest))
+    assert (after.st_nlink, after.st_ctime_ns) == (before.st_nlink, before.st_ctime_ns)
+    assert os.listdir(dest.parent) == ["o.txt"]
+    assert os.stat(dest).st_ino == after.st_ino
+
+
+@pytest.mark.parametrize("there", ["other bytes", "same bytes", "symlink", "symlink elsewhere"])
+def test_a_file_at_the_uri_that_is_not_the_object_is_replaced_by_it(tmp_path, there):
+    store = CacheStore(tmp_path / "store")
+    path, digest = output(tmp_path, b"scores\n")
+    entry = store.put(a_key(), {"jobs/o.txt": (path, digest)})
+    obj = store.object_path(digest)
+    dest = tmp_path / "results" / "o.txt"
+    dest.parent.mkdir()
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_bytes(b"not ours\n")
+    if there == "other bytes":
+        dest.write_bytes(b"scoreZ\n")
+    elif there == "same bytes":
+        dest.write_bytes(b"scores\n")  # a copy: the user may edit it; the object is linked
+    else:
+        dest.symlink_to(obj if there == "symlink" else elsewhere)
+    store.materialize(entry, {"jobs/o.txt": dest})
+    assert not dest.is_symlink()
+    assert os.stat(dest).st_ino == os.stat(obj).st_ino
+    assert dest.read_bytes() == b"scores\n"
+    assert elsewhere.read_bytes() == b"not ours\n"  # a symlink's target is never written
+    assert os.listdir(dest.parent) == ["o.txt"]
+
+
 def _a_recorded_entry(tmp_path: Path) -> tuple[CacheStore, object, Path]:
     store = CacheStore(tmp_path / "store")
     path, digest = output(tmp_path, b"weights " * 64)

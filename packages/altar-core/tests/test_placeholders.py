@@ -81,3 +81,23 @@ def test_the_runner_expands_through_the_backends_resolver(fake_backend_class, pr
     # the journal keeps the plan's own text: one digest whatever the backend's root
     journal = Journal.load(tmp_path / "run")
     assert journal.tasks["k-0"].spec_sha256 == spec_digest(plan.tasks[0].spec)
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "has"),
+    [
+        (["echo", "x"], {}, False),
+        (["echo", "{altar:mount_root}/x"], {}, True),
+        (["echo"], {"P": "{altar:path:a/b}"}, True),
+        (["{altar", ":mount_root}"], {"A": "{altar", "B": ":x}"}, False),  # never across texts
+        (["{altar:"], {}, True),
+        ([], {"K": "{altar:"}, True),
+    ],
+)
+def test_has_placeholders_is_what_expand_spec_looks_for(command, env, has):
+    from altar.execution.plans.placeholders import has_placeholders
+
+    spec = ContainerTaskSpec("k", "i", command, env=env)
+    assert has_placeholders(spec) is has
+    expected = any("{altar:" in t for t in [*command, *env.values()])
+    assert has is expected

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 from altar.execution import ContainerTaskSpec, PlanError, ResourceRequest, Transfer
@@ -305,3 +306,38 @@ def test_plans_may_not_declare_reserved_labels(tmp_path):
     reserved = ContainerTaskSpec(kind="k", image="i", command=[], labels={"altar.task": "t"})
     with pytest.raises(PlanError, match="reserved for the runner"):
         Plan(None, {}, [PlanTask("t", reserved)])
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "out/o1",
+        "a/b/c.txt",
+        "./a/../b//c",
+        ".",
+        "..",
+        "a/./b",
+        "a/",
+        "a//b",
+        "s3:/x",
+        "~/x",
+        "a\\b",
+        "gs://bucket/x",
+        "/abs/p",
+        "-x",
+        " a",
+    ],
+)
+@pytest.mark.parametrize("base", ["/plans/lab", "/", "/plans/lab/../x", "rel/dir", "gs://b/r"])
+def test_a_relative_uri_resolves_as_normpath_of_the_join(uri, base):
+    # the fast path for plain relative uris gives what the general rule gives
+    from altar.execution.plans.fields import _SCHEME, _resolve_uri
+
+    if _SCHEME.match(uri) or os.path.isabs(uri):
+        expected = uri
+    elif _SCHEME.match(base):
+        expected = f"{base}/{uri.removeprefix('./')}"
+    else:
+        expected = os.path.normpath(os.path.join(base, uri))
+    assert _resolve_uri(uri, base) == expected
+    assert _resolve_uri(uri, Path(base) if "://" not in base else base) == expected

@@ -135,11 +135,18 @@ class CacheIndex:
             self._shards[shard] = _read_shard(self.shard_path(shard))
         return self._shards[shard]
 
-    def fresh(self, hex_: str, manifest: str, object_path: Any) -> IndexRow | None:
+    def fresh(
+        self,
+        hex_: str,
+        manifest: str,
+        object_path: Any,
+        seen: dict[str, tuple[int, int]] | None = None,
+    ) -> IndexRow | None:
         """The row of ``hex_`` if its manifest and objects are as it says (a stat each), else
         None; a row that no longer matches is dropped (at the next :meth:`flush`).
 
-        ``object_path(digest)`` names an object's file.
+        ``object_path(digest)`` names an object's file; ``seen`` gets each object's (device,
+        inode) as those stats found it.
         """
         row = self._rows[hex_] if hex_ in self._rows else self.row(hex_)
         if row is None:
@@ -156,6 +163,8 @@ class CacheIndex:
                     or not stat_module.S_ISREG(st.st_mode)
                 ):
                     raise OSError("the object changed")
+                if seen is not None:
+                    seen[digest] = (st.st_dev, st.st_ino)
         except OSError:
             self.forget(hex_)
             return None

@@ -109,6 +109,9 @@ class CacheStore:
         # what this process stored and has not yet recorded and indexed (see seal)
         self._unsealed: list[tuple[str, str, int]] = []  # object, digest, its ctime second
         self._unindexed: list[tuple[CacheEntry, os.stat_result]] = []  # entry, manifest's
+        #: the (device, inode) of each object the last lookup verified through the index, by
+        #: digest: what materialize compares an output already at its uri with
+        self._verified: dict[str, tuple[int, int]] = {}
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -175,7 +178,8 @@ class CacheStore:
         else the slow way: the manifest read and verified, its row kept for :meth:`flush_index`.
         """
         hex_ = key.hex
-        row = self.index.fresh(hex_, self._entry_file(hex_), self._object_file)
+        self._verified = {}
+        row = self.index.fresh(hex_, self._entry_file(hex_), self._object_file, self._verified)
         if row is not None:
             return CacheEntry(key.digest, key.fields, row.outputs, row.origin, row.created_at), []
         found = self._read(key.digest)
@@ -247,19 +251,39 @@ class CacheStore:
         A hard link costs nothing but shares the read-only object; across filesystems (or where
         links are refused) the object is copied and its digest checked in the same pass. Each
         destination appears whole: a new name is the link itself, one already there is
-        replaced by rename.
+        replaced by rename, unless it already is the object (a plan re-run in place: the
+        previous run's link), which is left as it is.
         """
         for logical_path, destination in destinations.items():
             digest = entry.outputs[logical_path]
             source, target = self._object_file(digest), os.fspath(destination)
             try:
-                _link(source, target)
-            except FileExistsError:
+                there = os.lstat(target)
+            except OSError:
+                there = None
+            try:
+                if there is None:
+                    _link(source, target)
+                elif not self._is_object(there, digest, source):
+                    _link_over(source, target)
+            except FileExistsError:  # a name that appeared since the lstat
                 _link_over(source, target)
             except OSError as error:
                 if error.errno not in _NO_LINK:
                     raise
                 copy_and_verify(source, destination, digest, label=f"cached {logical_path}")
+
+    def _is_object(self, there: os.stat_result, digest: str, source: str) -> bool:
+        """Whether ``there`` (an lstat) is the object itself: a hard link to it, not a copy,
+        a symlink or another file. The object's bytes, just verified, are already there."""
+        ours = self._verified.get(digest)
+        if ours is None:
+            try:
+                st = os.stat(source)
+            except OSError:
+                return False
+            ours = (st.st_dev, st.st_ino)
+        return (there.st_dev, there.st_ino) == ours
 
     # -- claims (see :mod:`.claims`) ---------------------------------------------------------
 

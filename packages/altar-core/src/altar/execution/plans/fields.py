@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -47,8 +48,27 @@ def _construct(where: str, fail: Fail, cls: Callable[..., Any], **kwargs: Any) -
 
 
 def _resolve_uri(uri: str, base_dir: str | Path | None) -> str:
-    if base_dir is None or _SCHEME.match(uri) or os.path.isabs(uri):
+    if base_dir is None:
+        return uri
+    # most of a large plan's uris: a plain relative path ("out/o1": no empty, "." or ".."
+    # part, so no scheme either) below a normalized local folder, which normpath(join) would
+    # only join
+    base = _local_folder(base_dir)
+    if base is not None and uri and uri[0] != "/":
+        parts = uri.split("/")
+        if "" not in parts and "." not in parts and ".." not in parts:
+            return f"{base}/{uri}" if base != "/" else f"/{uri}"
+    if _SCHEME.match(uri) or os.path.isabs(uri):
         return uri
     if _SCHEME.match(str(base_dir)):  # outputs_dir = "gs://bucket/results/{altar:run}"
         return f"{str(base_dir).rstrip('/')}/{uri.removeprefix('./')}"
     return os.path.normpath(os.path.join(base_dir, uri))
+
+
+@functools.lru_cache(maxsize=64)
+def _local_folder(base_dir: str | Path) -> str | None:
+    """``base_dir`` as text if it is an absolute, normalized local folder, else None."""
+    text = os.fspath(base_dir)
+    if _SCHEME.match(text) or not os.path.isabs(text) or os.path.normpath(text) != text:
+        return None
+    return text

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from altar.execution.types import ContainerTaskSpec, PathResolver
 
-__all__ = ["PLACEHOLDER", "expand", "expand_spec", "placeholder_error"]
+__all__ = ["PLACEHOLDER", "expand", "expand_spec", "has_placeholders", "placeholder_error"]
 
 #: Anything that looks like one of ours: ``{altar:`` up to the next ``}``.
 PLACEHOLDER = re.compile(r"\{altar:([^{}]*)\}")
@@ -68,11 +68,17 @@ def expand(text: str, resolver: PathResolver) -> str:
     return PLACEHOLDER.sub(one, text) if "{altar:" in text else text
 
 
+def has_placeholders(spec: ContainerTaskSpec) -> bool:
+    """Whether ``spec``'s command or env values hold a placeholder (what :func:`expand_spec`
+    expands). One substring test over the texts joined by NUL, which no placeholder holds."""
+    return "{altar:" in "\0".join(spec.command) or (
+        bool(spec.env) and "{altar:" in "\0".join(spec.env.values())
+    )
+
+
 def expand_spec(spec: ContainerTaskSpec, resolver: PathResolver) -> ContainerTaskSpec:
     """``spec`` with placeholders in its command and env values expanded (the same spec if none)."""
-    if not any("{altar:" in arg for arg in spec.command) and not any(
-        "{altar:" in value for value in spec.env.values()
-    ):
+    if not has_placeholders(spec):
         return spec
     return replace(
         spec,

@@ -117,8 +117,12 @@ class Plan:
 
     def __post_init__(self) -> None:
         _check_unique(self.tasks, self.source)
+        checked: set[int] = set()  # a parsed plan's tasks share a few label tables: once each
         for task in self.tasks:
-            _check_reserved_labels(task.spec.labels, f"{self.source}: task {task.id!r}: labels")
+            labels = task.spec.labels
+            if id(labels) not in checked:
+                _check_reserved_labels(labels, f"{self.source}: task {task.id!r}: labels")
+                checked.add(id(labels))  # alive while the loop runs: its id is its own
         if not self.dependencies:
             object.__setattr__(self, "dependencies", _dependencies(self.tasks, self.source))
 

@@ -89,6 +89,7 @@ class Shared:
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
         self._tables: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        self._held: set[int] = set()  # ids of the tables above (alive while this is)
         self.no_transfers: list[Transfer] = []
         self.no_env: dict[str, str] = {}
 
@@ -98,25 +99,28 @@ class Shared:
     def texts(self, value: Any) -> Any:
         if not isinstance(value, list):
             return value
-        text = self.text
-        return [text(item) for item in value]
+        held = self._texts.setdefault
+        return [held(item, item) if type(item) is str else self.text(item) for item in value]
 
     def hook(self, table: dict[str, Any]) -> dict[str, Any]:
         """A JSON decoder's ``object_hook``: each table's texts held once as it is read, so the
         plan's duplicates are dropped before the next task is read."""
-        text = self.text
+        held = self._texts.setdefault  # called 10 times a task: no method call per text
         for key, value in table.items():
-            if isinstance(value, str):
-                table[key] = text(value)
-            elif isinstance(value, list):
+            kind = type(value)  # a JSON decoder makes exactly str, list and dict
+            if kind is str:
+                table[key] = held(value, value)
+            elif kind is list:
                 for i, item in enumerate(value):
-                    if isinstance(item, str):
-                        value[i] = text(item)
+                    if type(item) is str:
+                        value[i] = held(item, item)
             elif key in ("labels", "env"):
                 table[key] = self.table(value)
         return table
 
     def table(self, value: Any) -> Any:
+        if id(value) in self._held:
+            return value  # already the plan's one table with these items (the JSON hook's)
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
@@ -126,6 +130,7 @@ class Shared:
         if found is None:
             text = self.text
             found = self._tables[items] = {text(k): text(v) for k, v in items}
+            self._held.add(id(found))
         return found
 
 
@@ -138,8 +143,10 @@ def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fai
             raise fail(f"{where}.{key}", "required")
     uri, logical = raw["uri"], raw["logical_path"]
     locality_key, digest = raw.get("locality_key"), raw.get("digest")
+    # resolved first: a non-empty text resolves to one, so the checks judge the plan's uri
+    resolved = _resolve_uri(uri, base_dir) if isinstance(uri, str) and uri else uri
     try:
-        Transfer(uri, logical, locality_key, digest)
+        transfer = Transfer(resolved, logical, locality_key, digest)
     except (TypeError, ValueError):
         # each field's check is independent: probe them one by one (only now) to name it
         for key in _TRANSFER_KEYS:
@@ -147,10 +154,11 @@ def _parse_transfer(raw: Any, where: str, base_dir: str | Path | None, fail: Fai
                 probe: dict[str, Any] = {"uri": "u", "logical_path": "p", key: raw[key]}
                 _construct(f"{where}.{key}", fail, Transfer, **probe)
         _construct(where, fail, Transfer, **{k: raw[k] for k in _TRANSFER_KEYS if k in raw})
+        transfer = Transfer(resolved, logical, locality_key, digest)  # the checks' own order
     # PurePosixPath(logical).parts holds ".." exactly when a "/"-separated part is ".."
     if ".." in logical.split("/") or _CONTROL.search(logical):
         raise fail(f"{where}.logical_path", f"must stay below the mount root, got {logical!r}")
-    return Transfer(_resolve_uri(uri, base_dir), logical, locality_key, digest)
+    return transfer
 
 
 def _parse_resources(raw: Any, where: str, fail: Fail) -> ResourceRequest:

@@ -57,7 +57,7 @@ from altar.execution.errors import (
     RunStoppedError,
     StagingError,
 )
-from altar.execution.plans.placeholders import expand_spec
+from altar.execution.plans.placeholders import expand_spec, has_placeholders
 from altar.execution.plans.plan import Plan, PlanTask, outputs_for_run
 from altar.execution.run.budget import DEFAULT_MAX_RETRIES, RetryBudget, plan_budget
 from altar.execution.run.caching import RunCache
@@ -168,7 +168,11 @@ class _Run:
             # portable paths ({altar:mount_root}) become this backend's; the journal keeps
             # the plan's text, so its spec digests are the same on every backend
             {
-                task.id: expand_spec(task.spec, resolver_for(backend, task.id))
+                task.id: (
+                    expand_spec(task.spec, resolver_for(backend, task.id))
+                    if has_placeholders(task.spec)
+                    else task.spec  # no resolver to make (10,000 of them for a large plan)
+                )
                 for task in plan.tasks
             },
             run_id=journal.run_id,
