@@ -242,13 +242,29 @@ async def test_two_runs_sharing_a_store_compute_each_task_once(
     data = plan_data(tmp_path)
     plan = parse_plan(data, source="plan.toml", base_dir=tmp_path)
     events: dict[str, list[object]] = {"a": [], "b": []}
+    # The runs overlap for sure: the run holding a claim submits only once the other has met it
+    # (else, on a loaded machine, one run could store prep before the other even looked it up).
+    met = asyncio.Event()
+
+    class AfterTheOtherWaits(fake_backend_class):
+        async def submit(self, spec):
+            await asyncio.wait_for(met.wait(), 30)
+            return await super().submit(spec)
+
+    def on_event(name: str):
+        def record(event) -> None:
+            events[name].append(event)
+            if event.kind == "cache_wait":
+                met.set()
+
+        return record
 
     async def one(name: str):
         return await run_plan(
             plan,
-            fake_backend_class(provider=volume),
+            AfterTheOtherWaits(provider=volume),
             run_dir=tmp_path / name,
-            on_event=events[name].append,
+            on_event=on_event(name),
             **FAST,
         )
 
